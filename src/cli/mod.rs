@@ -1,0 +1,84 @@
+//! Command-line edge: argument parsing, settings, output and exit codes.
+//!
+//! Exit codes: 0 done, 1 the work failed, 2 bad usage or configuration.
+
+mod id;
+mod output;
+mod partitions;
+mod plan;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use logstamp::config::{ConfigError, Settings, Sources};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "logstamp",
+    version,
+    about = "Kafka logs into MySQL with time-ordered 64-bit IDs"
+)]
+struct Cli {
+    /// Settings file (TOML) layered over the built-in defaults.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Make, decode and range IDs.
+    #[command(subcommand)]
+    Id(id::IdCommand),
+    /// Plan the log table's partitions.
+    #[command(subcommand)]
+    Partitions(partitions::PartitionsCommand),
+    /// Choose the number of service bits for a fleet.
+    Plan(plan::PlanArgs),
+}
+
+/// A mistake in how the command was called (exit code 2), as opposed to a failure of the work.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+impl UsageError {
+    pub fn new(flag: &str, error: impl std::fmt::Display) -> UsageError {
+        UsageError(format!("{flag}: {error}"))
+    }
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let sources = Sources::with_file(cli.config.clone());
+    match run(cli.command, sources) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            if error.is::<ConfigError>() || error.is::<UsageError>() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
+
+fn run(command: Command, sources: Sources) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Id(cmd) => id::run(cmd, sources),
+        Command::Partitions(cmd) => partitions::run(cmd, sources),
+        Command::Plan(args) => plan::run(args),
+    }
+}
+
+/// Loads the settings and starts logging with them.
+fn load_settings(sources: &Sources) -> Result<Settings, ConfigError> {
+    let settings = Settings::load(sources)?;
+    logstamp::telemetry::init(&settings.telemetry);
+    Ok(settings)
+}

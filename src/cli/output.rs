@@ -1,0 +1,41 @@
+//! Writing results to stdout: one JSON object per line, and a closed pipe (`| head`) is not an
+//! error.
+
+use std::io::{self, BufWriter, Stdout, Write};
+
+use serde::Serialize;
+
+pub struct Output {
+    out: BufWriter<Stdout>,
+}
+
+impl Output {
+    pub fn new() -> Output {
+        Output {
+            out: BufWriter::new(io::stdout()),
+        }
+    }
+
+    pub fn json(&mut self, value: &impl Serialize) -> io::Result<()> {
+        serde_json::to_writer(&mut self.out, value)?;
+        self.out.write_all(b"\n")
+    }
+
+    pub fn line(&mut self, text: &str) -> io::Result<()> {
+        self.out.write_all(text.as_bytes())?;
+        self.out.write_all(b"\n")
+    }
+
+    /// Flushes, treating a reader that went away as the end of the output.
+    pub fn finish(mut self) -> io::Result<()> {
+        ignore_closed_pipe(self.out.flush())
+    }
+}
+
+/// A reader that stopped reading (`logstamp id gen --count 1000000 | head`) is fine.
+pub fn ignore_closed_pipe(result: io::Result<()>) -> io::Result<()> {
+    match result {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}

@@ -1,0 +1,536 @@
+//! Settings: built-in defaults < `--config FILE` < `LOGSTAMP__SECTION__KEY` environment variables
+//! < command-line flags, validated into typed structs at start-up.
+//!
+//! A bad value is one error naming the setting and the layer it came from. Secrets never reach a
+//! message: the MySQL URL's password is redacted wherever the URL is shown.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize, Serializer};
+
+use crate::id::Layout;
+use crate::store::{Ident, Period};
+use crate::time::{Zone, parse_time};
+
+/// The defaults, also shipped as `config/default.toml` for reference.
+pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+
+/// Environment variables `LOGSTAMP__SECTION__KEY` set `section.key`.
+pub const ENV_PREFIX: &str = "LOGSTAMP";
+const ENV_SEPARATOR: &str = "__";
+
+/// Settings whose environment value is a comma-separated list.
+const LIST_KEYS: &[&str] = &["kafka.topics"];
+
+/// Where settings are read from, beyond the built-in defaults.
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    /// The `--config` file.
+    pub file: Option<PathBuf>,
+    /// Environment variables to read; `None` reads the process environment.
+    pub env: Option<HashMap<String, String>>,
+    /// Command-line flags, as `(key, value)` such as `("id.service_id", "7")`.
+    pub overrides: Vec<(String, String)>,
+}
+
+impl Sources {
+    pub fn with_file(file: Option<PathBuf>) -> Sources {
+        Sources {
+            file,
+            ..Sources::default()
+        }
+    }
+
+    pub fn set(mut self, key: &str, value: impl ToString) -> Sources {
+        self.overrides.push((key.to_string(), value.to_string()));
+        self
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {reason}")]
+    File { path: String, reason: String },
+    #[error("invalid setting {key} (from {origin}): {reason}")]
+    Invalid {
+        key: String,
+        origin: String,
+        reason: String,
+    },
+    #[error("invalid configuration: {0}")]
+    Other(String),
+}
+
+/// The validated settings of one process.
+#[derive(Debug, Clone, Serialize)]
+pub struct Settings {
+    pub mysql: MysqlSettings,
+    pub kafka: KafkaSettings,
+    pub id: IdSettings,
+    pub partitions: PartitionSettings,
+    pub store: StoreSettings,
+    pub batch: BatchSettings,
+    pub telemetry: TelemetrySettings,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MysqlSettings {
+    pub url: MysqlUrl,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSettings {
+    pub brokers: String,
+    pub group_id: String,
+    pub topics: Vec<String>,
+}
+
+/// The ID settings, with the layout already checked.
+#[derive(Debug, Clone, Serialize)]
+pub struct IdSettings {
+    #[serde(serialize_with = "serialize_layout")]
+    pub layout: Layout,
+    pub service_id: u32,
+    pub max_borrow_seconds: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawIdSettings {
+    service_bits: u8,
+    epoch: Epoch,
+    service_id: u32,
+    max_borrow_seconds: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartitionSettings {
+    #[serde(with = "as_text")]
+    pub period: Period,
+    #[serde(with = "as_text")]
+    pub time_zone: Zone,
+    pub ahead: u32,
+    pub retention: Retention,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreSettings {
+    #[serde(with = "as_text")]
+    pub table: Ident,
+    pub concurrency: usize,
+    pub insert_method: InsertMethod,
+}
+
+/// How the writer sends rows to MySQL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InsertMethod {
+    Text,
+    Prepared,
+    Batch,
+    LoadData,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchSettings {
+    pub max_rows: usize,
+    pub max_bytes: usize,
+    pub linger_ms: u64,
+}
+
+impl BatchSettings {
+    pub fn linger(&self) -> Duration {
+        Duration::from_millis(self.linger_ms)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetrySettings {
+    pub log_format: LogFormat,
+    pub log_level: String,
+    pub listen: SocketAddr,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSettings {
+    mysql: MysqlSettings,
+    kafka: KafkaSettings,
+    id: RawIdSettings,
+    partitions: PartitionSettings,
+    store: StoreSettings,
+    batch: BatchSettings,
+    telemetry: TelemetrySettings,
+}
+
+impl Settings {
+    /// The built-in defaults alone.
+    pub fn defaults() -> Result<Settings, ConfigError> {
+        Settings::load(&Sources {
+            env: Some(HashMap::new()),
+            ..Sources::default()
+        })
+    }
+
+    pub fn load(sources: &Sources) -> Result<Settings, ConfigError> {
+        let layered = Layered::build(sources)?;
+        let raw: RawSettings = layered
+            .config
+            .clone()
+            .try_deserialize()
+            .map_err(|e| layered.explain(e))?;
+        layered.validate(raw)
+    }
+}
+
+/// The merged layers, kept to tell where a value came from.
+struct Layered<'a> {
+    config: config::Config,
+    sources: &'a Sources,
+}
+
+impl<'a> Layered<'a> {
+    fn build(sources: &'a Sources) -> Result<Layered<'a>, ConfigError> {
+        let mut env = config::Environment::with_prefix(ENV_PREFIX)
+            .prefix_separator(ENV_SEPARATOR)
+            .separator(ENV_SEPARATOR)
+            .try_parsing(true)
+            .ignore_empty(true)
+            .list_separator(",");
+        for key in LIST_KEYS {
+            env = env.with_list_parse_key(key);
+        }
+        if let Some(vars) = &sources.env {
+            env = env.source(Some(vars.clone()));
+        }
+        let mut builder = config::Config::builder().add_source(config::File::from_str(
+            DEFAULT_TOML,
+            config::FileFormat::Toml,
+        ));
+        if let Some(path) = &sources.file {
+            if !path.is_file() {
+                return Err(ConfigError::File {
+                    path: path.display().to_string(),
+                    reason: "no such file".into(),
+                });
+            }
+            builder = builder
+                .add_source(config::File::from(path.as_path()).format(config::FileFormat::Toml));
+        }
+        builder = builder.add_source(env);
+        for (key, value) in &sources.overrides {
+            builder = builder
+                .set_override(key.as_str(), value.as_str())
+                .map_err(|e| ConfigError::Other(e.to_string()))?;
+        }
+        let config = builder.build().map_err(|e| match e {
+            config::ConfigError::FileParse { uri, cause } => ConfigError::File {
+                path: sources
+                    .file
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .or(uri)
+                    .unwrap_or_default(),
+                reason: one_line(&cause.to_string()),
+            },
+            other => ConfigError::Other(one_line(&other.to_string())),
+        })?;
+        Ok(Layered { config, sources })
+    }
+
+    /// Which layer the current value of `key` (a setting, or a section for unknown fields) came
+    /// from, checking the layers from the top.
+    fn origin(&self, key: &str) -> String {
+        let is_key = |k: &str| k == key || k.starts_with(&format!("{key}."));
+        if self.sources.overrides.iter().any(|(k, _)| is_key(k)) {
+            return "the command line".to_string();
+        }
+        let var = env_var(key);
+        let env_names: Vec<String> = match &self.sources.env {
+            Some(vars) => vars.keys().cloned().collect(),
+            None => std::env::vars_os()
+                .filter_map(|(k, _)| k.into_string().ok())
+                .collect(),
+        };
+        if let Some(name) = env_names.iter().find(|n| {
+            n.eq_ignore_ascii_case(&var)
+                || n.to_ascii_uppercase()
+                    .starts_with(&format!("{var}{ENV_SEPARATOR}"))
+        }) {
+            return format!("environment variable {name}");
+        }
+        if let Some(path) = &self.sources.file {
+            let in_file = config::Config::builder()
+                .add_source(config::File::from(path.as_path()).format(config::FileFormat::Toml))
+                .build()
+                .is_ok_and(|file| file.get::<config::Value>(key).is_ok());
+            if in_file {
+                return format!("file {}", path.display());
+            }
+        }
+        "the built-in defaults".to_string()
+    }
+
+    fn invalid(&self, key: &str, reason: impl fmt::Display) -> ConfigError {
+        ConfigError::Invalid {
+            key: key.to_string(),
+            origin: self.origin(key),
+            reason: one_line(&reason.to_string()),
+        }
+    }
+
+    fn explain(&self, error: config::ConfigError) -> ConfigError {
+        match error {
+            config::ConfigError::At {
+                error,
+                key: Some(key),
+                ..
+            } => self.invalid(&key, error),
+            config::ConfigError::Type {
+                unexpected,
+                expected,
+                key: Some(key),
+                ..
+            } => self.invalid(&key, format!("expected {expected}, got {unexpected}")),
+            config::ConfigError::NotFound(key) => self.invalid(&key, "missing"),
+            other => ConfigError::Other(one_line(&other.to_string())),
+        }
+    }
+
+    fn validate(&self, raw: RawSettings) -> Result<Settings, ConfigError> {
+        let layout = Layout::new(raw.id.service_bits, raw.id.epoch.0)
+            .map_err(|e| self.invalid("id.service_bits", e))?;
+        layout
+            .check_service_id(raw.id.service_id)
+            .map_err(|e| self.invalid("id.service_id", e))?;
+        let non_empty = |key: &str, value: &str| {
+            if value.trim().is_empty() {
+                Err(self.invalid(key, "must not be empty"))
+            } else {
+                Ok(())
+            }
+        };
+        non_empty("kafka.brokers", &raw.kafka.brokers)?;
+        non_empty("kafka.group_id", &raw.kafka.group_id)?;
+        if raw.kafka.topics.is_empty() || raw.kafka.topics.iter().any(|t| t.trim().is_empty()) {
+            return Err(self.invalid("kafka.topics", "needs at least one topic, none empty"));
+        }
+        let at_least_one = |key: &str, value: u64| {
+            if value == 0 {
+                Err(self.invalid(key, "must be at least 1"))
+            } else {
+                Ok(())
+            }
+        };
+        at_least_one("store.concurrency", raw.store.concurrency as u64)?;
+        at_least_one("batch.max_rows", raw.batch.max_rows as u64)?;
+        at_least_one("batch.max_bytes", raw.batch.max_bytes as u64)?;
+        tracing_subscriber::EnvFilter::try_new(&raw.telemetry.log_level)
+            .map_err(|e| self.invalid("telemetry.log_level", e))?;
+        Ok(Settings {
+            mysql: raw.mysql,
+            kafka: raw.kafka,
+            id: IdSettings {
+                layout,
+                service_id: raw.id.service_id,
+                max_borrow_seconds: raw.id.max_borrow_seconds,
+            },
+            partitions: raw.partitions,
+            store: raw.store,
+            batch: raw.batch,
+            telemetry: raw.telemetry,
+        })
+    }
+}
+
+/// The environment variable that sets `key`.
+pub fn env_var(key: &str) -> String {
+    format!(
+        "{ENV_PREFIX}{ENV_SEPARATOR}{}",
+        key.to_ascii_uppercase().replace('.', ENV_SEPARATOR)
+    )
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn serialize_layout<S: Serializer>(layout: &Layout, s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Shown {
+        service_bits: u8,
+        counter_bits: u8,
+        epoch_unix_seconds: u64,
+    }
+    Shown {
+        service_bits: layout.service_bits(),
+        counter_bits: layout.counter_bits(),
+        epoch_unix_seconds: layout.epoch_unix_seconds(),
+    }
+    .serialize(s)
+}
+
+/// (De)serializes a type through its `FromStr` and `Display`.
+mod as_text {
+    use std::fmt::Display;
+    use std::str::FromStr;
+
+    use serde::{Deserialize, Deserializer, Serializer, de};
+
+    pub fn serialize<T: Display, S: Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(value)
+    }
+
+    pub fn deserialize<'de, T, D>(d: D) -> Result<T, D::Error>
+    where
+        T: FromStr,
+        T::Err: Display,
+        D: Deserializer<'de>,
+    {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(de::Error::custom)
+    }
+}
+
+/// The ID epoch: Unix seconds, or a date or RFC 3339 time.
+#[derive(Debug, Clone, Copy)]
+struct Epoch(u64);
+
+impl<'de> Deserialize<'de> for Epoch {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Epoch, D::Error> {
+        use serde::de::Error;
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Given {
+            Seconds(u64),
+            Text(String),
+        }
+        match Given::deserialize(d)? {
+            Given::Seconds(s) => Ok(Epoch(s)),
+            Given::Text(text) => {
+                let t = parse_time(&text, &Zone::UTC).map_err(D::Error::custom)?;
+                u64::try_from(t.timestamp())
+                    .map(Epoch)
+                    .map_err(|_| D::Error::custom("the epoch cannot be before 1970-01-01"))
+            }
+        }
+    }
+}
+
+/// How long partitions are kept; `None` keeps them forever (`"off"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention(pub Option<Duration>);
+
+impl<'de> Deserialize<'de> for Retention {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Retention, D::Error> {
+        let text = String::deserialize(d)?;
+        if matches!(text.trim(), "off" | "") {
+            return Ok(Retention(None));
+        }
+        humantime::parse_duration(text.trim())
+            .map(|d| Retention(Some(d)))
+            .map_err(|e| {
+                serde::de::Error::custom(format!("{e}: use a duration like \"90days\" or \"off\""))
+            })
+    }
+}
+
+impl Serialize for Retention {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            None => s.serialize_str("off"),
+            Some(d) => s.collect_str(&humantime::format_duration(d)),
+        }
+    }
+}
+
+/// A `mysql://user[:password]@host[:port]/database` URL whose password is never shown.
+#[derive(Clone)]
+pub struct MysqlUrl(url::Url);
+
+impl MysqlUrl {
+    /// The URL with its password, for connecting. Never log it.
+    pub fn expose(&self) -> &str {
+        self.0.as_str()
+    }
+
+    /// The database named in the path.
+    pub fn database(&self) -> &str {
+        self.0.path().trim_start_matches('/')
+    }
+
+    pub fn redacted(&self) -> String {
+        let mut shown = self.0.clone();
+        if shown.password().is_some() {
+            // Only fails for URLs that cannot have a password, which a mysql:// URL can.
+            let _ = shown.set_password(Some("***"));
+        }
+        shown.to_string()
+    }
+}
+
+impl TryFrom<String> for MysqlUrl {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<MysqlUrl, String> {
+        let shape = "use mysql://user[:password]@host[:port]/database";
+        // The parser's message never quotes the input, so no password can leak through it.
+        let url = url::Url::parse(text.trim()).map_err(|e| format!("not a URL ({e}): {shape}"))?;
+        if url.scheme() != "mysql" {
+            return Err(format!(
+                "scheme must be mysql, not {:?}: {shape}",
+                url.scheme()
+            ));
+        }
+        if url.host_str().is_none_or(str::is_empty) {
+            return Err(format!("no host: {shape}"));
+        }
+        let database = url.path().trim_start_matches('/');
+        if database.is_empty() {
+            return Err(format!("no database: {shape}"));
+        }
+        Ident::new(database).map_err(|e| format!("database name: {e}"))?;
+        Ok(MysqlUrl(url))
+    }
+}
+
+impl<'de> Deserialize<'de> for MysqlUrl {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<MysqlUrl, D::Error> {
+        MysqlUrl::try_from(String::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for MysqlUrl {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.redacted())
+    }
+}
+
+impl fmt::Debug for MysqlUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MysqlUrl({})", self.redacted())
+    }
+}
+
+impl fmt::Display for MysqlUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}

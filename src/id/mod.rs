@@ -1,0 +1,38 @@
+//! The 64-bit ID: its layout, the lock-free generator, and capacity planning.
+//!
+//! Pure: no I/O and no async runtime. The only outside input is the [`Clock`], which is injected
+//! so every timing rule is tested without sleeping.
+
+mod capacity;
+mod clock;
+mod generator;
+mod layout;
+
+pub use capacity::{CapacityInput, CapacityInputError, CapacityPlan, plan_capacity};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use generator::{DEFAULT_MAX_BORROW_SECONDS, GeneratorStats, IdBlock, IdGenerator};
+pub use layout::{DEFAULT_SERVICE_BITS, Decoded, IdRange, Layout};
+
+/// Why an ID could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    #[error("service bits must be between 1 and 31, got {0}")]
+    ServiceBits(u8),
+    #[error("service ID {service_id} does not fit in {service_bits} service bits (at most {max})")]
+    ServiceIdOutOfRange {
+        service_id: u32,
+        max: u32,
+        service_bits: u8,
+    },
+    #[error("counter {counter} does not fit the layout (at most {max})")]
+    CounterOutOfRange { counter: u32, max: u32 },
+    #[error(
+        "time {unix_seconds} (Unix seconds) is outside the ID range of the epoch {epoch}: \
+         IDs cover 2^32 seconds from the epoch"
+    )]
+    TimeOutOfRange { unix_seconds: i128, epoch: u64 },
+    #[error("time range is reversed: from {from} is after to {to}")]
+    ReversedRange { from: i64, to: i64 },
+    #[error("a block must ask for at least one ID")]
+    EmptyBlock,
+}

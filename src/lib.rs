@@ -1,0 +1,10 @@
+//! logstamp: Kafka log records into MySQL, each stamped with a compact, time-ordered 64-bit ID.
+//!
+//! Modules follow the data: `id` makes IDs, `store` keeps them in MySQL; `config`, `telemetry`
+//! and `time` serve every command.
+
+pub mod config;
+pub mod id;
+pub mod store;
+pub mod telemetry;
+pub mod time;

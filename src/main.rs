@@ -1,0 +1,7 @@
+//! The `logstamp` command: parses the command line and hands over to `cli`.
+
+mod cli;
+
+fn main() -> std::process::ExitCode {
+    cli::main()
+}

@@ -1,0 +1,20 @@
+//! Logging: `tracing` to stderr, filtered by `RUST_LOG` or `telemetry.log_level`, as text or JSON.
+//! Stdout is left to commands' own output.
+
+use tracing_subscriber::EnvFilter;
+
+use crate::config::{LogFormat, TelemetrySettings};
+
+/// Installs the global subscriber. Calling it again (tests, embedded use) keeps the first one.
+pub fn init(settings: &TelemetrySettings) {
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&settings.log_level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match settings.log_format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
