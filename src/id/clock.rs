@@ -133,6 +133,16 @@ impl Clock for ManualClock {
     }
 }
 
+impl<C: Clock + ?Sized> Clock for &C {
+    fn unix_seconds(&self) -> u64 {
+        (**self).unix_seconds()
+    }
+
+    fn wait_past(&self, unix_seconds: u64) {
+        (**self).wait_past(unix_seconds)
+    }
+}
+
 impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
     fn unix_seconds(&self) -> u64 {
         (**self).unix_seconds()
