@@ -123,7 +123,10 @@ pub struct PartitionSettings {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreSettings {
-    #[serde(with = "as_text")]
+    #[serde(
+        serialize_with = "serialize_ident",
+        deserialize_with = "as_text::deserialize"
+    )]
     pub table: Ident,
     pub concurrency: usize,
     pub insert_method: InsertMethod,
@@ -248,7 +251,7 @@ impl<'a> Layered<'a> {
                     .map(|p| p.display().to_string())
                     .or(uri)
                     .unwrap_or_default(),
-                reason: one_line(&cause.to_string()),
+                reason: without_source_lines(&cause.to_string()),
             },
             other => ConfigError::Other(one_line(&other.to_string())),
         })?;
@@ -292,7 +295,7 @@ impl<'a> Layered<'a> {
         ConfigError::Invalid {
             key: key.to_string(),
             origin: self.origin(key),
-            reason: one_line(&reason.to_string()),
+            reason: without_quoted_strings(&one_line(&reason.to_string())),
         }
     }
 
@@ -302,7 +305,15 @@ impl<'a> Layered<'a> {
                 error,
                 key: Some(key),
                 ..
-            } => self.invalid(&key, error),
+            } => {
+                // An unknown field is reported at its section: name the field itself, so the
+                // layer that set it is found even when other layers set the same section.
+                let key = match unknown_field(&error.to_string()) {
+                    Some(field) => format!("{key}.{field}"),
+                    None => key,
+                };
+                self.invalid(&key, error)
+            }
             config::ConfigError::Type {
                 unexpected,
                 expected,
@@ -310,7 +321,11 @@ impl<'a> Layered<'a> {
                 ..
             } => self.invalid(&key, format!("expected {expected}, got {unexpected}")),
             config::ConfigError::NotFound(key) => self.invalid(&key, "missing"),
-            other => ConfigError::Other(one_line(&other.to_string())),
+            other => match unknown_field(&other.to_string()) {
+                // An unknown section.
+                Some(field) => self.invalid(&field, other),
+                None => ConfigError::Other(without_quoted_strings(&one_line(&other.to_string()))),
+            },
         }
     }
 
@@ -370,6 +385,65 @@ pub fn env_var(key: &str) -> String {
 
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A TOML parse error without the excerpt of the file it quotes (`2 | url = "..."`), which may
+/// hold the MySQL password: the line and column remain.
+fn without_source_lines(text: &str) -> String {
+    let is_excerpt = |line: &str| {
+        let line = line.trim_start();
+        let after_number = line.trim_start_matches(|c: char| c.is_ascii_digit());
+        line.starts_with('|') || (after_number.len() < line.len() && after_number.starts_with(" |"))
+    };
+    let kept: Vec<String> = text
+        .lines()
+        .filter(|line| !is_excerpt(line))
+        .map(one_line)
+        .filter(|line| !line.is_empty())
+        .collect();
+    kept.join(": ")
+}
+
+/// The field named by serde's "unknown field `name`, expected ..." message.
+fn unknown_field(message: &str) -> Option<String> {
+    let (_, rest) = message.split_once("unknown field `")?;
+    rest.split_once('`').map(|(field, _)| field.to_string())
+}
+
+/// Type errors quote the offending value (`string "..."`), which may be the MySQL URL with its
+/// password given under the wrong key (`LOGSTAMP__MYSQL=mysql://...`): say only "a string".
+fn without_quoted_strings(text: &str) -> String {
+    const QUOTED: &str = "string \"";
+    let mut shown = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(QUOTED) {
+        shown.push_str(&rest[..at]);
+        shown.push_str("a string");
+        let quoted = &rest[at + QUOTED.len()..];
+        // Skip to the closing quote; the value is Debug-escaped.
+        let mut end = quoted.len();
+        let mut chars = quoted.char_indices();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    chars.next();
+                }
+                '"' => {
+                    end = i + 1;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        rest = &quoted[end..];
+    }
+    shown.push_str(rest);
+    shown
+}
+
+/// The bare name, as it is written in settings (its `Display` is quoted for SQL).
+fn serialize_ident<S: Serializer>(ident: &Ident, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(ident.as_str())
 }
 
 fn serialize_layout<S: Serializer>(layout: &Layout, s: S) -> Result<S::Ok, S::Error> {

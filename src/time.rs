@@ -5,7 +5,7 @@ use std::str::FromStr;
 
 use chrono::{
     DateTime, Duration, FixedOffset, LocalResult, NaiveDate, NaiveDateTime, NaiveTime, Offset,
-    TimeZone, Utc,
+    TimeZone, Timelike, Utc,
 };
 use chrono_tz::Tz;
 
@@ -66,12 +66,16 @@ impl Zone {
 
 fn resolve_in<Z: TimeZone>(zone: &Z, local: NaiveDateTime) -> DateTime<Utc> {
     let mut candidate = local;
-    // Gaps are at most a few hours; walk forward in minutes to the first wall time that exists.
-    for _ in 0..=(24 * 60) {
+    // Offsets change on whole seconds, so in a gap the whole second of `local` is in the gap too
+    // and the first wall time that exists after it is a whole second: the end of the gap. Gaps
+    // are at most a day (Samoa skipped 2011-12-30); walk forward a second at a time.
+    for _ in 0..=(24 * 3600) {
         match zone.from_local_datetime(&candidate) {
             LocalResult::Single(t) => return t.with_timezone(&Utc),
             LocalResult::Ambiguous(earlier, _) => return earlier.with_timezone(&Utc),
-            LocalResult::None => candidate += Duration::minutes(1),
+            LocalResult::None => {
+                candidate = candidate.with_nanosecond(0).unwrap_or(candidate) + Duration::seconds(1)
+            }
         }
     }
     // No zone has a day-long gap; treat the wall time as UTC rather than fail.

@@ -106,14 +106,17 @@ fn decode(args: DecodeArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let mut out = Output::new();
     for id in args.ids {
         let d = layout.decode(id);
-        out.json(&DecodedId {
+        let written = out.json(&DecodedId {
             id,
             unix_seconds: d.unix_seconds,
             time: format_utc(d.unix_seconds),
             service_id: d.service_id,
             counter: d.counter,
-        })
-        .context("writing output")?;
+        });
+        if let Err(e) = written {
+            ignore_closed_pipe(Err(e)).context("writing output")?;
+            return Ok(ExitCode::SUCCESS);
+        }
     }
     out.finish().context("writing output")?;
     Ok(ExitCode::SUCCESS)

@@ -10,7 +10,7 @@ use logstamp::store::schema::create_log_table_sql;
 use logstamp::store::{Ident, PartitionPlan, Period};
 use logstamp::time::{Zone, parse_month_or_day};
 
-use super::output::Output;
+use super::output::{Output, ignore_closed_pipe};
 use super::{UsageError, load_settings};
 
 #[derive(Debug, Subcommand)]
@@ -68,10 +68,13 @@ fn plan(args: PlanArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let mut out = Output::new();
     if args.json {
         for partition in &plan.partitions {
-            out.json(partition).context("writing output")?;
+            if let Err(e) = out.json(partition) {
+                ignore_closed_pipe(Err(e)).context("writing output")?;
+                return Ok(ExitCode::SUCCESS);
+            }
         }
     } else {
-        out.line(&create_log_table_sql(&table, &plan))
+        ignore_closed_pipe(out.line(&create_log_table_sql(&table, &plan)))
             .context("writing output")?;
     }
     out.finish().context("writing output")?;

@@ -31,9 +31,12 @@ impl Period {
     pub fn start_of(self, date: NaiveDate) -> NaiveDate {
         match self {
             Period::Day => date,
-            Period::Week => {
-                date - chrono::Days::new(u64::from(date.weekday().num_days_from_monday()))
-            }
+            // Clipped to the calendar's first day, which no ID layout reaches anyway.
+            Period::Week => date
+                .checked_sub_days(chrono::Days::new(u64::from(
+                    date.weekday().num_days_from_monday(),
+                )))
+                .unwrap_or(NaiveDate::MIN),
             Period::Month => date.with_day(1).unwrap_or(date),
         }
     }

@@ -1,0 +1,690 @@
+//! `Settings::load`: layers, validation, error messages and secrecy.
+//!
+//! Every test passes its own environment (`Sources { env: Some(..) }`), so the process
+//! environment never leaks in.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+use serde_json::Value;
+
+use logstamp::config::{
+    ConfigError, DEFAULT_TOML, InsertMethod, LogFormat, Retention, Settings, Sources, env_var,
+};
+use logstamp::store::Period;
+use logstamp::time::Zone;
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------
+
+fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn sources(file: Option<&PathBuf>, vars: &[(&str, &str)], overrides: &[(&str, &str)]) -> Sources {
+    Sources {
+        file: file.cloned(),
+        env: Some(env(vars)),
+        overrides: overrides
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    }
+}
+
+fn load(file: Option<&PathBuf>, vars: &[(&str, &str)], overrides: &[(&str, &str)]) -> Settings {
+    Settings::load(&sources(file, vars, overrides)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn load_err(
+    file: Option<&PathBuf>,
+    vars: &[(&str, &str)],
+    overrides: &[(&str, &str)],
+) -> ConfigError {
+    match Settings::load(&sources(file, vars, overrides)) {
+        Ok(s) => panic!("accepted: {vars:?} {overrides:?} -> {s:?}"),
+        Err(e) => e,
+    }
+}
+
+/// A TOML file under the test's scratch directory, unique per call.
+fn toml_file(text: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("config-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("settings-{}-{n}.toml", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// An error's message is one line naming the key and where the value came from.
+fn assert_names(error: &ConfigError, key: &str, origin: &str) {
+    let message = error.to_string();
+    assert!(!message.contains('\n'), "not one line: {message:?}");
+    assert!(message.contains(key), "{key:?} not named in {message:?}");
+    assert!(
+        message.contains(origin),
+        "{origin:?} not named in {message:?}"
+    );
+}
+
+const SECRET: &str = "s3cr3t-Pa55";
+
+// ---------------------------------------------------------------------------------------------
+// Defaults and layers
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn defaults_load() {
+    let s = Settings::defaults().unwrap();
+    assert_eq!(
+        s.id.layout.service_bits(),
+        logstamp::id::DEFAULT_SERVICE_BITS
+    );
+    assert_eq!(s.id.layout.epoch_unix_seconds(), 0);
+    assert_eq!(s.id.service_id, 0);
+    assert_eq!(s.mysql.url.database(), "logstamp");
+    assert_eq!(s.kafka.topics, ["logs"]);
+    assert_eq!(s.partitions.period, Period::Day);
+    assert_eq!(s.partitions.time_zone, Zone::UTC);
+    assert_eq!(s.partitions.retention, Retention(None));
+    assert_eq!(s.store.table.as_str(), "logs");
+    assert_eq!(s.store.insert_method, InsertMethod::Text);
+    assert_eq!(s.telemetry.log_format, LogFormat::Text);
+    assert_eq!(s.batch.linger(), Duration::from_millis(s.batch.linger_ms));
+    // An empty environment and no file or flags is the same as the defaults.
+    let same = load(None, &[], &[]);
+    assert_eq!(
+        serde_json::to_value(&same).unwrap(),
+        serde_json::to_value(&s).unwrap()
+    );
+}
+
+#[test]
+fn env_var_names() {
+    assert_eq!(env_var("mysql.url"), "LOGSTAMP__MYSQL__URL");
+    assert_eq!(env_var("id.service_bits"), "LOGSTAMP__ID__SERVICE_BITS");
+    assert_eq!(env_var("kafka.topics"), "LOGSTAMP__KAFKA__TOPICS");
+}
+
+#[test]
+fn env_sets_the_mysql_url() {
+    let url = format!("mysql://app:{SECRET}@db.example.com:3307/app_logs");
+    let s = load(None, &[("LOGSTAMP__MYSQL__URL", &url)], &[]);
+    assert_eq!(s.mysql.url.expose(), url);
+    assert_eq!(s.mysql.url.database(), "app_logs");
+    assert_eq!(
+        s.mysql.url.redacted(),
+        "mysql://app:***@db.example.com:3307/app_logs"
+    );
+}
+
+#[test]
+fn env_topics_are_a_comma_separated_list() {
+    let s = load(None, &[("LOGSTAMP__KAFKA__TOPICS", "a,b")], &[]);
+    assert_eq!(s.kafka.topics, ["a", "b"]);
+    let s = load(None, &[("LOGSTAMP__KAFKA__TOPICS", "only")], &[]);
+    assert_eq!(s.kafka.topics, ["only"]);
+    let s = load(None, &[("LOGSTAMP__KAFKA__TOPICS", "x,y,z")], &[]);
+    assert_eq!(s.kafka.topics, ["x", "y", "z"]);
+    // Other strings with commas stay whole.
+    let s = load(
+        None,
+        &[("LOGSTAMP__KAFKA__BROKERS", "k1:9092,k2:9092")],
+        &[],
+    );
+    assert_eq!(s.kafka.brokers, "k1:9092,k2:9092");
+}
+
+#[test]
+fn env_values_of_every_type() {
+    let s = load(
+        None,
+        &[
+            ("LOGSTAMP__ID__SERVICE_BITS", "12"),
+            ("LOGSTAMP__ID__SERVICE_ID", "4095"),
+            ("LOGSTAMP__ID__EPOCH", "2020-01-01"),
+            ("LOGSTAMP__PARTITIONS__PERIOD", "month"),
+            ("LOGSTAMP__PARTITIONS__TIME_ZONE", "+08:00"),
+            ("LOGSTAMP__PARTITIONS__RETENTION", "90days"),
+            ("LOGSTAMP__STORE__TABLE", "app_logs"),
+            ("LOGSTAMP__STORE__INSERT_METHOD", "load_data"),
+            ("LOGSTAMP__BATCH__LINGER_MS", "50"),
+            ("LOGSTAMP__TELEMETRY__LOG_FORMAT", "json"),
+            ("LOGSTAMP__TELEMETRY__LISTEN", "0.0.0.0:9000"),
+        ],
+        &[],
+    );
+    assert_eq!(s.id.layout.service_bits(), 12);
+    assert_eq!(s.id.layout.counter_bits(), 20);
+    assert_eq!(s.id.service_id, 4095);
+    assert_eq!(
+        s.id.layout.epoch_unix_seconds() as i64,
+        Utc.with_ymd_and_hms(2020, 1, 1, 0, 0, 0)
+            .unwrap()
+            .timestamp()
+    );
+    assert_eq!(s.partitions.period, Period::Month);
+    assert_eq!(s.partitions.time_zone, "+08:00".parse::<Zone>().unwrap());
+    assert_eq!(
+        s.partitions.retention,
+        Retention(Some(Duration::from_secs(90 * 86_400)))
+    );
+    assert_eq!(s.store.table.as_str(), "app_logs");
+    assert_eq!(s.store.insert_method, InsertMethod::LoadData);
+    assert_eq!(s.batch.linger(), Duration::from_millis(50));
+    assert_eq!(s.telemetry.log_format, LogFormat::Json);
+    assert_eq!(s.telemetry.listen, "0.0.0.0:9000".parse().unwrap());
+}
+
+#[test]
+fn epoch_in_every_form() {
+    let expected = Utc
+        .with_ymd_and_hms(2020, 1, 1, 0, 0, 0)
+        .unwrap()
+        .timestamp() as u64;
+    for (text, quoted) in [
+        ("2020-01-01", true),
+        ("2020-01-01T00:00:00Z", true),
+        ("2020-01-01T08:00:00+08:00", true),
+        ("2020-01-01 00:00:00", true),
+        ("1577836800", false),
+    ] {
+        let value = if quoted {
+            format!("\"{text}\"")
+        } else {
+            text.to_string()
+        };
+        let file = toml_file(&format!("[id]\nepoch = {value}\n"));
+        let s = load(Some(&file), &[], &[]);
+        assert_eq!(s.id.layout.epoch_unix_seconds(), expected, "{text}");
+        let s = load(None, &[("LOGSTAMP__ID__EPOCH", text)], &[]);
+        assert_eq!(
+            s.id.layout.epoch_unix_seconds(),
+            expected,
+            "{text} from env"
+        );
+    }
+    let e = load_err(None, &[("LOGSTAMP__ID__EPOCH", "1969-12-31")], &[]);
+    assert_names(&e, "id.epoch", "environment variable LOGSTAMP__ID__EPOCH");
+    let e = load_err(None, &[], &[("id.epoch", "last tuesday")]);
+    assert_names(&e, "id.epoch", "the command line");
+}
+
+#[test]
+fn file_then_env_then_flags() {
+    let file =
+        toml_file("[id]\nservice_bits = 12\nservice_id = 1\n\n[kafka]\ngroup_id = \"from-file\"\n");
+    // File alone: its values over the defaults, defaults elsewhere.
+    let s = load(Some(&file), &[], &[]);
+    assert_eq!(s.id.service_id, 1);
+    assert_eq!(s.id.layout.service_bits(), 12);
+    assert_eq!(s.kafka.group_id, "from-file");
+    assert_eq!(s.kafka.topics, ["logs"]);
+    // Env over the file, for the keys it sets only.
+    let s = load(Some(&file), &[("LOGSTAMP__ID__SERVICE_ID", "2")], &[]);
+    assert_eq!(s.id.service_id, 2);
+    assert_eq!(s.id.layout.service_bits(), 12);
+    assert_eq!(s.kafka.group_id, "from-file");
+    // Flags over both.
+    let s = load(
+        Some(&file),
+        &[("LOGSTAMP__ID__SERVICE_ID", "2")],
+        &[("id.service_id", "3")],
+    );
+    assert_eq!(s.id.service_id, 3);
+    let s = load(Some(&file), &[], &[("id.service_id", "3")]);
+    assert_eq!(s.id.service_id, 3);
+    // Sources::set is a flag.
+    let s = Settings::load(
+        &Sources {
+            env: Some(env(&[("LOGSTAMP__ID__SERVICE_ID", "2")])),
+            ..Sources::with_file(Some(file.clone()))
+        }
+        .set("id.service_id", 4),
+    )
+    .unwrap();
+    assert_eq!(s.id.service_id, 4);
+    // A bad value in a lower layer is fine when a higher one replaces it.
+    let bad_file = toml_file("[id]\nservice_bits = 40\n");
+    let s = load(Some(&bad_file), &[("LOGSTAMP__ID__SERVICE_BITS", "8")], &[]);
+    assert_eq!(s.id.layout.service_bits(), 8);
+    let s = load(
+        None,
+        &[("LOGSTAMP__ID__SERVICE_BITS", "40")],
+        &[("id.service_bits", "9")],
+    );
+    assert_eq!(s.id.layout.service_bits(), 9);
+}
+
+#[test]
+fn a_missing_file_is_named() {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("no-such-settings.toml");
+    let e = load_err(Some(&path), &[], &[]);
+    assert!(matches!(e, ConfigError::File { .. }), "{e:?}");
+    assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+}
+
+#[test]
+fn a_broken_file_is_one_line_naming_the_file() {
+    let file = toml_file("[id\nservice_bits = 10\n");
+    let e = load_err(Some(&file), &[], &[]);
+    let message = e.to_string();
+    assert!(matches!(e, ConfigError::File { .. }), "{e:?}");
+    assert!(message.contains(&file.display().to_string()), "{message}");
+    assert!(!message.contains('\n'), "{message:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad values: key and layer named
+// ---------------------------------------------------------------------------------------------
+
+/// Sets `key = value` in each layer in turn and expects an error naming `key` and that layer.
+fn check_bad_in_every_layer(key: &str, value: &str, toml_value: &str) {
+    let (section, field) = key.split_once('.').unwrap();
+
+    // Environment.
+    let var = env_var(key);
+    let e = load_err(None, &[(&var, value)], &[]);
+    assert_names(&e, key, &format!("environment variable {var}"));
+
+    // File.
+    let file = toml_file(&format!("[{section}]\n{field} = {toml_value}\n"));
+    let e = load_err(Some(&file), &[], &[]);
+    assert_names(&e, key, &format!("file {}", file.display()));
+
+    // Command line.
+    let e = load_err(None, &[], &[(key, value)]);
+    assert_names(&e, key, "the command line");
+}
+
+#[test]
+fn service_bits_out_of_range() {
+    for bits in ["0", "32", "40"] {
+        check_bad_in_every_layer("id.service_bits", bits, bits);
+    }
+    let e = load_err(None, &[("LOGSTAMP__ID__SERVICE_BITS", "0")], &[]);
+    assert!(e.to_string().contains("between 1 and 31"), "{e}");
+}
+
+#[test]
+fn service_bits_that_do_not_fit_a_byte() {
+    for bits in ["256", "-1"] {
+        check_bad_in_every_layer("id.service_bits", bits, bits);
+    }
+}
+
+#[test]
+fn service_id_must_fit_the_service_bits() {
+    // Default 10 bits: 1023 fits, 1024 does not.
+    let s = load(None, &[("LOGSTAMP__ID__SERVICE_ID", "1023")], &[]);
+    assert_eq!(s.id.service_id, 1023);
+    check_bad_in_every_layer("id.service_id", "1024", "1024");
+    // With 4 bits set elsewhere: 15 fits, 16 does not.
+    let s = load(
+        None,
+        &[("LOGSTAMP__ID__SERVICE_BITS", "4")],
+        &[("id.service_id", "15")],
+    );
+    assert_eq!(s.id.service_id, 15);
+    let e = load_err(
+        None,
+        &[("LOGSTAMP__ID__SERVICE_BITS", "4")],
+        &[("id.service_id", "16")],
+    );
+    assert_names(&e, "id.service_id", "the command line");
+    assert!(e.to_string().contains("16"), "{e}");
+    let file = toml_file("[id]\nservice_bits = 4\n");
+    let e = load_err(Some(&file), &[("LOGSTAMP__ID__SERVICE_ID", "16")], &[]);
+    assert_names(
+        &e,
+        "id.service_id",
+        "environment variable LOGSTAMP__ID__SERVICE_ID",
+    );
+}
+
+#[test]
+fn unknown_time_zone() {
+    check_bad_in_every_layer("partitions.time_zone", "Mars/Olympus", "\"Mars/Olympus\"");
+    check_bad_in_every_layer("partitions.time_zone", "+25:00", "\"+25:00\"");
+}
+
+#[test]
+fn malformed_mysql_urls() {
+    for url in [
+        "not a url",
+        "postgres://root@127.0.0.1/logstamp",
+        "mysql://127.0.0.1:3306",
+        "mysql://127.0.0.1:3306/",
+        "mysql://root@127.0.0.1:99999/logstamp",
+        "mysql://root@127.0.0.1/bad-name",
+        "mysql:///logstamp",
+    ] {
+        check_bad_in_every_layer("mysql.url", url, &format!("\"{url}\""));
+    }
+}
+
+#[test]
+fn other_invalid_values() {
+    for (key, value, toml_value) in [
+        ("partitions.period", "fortnight", "\"fortnight\""),
+        ("partitions.retention", "forever", "\"forever\""),
+        ("store.table", "logs;drop", "\"logs;drop\""),
+        (
+            "store.insert_method",
+            "carrier_pigeon",
+            "\"carrier_pigeon\"",
+        ),
+        ("store.concurrency", "0", "0"),
+        ("batch.max_rows", "0", "0"),
+        ("batch.max_bytes", "0", "0"),
+        ("telemetry.log_format", "xml", "\"xml\""),
+        ("telemetry.listen", "nowhere", "\"nowhere\""),
+        ("telemetry.log_level", "info,[", "\"info,[\""),
+        ("kafka.brokers", " ", "\" \""),
+        ("kafka.group_id", " ", "\" \""),
+    ] {
+        check_bad_in_every_layer(key, value, toml_value);
+    }
+}
+
+#[test]
+fn empty_topics() {
+    let e = load_err(None, &[("LOGSTAMP__KAFKA__TOPICS", "a,,b")], &[]);
+    assert_names(
+        &e,
+        "kafka.topics",
+        "environment variable LOGSTAMP__KAFKA__TOPICS",
+    );
+    let file = toml_file("[kafka]\ntopics = []\n");
+    let e = load_err(Some(&file), &[], &[]);
+    assert_names(&e, "kafka.topics", &format!("file {}", file.display()));
+}
+
+#[test]
+fn wrong_types() {
+    for (key, value, toml_value) in [
+        ("batch.max_rows", "lots", "\"lots\""),
+        ("id.service_bits", "ten", "\"ten\""),
+        ("id.max_borrow_seconds", "soon", "\"soon\""),
+        ("batch.linger_ms", "1.5s", "\"1.5s\""),
+    ] {
+        check_bad_in_every_layer(key, value, toml_value);
+    }
+    // TOML-only shapes.
+    let file = toml_file("[store]\nconcurrency = [1, 2]\n");
+    let e = load_err(Some(&file), &[], &[]);
+    assert_names(&e, "store.concurrency", &format!("file {}", file.display()));
+    let file = toml_file("[kafka]\ntopics = { name = \"a\" }\n");
+    let e = load_err(Some(&file), &[], &[]);
+    assert_names(&e, "kafka.topics", &format!("file {}", file.display()));
+}
+
+#[test]
+fn unknown_keys() {
+    // In a section, from each layer.
+    let e = load_err(None, &[("LOGSTAMP__ID__SERVICEID", "3")], &[]);
+    assert_names(
+        &e,
+        "serviceid",
+        "environment variable LOGSTAMP__ID__SERVICEID",
+    );
+    let file = toml_file("[id]\nserviceid = 3\n");
+    let e = load_err(Some(&file), &[], &[]);
+    assert_names(&e, "serviceid", &format!("file {}", file.display()));
+    let e = load_err(None, &[], &[("id.serviceid", "3")]);
+    assert_names(&e, "serviceid", "the command line");
+    // A whole unknown section.
+    let e = load_err(None, &[("LOGSTAMP__KAFKAA__TOPICS", "x")], &[]);
+    assert_names(
+        &e,
+        "kafkaa",
+        "environment variable LOGSTAMP__KAFKAA__TOPICS",
+    );
+    let file = toml_file("[kafkaa]\ntopics = [\"x\"]\n");
+    let e = load_err(Some(&file), &[], &[]);
+    assert_names(&e, "kafkaa", &format!("file {}", file.display()));
+}
+
+#[test]
+fn unknown_key_is_blamed_on_its_own_layer() {
+    // Other layers also set keys of the same section; the unknown key's layer is the one named.
+    let file = toml_file("[id]\nserviceid = 3\n");
+    let e = load_err(
+        Some(&file),
+        &[("LOGSTAMP__ID__SERVICE_ID", "2")],
+        &[("id.service_bits", "12")],
+    );
+    assert_names(&e, "serviceid", &format!("file {}", file.display()));
+    let e = load_err(
+        None,
+        &[
+            ("LOGSTAMP__ID__SERVICE_ID", "2"),
+            ("LOGSTAMP__ID__MAX_BORROW", "9"),
+            ("LOGSTAMP__ID__SERVICE_BITS", "12"),
+        ],
+        &[],
+    );
+    assert_names(
+        &e,
+        "max_borrow",
+        "environment variable LOGSTAMP__ID__MAX_BORROW",
+    );
+}
+
+#[test]
+fn env_variables_outside_the_prefix_are_ignored() {
+    let s = load(
+        None,
+        &[
+            ("PATH", "/usr/bin"),
+            ("LOGSTAMPX__ID__SERVICE_ID", "5"),
+            ("OTHER__ID__SERVICE_ID", "5"),
+        ],
+        &[],
+    );
+    assert_eq!(s.id.service_id, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Secrets
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn the_password_is_never_shown() {
+    let url = format!("mysql://app:{SECRET}@db.example.com:3306/logstamp");
+    let s = load(None, &[("LOGSTAMP__MYSQL__URL", &url)], &[]);
+    assert_eq!(s.mysql.url.expose(), url, "connecting still has it");
+    for shown in [
+        format!("{s:?}"),
+        format!("{s:#?}"),
+        format!("{:?}", s.mysql),
+        format!("{}", s.mysql.url),
+        s.mysql.url.redacted(),
+        serde_json::to_string(&s).unwrap(),
+        serde_json::to_string(&s.mysql).unwrap(),
+    ] {
+        assert!(!shown.contains(SECRET), "password shown: {shown}");
+        assert!(shown.contains("db.example.com"), "URL still shown: {shown}");
+    }
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(
+        json["mysql"]["url"],
+        "mysql://app:***@db.example.com:3306/logstamp"
+    );
+}
+
+#[test]
+fn the_password_is_never_in_an_error() {
+    let bad_urls = [
+        format!("mysql://app:{SECRET}@/logstamp"),
+        format!("mysql://app:{SECRET}@db.example.com:99999/logstamp"),
+        format!("mysql://app:{SECRET}@db.example.com:port/logstamp"),
+        format!("postgres://app:{SECRET}@db.example.com/logstamp"),
+        format!("mysql://app:{SECRET}@db.example.com/"),
+        format!("mysql://app:{SECRET}@db.example.com/bad-name"),
+        format!("mysql://app:{SECRET}@db.example.com/a/b"),
+        format!("mysql://app:{SECRET}@[::1/logstamp"),
+        format!("mysql//app:{SECRET}@db.example.com/logstamp"),
+        format!("app:{SECRET}@db.example.com/logstamp"),
+    ];
+    for url in &bad_urls {
+        let file = toml_file(&format!("[mysql]\nurl = \"{url}\"\n"));
+        let errors = [
+            load_err(None, &[("LOGSTAMP__MYSQL__URL", url)], &[]),
+            load_err(None, &[], &[("mysql.url", url)]),
+            load_err(Some(&file), &[], &[]),
+        ];
+        for e in errors {
+            for shown in [e.to_string(), format!("{e:?}"), format!("{e:#?}")] {
+                assert!(!shown.contains(SECRET), "password in error: {shown}");
+            }
+            assert!(e.to_string().contains("mysql.url"), "{e}");
+        }
+    }
+}
+
+#[test]
+fn the_password_is_never_in_an_error_about_something_else() {
+    let url = format!("mysql://app:{SECRET}@db.example.com/logstamp");
+    // Valid URL, another setting wrong.
+    let e = load_err(
+        None,
+        &[
+            ("LOGSTAMP__MYSQL__URL", &url),
+            ("LOGSTAMP__ID__SERVICE_BITS", "0"),
+        ],
+        &[],
+    );
+    assert!(!format!("{e} {e:?}").contains(SECRET));
+    // The URL given where a section is expected (a forgotten __URL).
+    let e = load_err(None, &[("LOGSTAMP__MYSQL", &url)], &[]);
+    assert!(!format!("{e} {e:?}").contains(SECRET), "{e}");
+    let file = toml_file(&format!("mysql = \"{url}\"\n"));
+    let e = load_err(Some(&file), &[], &[]);
+    assert!(!format!("{e} {e:?}").contains(SECRET), "{e}");
+    // The URL under a misspelt key.
+    let e = load_err(None, &[("LOGSTAMP__MYSQL__URI", &url)], &[]);
+    assert!(!format!("{e} {e:?}").contains(SECRET), "{e}");
+    // A file that is not valid TOML around the URL.
+    let file = toml_file(&format!("[mysql]\nurl = \"{url}\n"));
+    let e = load_err(Some(&file), &[], &[]);
+    assert!(!format!("{e} {e:?}").contains(SECRET), "{e}");
+    let file = toml_file(&format!("[mysql]\nurl = {url}\n"));
+    let e = load_err(Some(&file), &[], &[]);
+    assert!(!format!("{e} {e:?}").contains(SECRET), "{e}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// config/default.toml documents every setting
+// ---------------------------------------------------------------------------------------------
+
+/// Leaf keys of a JSON tree as `a.b.c`; arrays are leaves.
+fn leaves(value: &Value, prefix: &str, out: &mut BTreeMap<String, Value>) {
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                leaves(v, &key, out);
+            }
+        }
+        other => {
+            out.insert(prefix.to_string(), other.clone());
+        }
+    }
+}
+
+#[test]
+fn the_shipped_default_toml_is_the_built_in_one() {
+    let shipped = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/default.toml"),
+    )
+    .unwrap();
+    assert_eq!(shipped, DEFAULT_TOML);
+}
+
+#[test]
+fn default_toml_lists_every_setting() {
+    // The TOML as written, read with the same TOML reader the settings use.
+    let toml: Value = config::Config::builder()
+        .add_source(config::File::from_str(
+            DEFAULT_TOML,
+            config::FileFormat::Toml,
+        ))
+        .build()
+        .unwrap()
+        .try_deserialize()
+        .unwrap();
+    let mut in_toml = BTreeMap::new();
+    leaves(&toml, "", &mut in_toml);
+
+    let settings = Settings::defaults().unwrap();
+    let mut in_settings = BTreeMap::new();
+    leaves(
+        &serde_json::to_value(&settings).unwrap(),
+        "",
+        &mut in_settings,
+    );
+
+    // Where the two representations differ: the ID layout is shown checked and derived,
+    // `id.service_bits` / `id.epoch` (as written) become `id.layout.service_bits` /
+    // `id.layout.epoch_unix_seconds` (Unix seconds), and `id.layout.counter_bits` is derived
+    // (32 - service_bits), so it has no setting of its own.
+    let renamed = [
+        ("id.service_bits", "id.layout.service_bits"),
+        ("id.epoch", "id.layout.epoch_unix_seconds"),
+    ];
+    let derived = ["id.layout.counter_bits"];
+
+    let toml_to_settings = |key: &str| -> String {
+        renamed
+            .iter()
+            .find(|(t, _)| *t == key)
+            .map_or(key.to_string(), |(_, s)| s.to_string())
+    };
+    for key in in_toml.keys() {
+        assert!(
+            in_settings.contains_key(&toml_to_settings(key)),
+            "{key} is in default.toml but not a setting"
+        );
+    }
+    let documented: Vec<String> = in_toml.keys().map(|k| toml_to_settings(k)).collect();
+    for key in in_settings.keys() {
+        assert!(
+            documented.contains(key) || derived.contains(&key.as_str()),
+            "setting {key} is missing from config/default.toml"
+        );
+    }
+
+    // And the values agree, each in its own representation.
+    for (key, toml_value) in &in_toml {
+        let setting = &in_settings[&toml_to_settings(key)];
+        match key.as_str() {
+            "id.epoch" => {
+                let written = toml_value.as_str().unwrap();
+                let seconds = chrono::DateTime::parse_from_rfc3339(written)
+                    .unwrap()
+                    .timestamp();
+                assert_eq!(setting.as_i64(), Some(seconds), "{key}");
+            }
+            _ => assert_eq!(setting, toml_value, "{key}"),
+        }
+    }
+    assert_eq!(
+        in_settings["id.layout.counter_bits"].as_u64().unwrap()
+            + in_settings["id.layout.service_bits"].as_u64().unwrap(),
+        32
+    );
+}
