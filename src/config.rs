@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::id::Layout;
+use crate::store::schema::ColumnSpec;
 use crate::store::{Ident, Period};
 use crate::time::{Zone, parse_time};
 
@@ -130,6 +131,8 @@ pub struct StoreSettings {
     pub table: Ident,
     pub concurrency: usize,
     pub insert_method: InsertMethod,
+    pub payload: bool,
+    pub columns: Vec<ColumnSpec>,
 }
 
 /// How the writer sends rows to MySQL.
@@ -355,6 +358,18 @@ impl<'a> Layered<'a> {
             }
         };
         at_least_one("store.concurrency", raw.store.concurrency as u64)?;
+        let mut seen = std::collections::HashSet::new();
+        for column in &raw.store.columns {
+            column
+                .ident()
+                .map_err(|e| self.invalid("store.columns", e))?;
+            if !seen.insert(column.name.to_ascii_lowercase()) {
+                return Err(self.invalid(
+                    "store.columns",
+                    format!("column {:?} is mapped twice", column.name),
+                ));
+            }
+        }
         at_least_one("batch.max_rows", raw.batch.max_rows as u64)?;
         at_least_one("batch.max_bytes", raw.batch.max_bytes as u64)?;
         tracing_subscriber::EnvFilter::try_new(&raw.telemetry.log_level)

@@ -569,7 +569,13 @@ fn partition_clause_lists_every_bound_and_pmax() {
 fn create_table_has_the_id_key_and_the_partitions() {
     let p = plan(date(2024, 2, 28), date(2024, 3, 1), Period::Day, "UTC");
     let table = Ident::new("app_logs").unwrap();
-    let sql = create_log_table_sql(&table, &p);
+    let settings = logstamp::config::Settings::defaults().unwrap();
+    let sql = create_log_table_sql(&table, &settings.store.columns, true, &p);
+    for column in &settings.store.columns {
+        assert!(sql.contains(&format!("`{}` {} NULL", column.name, column.sql_type())));
+    }
+    assert!(sql.contains("`payload` JSON NULL"), "{sql}");
+    assert!(!create_log_table_sql(&table, &[], false, &p).contains("payload"));
     assert!(sql.starts_with("CREATE TABLE `app_logs` ("), "{sql}");
     assert!(sql.contains("`id` BIGINT UNSIGNED NOT NULL"), "{sql}");
     assert!(sql.contains("PRIMARY KEY (`id`)"), "{sql}");

@@ -74,8 +74,13 @@ fn plan(args: PlanArgs, sources: Sources) -> anyhow::Result<ExitCode> {
             }
         }
     } else {
-        ignore_closed_pipe(out.line(&create_log_table_sql(&table, &plan)))
-            .context("writing output")?;
+        ignore_closed_pipe(out.line(&create_log_table_sql(
+            &table,
+            &settings.store.columns,
+            settings.store.payload,
+            &plan,
+        )))
+        .context("writing output")?;
     }
     out.finish().context("writing output")?;
     Ok(ExitCode::SUCCESS)

@@ -1,9 +1,12 @@
 //! Everything logstamp does in MySQL. The submodules here without I/O hold the pure parts
 //! (identifiers, partition bounds, DDL text) so they are tested without a server.
 
+pub mod db;
+pub mod error;
 pub mod ident;
 pub mod partition_plan;
 pub mod schema;
 
+pub use error::StoreError;
 pub use ident::{Ident, IdentError};
 pub use partition_plan::{PartitionBound, PartitionPlan, Period, PlanError};

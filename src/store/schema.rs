@@ -1,30 +1,125 @@
-//! DDL text for the log table.
+//! The log table's shape: its mapped columns and the DDL text that creates it.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
 
 use super::{Ident, PartitionPlan};
 
-/// The columns of a typical log line, after `id`: the record's own fields and the original
-/// document.
-const DEFAULT_COLUMNS: &[(&str, &str)] = &[
-    ("event_time", "DATETIME(3) NULL"),
-    ("level", "VARCHAR(16) NULL"),
-    ("host", "VARCHAR(255) NULL"),
-    ("service", "VARCHAR(255) NULL"),
-    ("message", "TEXT NULL"),
-    ("payload", "JSON NULL"),
-];
+/// Column names logstamp itself uses, which a mapping may not take.
+pub const RESERVED_COLUMNS: &[&str] = &["id", "payload"];
 
-/// `CREATE TABLE` for the log table, range-partitioned on `id` as planned.
-pub fn create_log_table_sql(table: &Ident, plan: &PartitionPlan) -> String {
-    let mut columns = vec!["  `id` BIGINT UNSIGNED NOT NULL".to_string()];
-    columns.extend(
-        DEFAULT_COLUMNS
+/// Default byte length of a `string` column.
+pub const DEFAULT_STRING_LENGTH: u32 = 255;
+
+/// SQL types a mapped column can have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ColumnType {
+    /// `VARCHAR(length)`, characters.
+    String,
+    /// `MEDIUMTEXT`.
+    Text,
+    /// `BIGINT`.
+    Int,
+    /// `BIGINT UNSIGNED`.
+    Uint,
+    /// `DOUBLE`.
+    Double,
+    /// `BOOLEAN`.
+    Bool,
+    /// `DATETIME(3)`, UTC: from RFC 3339 text or epoch seconds/milliseconds.
+    Datetime,
+    /// `JSON`: any JSON value, stored as its text.
+    Json,
+}
+
+/// One column of the log table, filled from the JSON message at `pointer` (RFC 6901).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColumnSpec {
+    pub name: String,
+    pub pointer: String,
+    #[serde(rename = "type")]
+    pub column_type: ColumnType,
+    /// Characters, for `string` columns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub length: Option<u32>,
+}
+
+impl ColumnSpec {
+    /// The validated, quotable name; checked when settings load.
+    pub fn ident(&self) -> Result<Ident, String> {
+        let ident = Ident::new(&self.name).map_err(|e| e.to_string())?;
+        if RESERVED_COLUMNS.contains(&self.name.to_ascii_lowercase().as_str()) {
+            return Err(format!("column name {:?} is reserved", self.name));
+        }
+        if !(self.pointer.is_empty() || self.pointer.starts_with('/')) {
+            return Err(format!(
+                "pointer {:?} of column {:?} must be empty or start with /",
+                self.pointer, self.name
+            ));
+        }
+        if self.length.is_some() && self.column_type != ColumnType::String {
+            return Err(format!(
+                "length applies only to string columns ({:?})",
+                self.name
+            ));
+        }
+        if self.length.is_some_and(|l| l == 0 || l > 16_383) {
+            return Err(format!("length of {:?} must be 1 to 16383", self.name));
+        }
+        Ok(ident)
+    }
+
+    pub fn sql_type(&self) -> SqlType {
+        SqlType(
+            self.column_type,
+            self.length.unwrap_or(DEFAULT_STRING_LENGTH),
+        )
+    }
+}
+
+/// A column type as written in DDL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SqlType(ColumnType, u32);
+
+impl fmt::Display for SqlType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            ColumnType::String => write!(f, "VARCHAR({})", self.1),
+            ColumnType::Text => f.write_str("MEDIUMTEXT"),
+            ColumnType::Int => f.write_str("BIGINT"),
+            ColumnType::Uint => f.write_str("BIGINT UNSIGNED"),
+            ColumnType::Double => f.write_str("DOUBLE"),
+            ColumnType::Bool => f.write_str("BOOLEAN"),
+            ColumnType::Datetime => f.write_str("DATETIME(3)"),
+            ColumnType::Json => f.write_str("JSON"),
+        }
+    }
+}
+
+/// `CREATE TABLE` for the log table: `id`, the mapped columns, `payload` if kept, partitioned on
+/// `id` as planned.
+pub fn create_log_table_sql(
+    table: &Ident,
+    columns: &[ColumnSpec],
+    payload: bool,
+    plan: &PartitionPlan,
+) -> String {
+    let mut lines = vec!["  `id` BIGINT UNSIGNED NOT NULL".to_string()];
+    lines.extend(
+        columns
             .iter()
-            .map(|(name, ty)| format!("  `{name}` {ty}")),
+            .map(|c| format!("  `{}` {} NULL", c.name, c.sql_type())),
     );
-    columns.push("  PRIMARY KEY (`id`)".to_string());
+    if payload {
+        lines.push("  `payload` JSON NULL".to_string());
+    }
+    lines.push("  PRIMARY KEY (`id`)".to_string());
     format!(
-        "CREATE TABLE {table} (\n{}\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4\n{};\n",
-        columns.join(",\n"),
+        "CREATE TABLE {table} (\n{}\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin\n{};\n",
+        lines.join(",\n"),
         plan.partition_clause()
     )
 }

@@ -1,0 +1,42 @@
+//! Connecting to MySQL: the pool, and the database it names.
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
+
+use super::{Ident, StoreError};
+use crate::config::MysqlUrl;
+
+/// A pool of up to `max_connections` connections to the URL's database.
+pub fn pool(url: &MysqlUrl, max_connections: usize) -> Result<Pool, StoreError> {
+    let constraints = PoolConstraints::new(1, max_connections.max(1))
+        .ok_or_else(|| StoreError::Refused(format!("invalid pool size {max_connections}")))?;
+    let opts = OptsBuilder::from_opts(opts(url)?)
+        .pool_opts(PoolOpts::default().with_constraints(constraints));
+    Ok(Pool::new(opts))
+}
+
+/// Connection options from the URL. The driver's message is kept, the URL (and its password)
+/// is not.
+fn opts(url: &MysqlUrl) -> Result<Opts, StoreError> {
+    Opts::from_url(url.expose())
+        .map_err(|e| StoreError::Refused(format!("mysql.url {}: {e}", url.redacted())))
+}
+
+/// Creates the URL's database if it does not exist, connecting without selecting it.
+pub async fn create_database(url: &MysqlUrl) -> Result<(), StoreError> {
+    let database = Ident::new(url.database())
+        .map_err(|e| StoreError::Refused(format!("mysql.url database: {e}")))?;
+    let server = OptsBuilder::from_opts(opts(url)?).db_name(None::<String>);
+    let context = || format!("creating database {database} at {}", url.redacted());
+    let mut conn = mysql_async::Conn::new(server)
+        .await
+        .map_err(StoreError::mysql(context()))?;
+    conn.query_drop(format!(
+        "CREATE DATABASE IF NOT EXISTS {database} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+    ))
+    .await
+    .map_err(StoreError::mysql(context()))?;
+    conn.disconnect()
+        .await
+        .map_err(StoreError::mysql(context()))
+}

@@ -1,0 +1,75 @@
+//! Store errors, split the way retries need them: transient ones (the connection or a lock
+//! failed; the same work may succeed if tried again) and definite ones (retrying cannot help).
+
+use mysql_async::{DriverError, Error as MysqlError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A MySQL call failed; `context` says what was being done.
+    #[error("{context}: {source}")]
+    Mysql {
+        context: String,
+        #[source]
+        source: MysqlError,
+    },
+    /// The database holds something logstamp must not touch or cannot use as it is.
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl StoreError {
+    pub fn mysql(context: impl Into<String>) -> impl FnOnce(MysqlError) -> StoreError {
+        let context = context.into();
+        move |source| StoreError::Mysql { context, source }
+    }
+
+    /// Whether the same work may succeed when tried again.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Mysql { source, .. } => is_transient(source),
+            StoreError::Refused(_) => false,
+        }
+    }
+
+    /// The server's error code, if the server answered with one.
+    pub fn server_code(&self) -> Option<u16> {
+        match self {
+            StoreError::Mysql {
+                source: MysqlError::Server(e),
+                ..
+            } => Some(e.code),
+            _ => None,
+        }
+    }
+}
+
+/// Server errors after which a retry on a fresh transaction may succeed (MariaDB error codes).
+const TRANSIENT_SERVER_CODES: &[u16] = &[
+    1040, // ER_CON_COUNT_ERROR: too many connections
+    1053, // ER_SERVER_SHUTDOWN
+    1152, // ER_ABORTING_CONNECTION
+    1158, // ER_NET_READ_ERROR
+    1159, // ER_NET_READ_INTERRUPTED
+    1160, // ER_NET_ERROR_ON_WRITE
+    1161, // ER_NET_WRITE_INTERRUPTED
+    1205, // ER_LOCK_WAIT_TIMEOUT
+    1213, // ER_LOCK_DEADLOCK
+    1317, // ER_QUERY_INTERRUPTED
+    1927, // ER_CONNECTION_KILLED
+    2006, // CR_SERVER_GONE_ERROR
+    2013, // CR_SERVER_LOST
+    4031, // ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8)
+];
+
+/// Lost connections and lock conflicts are transient; bad SQL or bad data is not.
+pub fn is_transient(error: &MysqlError) -> bool {
+    match error {
+        MysqlError::Io(_) => true,
+        MysqlError::Driver(e) => matches!(
+            e,
+            DriverError::ConnectionClosed | DriverError::PoolDisconnected
+        ),
+        MysqlError::Server(e) => TRANSIENT_SERVER_CODES.contains(&e.code),
+        MysqlError::Other(_) | MysqlError::Url(_) => false,
+    }
+}

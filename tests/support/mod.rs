@@ -1,0 +1,95 @@
+//! Shared by the tests that need MariaDB: each test gets its own database, dropped afterwards,
+//! so tests run in parallel and leave nothing behind. A missing server fails the test loudly.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use logstamp::config::{MysqlUrl, Settings, Sources};
+use mysql_async::prelude::Queryable;
+
+/// The server the tests use; `LOGSTAMP_TEST_MYSQL` points them elsewhere.
+pub fn server_url() -> String {
+    std::env::var("LOGSTAMP_TEST_MYSQL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
+}
+
+/// A database of its own for one test.
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+}
+
+impl TestDb {
+    /// Names the database after the test (`hint`), the process and a counter.
+    pub async fn create(hint: &str) -> TestDb {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "lst_{hint}_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        );
+        let mut conn = mysql_async::Conn::from_url(format!("{}/", server_url()))
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "these tests need MariaDB at {} (root, empty password): {e}",
+                    server_url()
+                )
+            });
+        conn.query_drop(format!("DROP DATABASE IF EXISTS `{name}`"))
+            .await
+            .unwrap();
+        conn.disconnect().await.unwrap();
+        TestDb {
+            url: format!("{}/{name}", server_url()),
+            name,
+        }
+    }
+
+    pub fn mysql_url(&self) -> MysqlUrl {
+        MysqlUrl::try_from(self.url.clone()).unwrap()
+    }
+
+    /// Settings pointing at this database, with extra `(key, value)` overrides.
+    pub fn settings(&self, overrides: &[(&str, &str)]) -> Settings {
+        let mut sources = Sources {
+            env: Some(HashMap::new()),
+            ..Sources::default()
+        }
+        .set("mysql.url", &self.url);
+        for (key, value) in overrides {
+            sources = sources.set(key, value);
+        }
+        Settings::load(&sources).unwrap()
+    }
+
+    /// A connection to this database (which must exist by then).
+    pub async fn conn(&self) -> mysql_async::Conn {
+        mysql_async::Conn::from_url(self.url.as_str())
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        // Drop runs outside any runtime guarantee: use a thread with its own small runtime.
+        let (url, name) = (format!("{}/", server_url()), self.name.clone());
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let mut conn = mysql_async::Conn::from_url(url).await?;
+                conn.query_drop(format!("DROP DATABASE IF EXISTS `{name}`"))
+                    .await?;
+                conn.disconnect().await
+            })
+        })
+        .join();
+        if !matches!(dropped, Ok(Ok(()))) && !std::thread::panicking() {
+            panic!("could not drop test database {}", self.name);
+        }
+    }
+}
