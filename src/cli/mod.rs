@@ -2,7 +2,9 @@
 //!
 //! Exit codes: 0 done, 1 the work failed, 2 bad usage or configuration.
 
+mod db;
 mod id;
+mod migrate;
 mod output;
 mod partitions;
 mod plan;
@@ -39,6 +41,8 @@ enum Command {
     Partitions(partitions::PartitionsCommand),
     /// Choose the number of service bits for a fleet.
     Plan(plan::PlanArgs),
+    /// Create the database, apply migrations, create or check the log table.
+    Migrate(migrate::MigrateArgs),
 }
 
 /// A mistake in how the command was called (exit code 2), as opposed to a failure of the work.
@@ -73,6 +77,7 @@ fn run(command: Command, sources: Sources) -> anyhow::Result<ExitCode> {
         Command::Id(cmd) => id::run(cmd, sources),
         Command::Partitions(cmd) => partitions::run(cmd, sources),
         Command::Plan(args) => plan::run(args),
+        Command::Migrate(args) => migrate::run(args, sources),
     }
 }
 

@@ -1,8 +1,9 @@
 //! Connecting to MySQL: the pool, and the database it names.
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
+use mysql_async::{Conn, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
 
+use super::rows::take;
 use super::{Ident, StoreError};
 use crate::config::MysqlUrl;
 
@@ -18,8 +19,25 @@ pub fn pool(url: &MysqlUrl, max_connections: usize) -> Result<Pool, StoreError> 
 /// Connection options from the URL. The driver's message is kept, the URL (and its password)
 /// is not.
 fn opts(url: &MysqlUrl) -> Result<Opts, StoreError> {
-    Opts::from_url(url.expose())
-        .map_err(|e| StoreError::Refused(format!("mysql.url {}: {e}", url.redacted())))
+    let opts = Opts::from_url(url.expose())
+        .map_err(|e| StoreError::Refused(format!("mysql.url {}: {e}", url.redacted())))?;
+    // DATETIME columns (and their CURRENT_TIMESTAMP defaults) hold UTC whatever the server's
+    // zone is; `setup` runs again after a pooled connection is reset.
+    Ok(OptsBuilder::from_opts(opts).setup(vec![SESSION_UTC]).into())
+}
+
+/// Makes the session's `NOW()`, `CURRENT_TIMESTAMP` and `UNIX_TIMESTAMP(text)` UTC.
+const SESSION_UTC: &str = "SET time_zone = '+00:00'";
+
+/// One connection of its own, outside any pool: for work that keeps session state such as
+/// named locks (`GET_LOCK`), which a pooled connection would carry into its next use.
+pub async fn connect(url: &MysqlUrl) -> Result<Conn, StoreError> {
+    Conn::new(opts(url)?)
+        .await
+        .map_err(StoreError::mysql(format!(
+            "connecting to {}",
+            url.redacted()
+        )))
 }
 
 /// Creates the URL's database if it does not exist, connecting without selecting it.
@@ -39,4 +57,17 @@ pub async fn create_database(url: &MysqlUrl) -> Result<(), StoreError> {
     conn.disconnect()
         .await
         .map_err(StoreError::mysql(context()))
+}
+
+/// The database the connection works in.
+pub async fn current_database(conn: &mut Conn) -> Result<String, StoreError> {
+    let row: Option<mysql_async::Row> = conn
+        .query_first("SELECT DATABASE()")
+        .await
+        .map_err(StoreError::mysql("reading the current database"))?;
+    let name: Option<String> = match row {
+        Some(mut row) => take(&mut row, 0, "DATABASE()")?,
+        None => None,
+    };
+    name.ok_or_else(|| StoreError::Refused("the connection has no database selected".into()))
 }

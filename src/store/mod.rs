@@ -4,7 +4,12 @@
 pub mod db;
 pub mod error;
 pub mod ident;
+pub mod lock;
+pub mod log_table;
+pub mod migrate;
 pub mod partition_plan;
+pub mod partitions;
+mod rows;
 pub mod schema;
 
 pub use error::StoreError;

@@ -1,0 +1,27 @@
+//! What the commands that talk to MySQL share: a runtime, a connection, the pinned clock.
+
+use std::future::Future;
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+
+use logstamp::time::{Zone, parse_time};
+
+use super::UsageError;
+
+/// Runs one command's MySQL work to completion on a single-threaded runtime.
+pub fn block_on<F: Future>(work: F) -> anyhow::Result<F::Output> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    Ok(runtime.block_on(work))
+}
+
+/// The time to act at: now, or the hidden `--now` flag, which lets tests pin the clock.
+pub fn now_or(flag: Option<&str>) -> Result<DateTime<Utc>, UsageError> {
+    match flag {
+        None => Ok(Utc::now()),
+        Some(text) => parse_time(text, &Zone::UTC).map_err(|e| UsageError::new("--now", e)),
+    }
+}

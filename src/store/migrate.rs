@@ -1,0 +1,392 @@
+//! Schema migrations: the SQL files under `migrations/`, applied in order and recorded in
+//! `schema_migrations` (version, name, checksum, applied_at).
+//!
+//! MySQL DDL is not transactional, so each file holds one statement and is recorded right after
+//! it ran; the statements are written to be safe to run again (`IF NOT EXISTS`) in case a run
+//! died between the two. A file whose text changed after it was applied is refused: the
+//! database would no longer match what the files say.
+
+use mysql_async::Conn;
+use mysql_async::prelude::Queryable;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use chrono::{DateTime, Utc};
+
+use super::StoreError;
+use super::db::current_database;
+use super::lock::{lock_name, with_lock};
+use super::log_table::{TableOutcome, TableSpec, ensure_table};
+use super::rows::take;
+
+/// How long `migrate` waits for another run (or a partition maintenance) to finish.
+pub const LOCK_WAIT_SECONDS: u32 = 30;
+
+/// The files under `migrations/`, built into the binary so it migrates from any directory.
+/// A unit test checks this list against the directory.
+const BUILTIN: &[(&str, &str)] = &[
+    (
+        "0001_ingest_offsets.sql",
+        include_str!("../../migrations/0001_ingest_offsets.sql"),
+    ),
+    (
+        "0002_dead_letters.sql",
+        include_str!("../../migrations/0002_dead_letters.sql"),
+    ),
+    (
+        "0003_service_leases.sql",
+        include_str!("../../migrations/0003_service_leases.sql"),
+    ),
+    (
+        "0004_logstamp_tables.sql",
+        include_str!("../../migrations/0004_logstamp_tables.sql"),
+    ),
+];
+
+/// The bookkeeping table. Created by the runner itself: it must exist before the first file
+/// can be recorded.
+const CREATE_SCHEMA_MIGRATIONS: &str = "CREATE TABLE IF NOT EXISTS `schema_migrations` (
+  `version` INT UNSIGNED NOT NULL,
+  `name` VARCHAR(255) NOT NULL,
+  `checksum` CHAR(64) NOT NULL,
+  `applied_at` DATETIME(6) NOT NULL,
+  PRIMARY KEY (`version`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin";
+
+/// One migration: a single DDL statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Migration {
+    pub version: u32,
+    pub name: String,
+    pub sql: String,
+}
+
+impl Migration {
+    /// From a file name `NNNN_name.sql` and its text.
+    pub fn from_file(file_name: &str, sql: &str) -> Result<Migration, StoreError> {
+        let bad = || {
+            StoreError::Refused(format!(
+                "migration file {file_name:?} is not named NNNN_name.sql"
+            ))
+        };
+        let stem = file_name.strip_suffix(".sql").ok_or_else(bad)?;
+        let (number, name) = stem.split_once('_').ok_or_else(bad)?;
+        if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) || name.is_empty() {
+            return Err(bad());
+        }
+        let version = number.parse().map_err(|_| bad())?;
+        Ok(Migration {
+            version,
+            name: name.to_string(),
+            sql: sql.to_string(),
+        })
+    }
+
+    /// SHA-256 of the text, hex. Line endings are normalized so a checkout with CRLF line
+    /// endings does not look like a changed file.
+    pub fn checksum(&self) -> String {
+        let text = self.sql.replace("\r\n", "\n");
+        Sha256::digest(text.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+}
+
+/// The migrations shipped with this build, in order.
+pub fn builtin() -> Result<Vec<Migration>, StoreError> {
+    BUILTIN
+        .iter()
+        .map(|(file, sql)| Migration::from_file(file, sql))
+        .collect()
+}
+
+/// A migration as recorded in `schema_migrations`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    pub version: u32,
+    pub name: String,
+    pub checksum: String,
+}
+
+/// A migration this run applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Applied {
+    pub version: u32,
+    pub name: String,
+    pub checksum: String,
+}
+
+/// What to apply, given what the database has recorded: the known migrations not yet
+/// recorded, in order. Refuses when a recorded one changed, is unknown to this build (the
+/// database is newer), or when a missing one is older than a recorded one (applying it now
+/// would run it out of order).
+pub fn pending<'a>(
+    known: &'a [Migration],
+    recorded: &[Recorded],
+) -> Result<Vec<&'a Migration>, StoreError> {
+    if let Some(pair) = known.windows(2).find(|w| w[0].version >= w[1].version) {
+        return Err(StoreError::Refused(format!(
+            "migrations are not in strictly increasing version order: {} then {}",
+            pair[0].version, pair[1].version
+        )));
+    }
+    for r in recorded {
+        let Some(m) = known.iter().find(|m| m.version == r.version) else {
+            return Err(StoreError::Refused(format!(
+                "the database has migration {} ({}) applied, which this logstamp does not \
+                 know: it was migrated by a newer version",
+                r.version, r.name
+            )));
+        };
+        let checksum = m.checksum();
+        if checksum != r.checksum {
+            return Err(StoreError::Refused(format!(
+                "migration {} ({}) changed after it was applied: checksum {} recorded, {} now; \
+                 restore the file and add a new migration for the change",
+                r.version, r.name, r.checksum, checksum
+            )));
+        }
+    }
+    let newest = recorded.iter().map(|r| r.version).max();
+    let todo: Vec<&Migration> = known
+        .iter()
+        .filter(|m| !recorded.iter().any(|r| r.version == m.version))
+        .collect();
+    if let (Some(newest), Some(first)) = (newest, todo.first())
+        && first.version < newest
+    {
+        return Err(StoreError::Refused(format!(
+            "migration {} ({}) was never applied, but the later migration {newest} was: \
+             refusing to run migrations out of order",
+            first.version, first.name
+        )));
+    }
+    Ok(todo)
+}
+
+/// Applies the migrations not yet recorded, in order, and returns them. The caller serializes
+/// concurrent runs (see `lock`).
+pub async fn apply(conn: &mut Conn, known: &[Migration]) -> Result<Vec<Applied>, StoreError> {
+    conn.query_drop(CREATE_SCHEMA_MIGRATIONS)
+        .await
+        .map_err(StoreError::mysql("creating schema_migrations"))?;
+    let recorded = recorded(conn).await?;
+    let mut applied = Vec::new();
+    for m in pending(known, &recorded)? {
+        let context = format!("applying migration {} ({})", m.version, m.name);
+        conn.query_drop(m.sql.as_str())
+            .await
+            .map_err(StoreError::mysql(context.clone()))?;
+        let checksum = m.checksum();
+        conn.exec_drop(
+            "INSERT INTO `schema_migrations` (`version`, `name`, `checksum`, `applied_at`) \
+             VALUES (?, ?, ?, UTC_TIMESTAMP(6))",
+            (m.version, m.name.as_str(), checksum.as_str()),
+        )
+        .await
+        .map_err(StoreError::mysql(format!("recording: {context}")))?;
+        applied.push(Applied {
+            version: m.version,
+            name: m.name.clone(),
+            checksum,
+        });
+    }
+    Ok(applied)
+}
+
+/// What `run` did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MigrateReport {
+    /// Applied by this run, in order; empty when the database was up to date.
+    pub applied: Vec<Applied>,
+    /// The newest migration the database now has.
+    pub schema_version: u32,
+    pub table: TableOutcome,
+}
+
+/// The name of the lock that serializes schema changes of one database.
+pub fn schema_lock(database: &str) -> String {
+    lock_name(&["schema", database])
+}
+
+/// The name of the lock that serializes changes to one log table (creation, partitions).
+pub fn table_lock(database: &str, table: &str) -> String {
+    lock_name(&["table", database, table])
+}
+
+/// `logstamp migrate`: applies the migrations, then creates or checks the log table (see
+/// [`ensure_table`]), holding named locks so concurrent runs across the fleet take turns.
+/// `force` allows a change of the number of service bits only.
+pub async fn run(
+    conn: &mut Conn,
+    known: &[Migration],
+    spec: &TableSpec,
+    now: DateTime<Utc>,
+    force: bool,
+) -> Result<MigrateReport, StoreError> {
+    let database = current_database(conn).await?;
+    let busy = |what: &str| {
+        StoreError::Refused(format!(
+            "{what} of database {database} stayed locked by another logstamp for              {LOCK_WAIT_SECONDS} s; try again when it is done"
+        ))
+    };
+    let applied = with_lock(
+        conn,
+        &schema_lock(&database),
+        LOCK_WAIT_SECONDS,
+        async |conn| apply(conn, known).await,
+    )
+    .await?
+    .ok_or_else(|| busy("the schema"))?;
+    let table_lock = table_lock(&database, spec.table.as_str());
+    let table = with_lock(conn, &table_lock, LOCK_WAIT_SECONDS, async |conn| {
+        ensure_table(conn, spec, now, force).await
+    })
+    .await?
+    .ok_or_else(|| busy(&format!("table {}", spec.table)))?;
+    Ok(MigrateReport {
+        applied,
+        schema_version: known.last().map_or(0, |m| m.version),
+        table,
+    })
+}
+
+/// The migrations recorded as applied, in version order.
+pub async fn recorded(conn: &mut Conn) -> Result<Vec<Recorded>, StoreError> {
+    let rows: Vec<mysql_async::Row> = conn
+        .query("SELECT `version`, `name`, `checksum` FROM `schema_migrations` ORDER BY `version`")
+        .await
+        .map_err(StoreError::mysql("reading schema_migrations"))?;
+    rows.into_iter()
+        .map(|mut row| {
+            Ok(Recorded {
+                version: take(&mut row, 0, "schema_migrations.version")?,
+                name: take(&mut row, 1, "schema_migrations.name")?,
+                checksum: take(&mut row, 2, "schema_migrations.checksum")?,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(version: u32, sql: &str) -> Migration {
+        Migration {
+            version,
+            name: format!("m{version}"),
+            sql: sql.to_string(),
+        }
+    }
+
+    fn rec(m: &Migration) -> Recorded {
+        Recorded {
+            version: m.version,
+            name: m.name.clone(),
+            checksum: m.checksum(),
+        }
+    }
+
+    #[test]
+    fn file_names_give_version_and_name() {
+        let m = Migration::from_file("0012_add_things.sql", "SELECT 1").unwrap();
+        assert_eq!((m.version, m.name.as_str()), (12, "add_things"));
+        for bad in [
+            "12.sql",
+            "_x.sql",
+            "0012_.sql",
+            "0012_x.txt",
+            "x1_y.sql",
+            "1a_b.sql",
+        ] {
+            assert!(Migration::from_file(bad, "").is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn checksum_is_sha256_and_ignores_line_endings() {
+        assert_eq!(
+            m(1, "").checksum(),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_eq!(m(1, "a\r\nb").checksum(), m(1, "a\nb").checksum());
+        assert_ne!(m(1, "a b").checksum(), m(1, "a  b").checksum());
+    }
+
+    #[test]
+    fn pending_is_what_is_not_recorded() {
+        let known = [m(1, "a"), m(2, "b"), m(3, "c")];
+        let todo = pending(&known, &[]).unwrap();
+        assert_eq!(
+            todo.iter().map(|m| m.version).collect::<Vec<_>>(),
+            [1, 2, 3]
+        );
+        let todo = pending(&known, &[rec(&known[0])]).unwrap();
+        assert_eq!(todo.iter().map(|m| m.version).collect::<Vec<_>>(), [2, 3]);
+        let all: Vec<_> = known.iter().map(rec).collect();
+        assert!(pending(&known, &all).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_changed_file_is_refused() {
+        let known = [m(1, "a"), m(2, "b")];
+        let error = pending(&known, &[rec(&m(1, "a changed"))]).unwrap_err();
+        assert!(
+            error.to_string().contains("migration 1 (m1) changed"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_recorded_version_is_refused() {
+        let known = [m(1, "a")];
+        let error = pending(&known, &[rec(&known[0]), rec(&m(2, "b"))]).unwrap_err();
+        assert!(error.to_string().contains("newer version"), "{error}");
+    }
+
+    #[test]
+    fn a_gap_is_refused() {
+        let known = [m(1, "a"), m(2, "b"), m(3, "c")];
+        let error = pending(&known, &[rec(&known[0]), rec(&known[2])]).unwrap_err();
+        assert!(error.to_string().contains("out of order"), "{error}");
+    }
+
+    #[test]
+    fn unordered_lists_are_refused() {
+        assert!(pending(&[m(2, "a"), m(1, "b")], &[]).is_err());
+        assert!(pending(&[m(1, "a"), m(1, "b")], &[]).is_err());
+    }
+
+    #[test]
+    fn builtin_lists_every_file_in_order() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+        let mut files: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|f| f.ends_with(".sql"))
+            .collect();
+        files.sort();
+        let listed: Vec<&str> = BUILTIN.iter().map(|(f, _)| *f).collect();
+        assert_eq!(files, listed, "add new files under migrations/ to BUILTIN");
+        for (file, sql) in BUILTIN {
+            assert_eq!(std::fs::read_to_string(dir.join(file)).unwrap(), *sql);
+        }
+        let versions: Vec<u32> = builtin().unwrap().iter().map(|m| m.version).collect();
+        assert_eq!(versions, (1..=versions.len() as u32).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn each_file_is_one_statement() {
+        for (file, sql) in BUILTIN {
+            let code: String = sql
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("--"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let statements = code.split(';').filter(|s| !s.trim().is_empty()).count();
+            assert_eq!(statements, 1, "{file} must hold exactly one statement");
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! Reading result rows without panicking: a value of an unexpected type is an error that says
+//! which value, not a crash (`FromRow` for tuples panics on a mismatch).
+
+use mysql_async::Row;
+use mysql_async::prelude::FromValue;
+
+use super::StoreError;
+
+/// Column `index` of `row` as a `T`; `what` names it in the error.
+pub(crate) fn take<T: FromValue>(row: &mut Row, index: usize, what: &str) -> Result<T, StoreError> {
+    match row.take_opt::<T, usize>(index) {
+        Some(Ok(value)) => Ok(value),
+        Some(Err(e)) => Err(StoreError::Refused(format!(
+            "unexpected value for {what}: {:?}",
+            e.0
+        ))),
+        None => Err(StoreError::Refused(format!(
+            "the server's answer has no column for {what}"
+        ))),
+    }
+}
