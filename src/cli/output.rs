@@ -39,3 +39,36 @@ pub fn ignore_closed_pipe(result: io::Result<()>) -> io::Result<()> {
         other => other,
     }
 }
+
+/// `--format`: JSON lines for programs, an aligned table for people.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Json,
+    Table,
+}
+
+/// Rows as text columns padded to the widest cell, under a header.
+pub fn aligned(header: &[&str], rows: &[Vec<String>]) -> Vec<String> {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        padded.join("  ").trim_end().to_string()
+    };
+    std::iter::once(line(header.to_vec()))
+        .chain(
+            rows.iter()
+                .map(|row| line(row.iter().map(String::as_str).collect())),
+        )
+        .collect()
+}

@@ -1,22 +1,48 @@
-//! `logstamp partitions plan`.
+//! `logstamp partitions plan | ensure | list`.
 
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
+use serde::Serialize;
+
 use logstamp::config::Sources;
+use logstamp::store::log_table::{ExistingPartition, TableSpec};
+use logstamp::store::partitions::{self, EnsureOutcome};
 use logstamp::store::schema::create_log_table_sql;
-use logstamp::store::{Ident, PartitionPlan, Period};
+use logstamp::store::{Ident, PartitionBound, PartitionPlan, Period, db};
 use logstamp::time::{Zone, parse_month_or_day};
 
-use super::output::{Output, ignore_closed_pipe};
+use super::db::{block_on, now_or};
+use super::output::{Format, Output, aligned, ignore_closed_pipe};
 use super::{UsageError, load_settings};
 
 #[derive(Debug, Subcommand)]
 pub enum PartitionsCommand {
     /// Print the partitioned CREATE TABLE for a span of periods.
     Plan(PlanArgs),
+    /// Add the partitions ahead and drop those past retention, if no other process is at it.
+    Ensure(EnsureArgs),
+    /// Show the log table's partitions: time range, bound and estimated rows.
+    List(ListArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct EnsureArgs {
+    /// Only say what would be added and dropped.
+    #[arg(long)]
+    dry_run: bool,
+    /// Act as if the time were TIME (for tests).
+    #[arg(long, hide = true, value_name = "TIME")]
+    now: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// json (one object per line) or table.
+    #[arg(long, value_enum, default_value = "json")]
+    format: Format,
 }
 
 #[derive(Debug, Args)]
@@ -44,7 +70,113 @@ pub struct PlanArgs {
 pub fn run(command: PartitionsCommand, sources: Sources) -> anyhow::Result<ExitCode> {
     match command {
         PartitionsCommand::Plan(args) => plan(args, sources),
+        PartitionsCommand::Ensure(args) => ensure(args, sources),
+        PartitionsCommand::List(args) => list(args, sources),
     }
+}
+
+#[derive(Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+enum EnsureLine<'a> {
+    Busy {
+        table: &'a str,
+        lock: &'a str,
+    },
+    PartitionAdded(&'a PartitionBound),
+    PartitionToAdd(&'a PartitionBound),
+    PartitionDropped(&'a ExistingPartition),
+    PartitionToDrop(&'a ExistingPartition),
+    PartitionsEnsured {
+        table: &'a str,
+        added: usize,
+        dropped: usize,
+        dry_run: bool,
+    },
+}
+
+/// Exits 0 when another process holds the lock, saying so: it is doing the same work.
+fn ensure(args: EnsureArgs, sources: Sources) -> anyhow::Result<ExitCode> {
+    let settings = load_settings(&sources)?;
+    let now = now_or(args.now.as_deref())?;
+    let spec = TableSpec::from_settings(&settings);
+    let url = settings.mysql.url.clone();
+    let outcome = block_on(async {
+        let mut conn = db::connect(&url).await?;
+        let outcome = partitions::ensure(&mut conn, &spec, now, args.dry_run).await;
+        // The lock went with the call; a failed goodbye changes nothing on the server.
+        let _ = conn.disconnect().await;
+        outcome
+    })??;
+    let table = spec.table.as_str();
+    let mut lines = Vec::new();
+    match &outcome {
+        EnsureOutcome::Busy { lock } => lines.push(EnsureLine::Busy { table, lock }),
+        EnsureOutcome::Done(plan) => {
+            for p in &plan.add {
+                lines.push(if args.dry_run {
+                    EnsureLine::PartitionToAdd(p)
+                } else {
+                    EnsureLine::PartitionAdded(p)
+                });
+            }
+            for p in &plan.drop {
+                lines.push(if args.dry_run {
+                    EnsureLine::PartitionToDrop(p)
+                } else {
+                    EnsureLine::PartitionDropped(p)
+                });
+            }
+            lines.push(EnsureLine::PartitionsEnsured {
+                table,
+                added: plan.add.len(),
+                dropped: plan.drop.len(),
+                dry_run: args.dry_run,
+            });
+        }
+    }
+    let mut out = Output::new();
+    for line in &lines {
+        out.json(line).context("writing output")?;
+    }
+    out.finish().context("writing output")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn list(args: ListArgs, sources: Sources) -> anyhow::Result<ExitCode> {
+    let settings = load_settings(&sources)?;
+    let spec = TableSpec::from_settings(&settings);
+    let url = settings.mysql.url.clone();
+    let shown = block_on(async {
+        let mut conn = db::connect(&url).await?;
+        let shown = partitions::list(&mut conn, &spec).await;
+        let _ = conn.disconnect().await;
+        shown
+    })??;
+    let mut out = Output::new();
+    let written = match args.format {
+        Format::Json => shown.iter().try_for_each(|p| out.json(p)),
+        Format::Table => {
+            let text = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+            let rows: Vec<Vec<String>> = shown
+                .iter()
+                .map(|p| {
+                    vec![
+                        p.name.clone(),
+                        text(&p.from),
+                        text(&p.to),
+                        p.less_than.map_or("MAXVALUE".into(), |b| b.to_string()),
+                        p.rows.to_string(),
+                    ]
+                })
+                .collect();
+            aligned(&["name", "from", "to", "less_than", "rows"], &rows)
+                .iter()
+                .try_for_each(|line| out.line(line))
+        }
+    };
+    ignore_closed_pipe(written).context("writing output")?;
+    out.finish().context("writing output")?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn plan(args: PlanArgs, sources: Sources) -> anyhow::Result<ExitCode> {

@@ -25,6 +25,16 @@ pub fn lock_name(parts: &[&str]) -> String {
     format!("{}~{hash}", &name[..MAX_NAME_LEN - hash.len() - 1])
 }
 
+/// The lock that serializes schema changes (migrations) of one database.
+pub fn schema_lock(database: &str) -> String {
+    lock_name(&["schema", database])
+}
+
+/// The lock that serializes changes to one log table: its creation and its partitions.
+pub fn table_lock(database: &str, table: &str) -> String {
+    lock_name(&["table", database, table])
+}
+
 /// Takes the lock, waiting up to `wait_seconds` (0: only if free now). False if another
 /// session holds it.
 pub async fn try_lock(conn: &mut Conn, name: &str, wait_seconds: u32) -> Result<bool, StoreError> {

@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 
 use super::StoreError;
 use super::db::current_database;
-use super::lock::{lock_name, with_lock};
+use super::lock::{schema_lock, table_lock, with_lock};
 use super::log_table::{TableOutcome, TableSpec, ensure_table};
 use super::rows::take;
 
@@ -203,16 +203,6 @@ pub struct MigrateReport {
     /// The newest migration the database now has.
     pub schema_version: u32,
     pub table: TableOutcome,
-}
-
-/// The name of the lock that serializes schema changes of one database.
-pub fn schema_lock(database: &str) -> String {
-    lock_name(&["schema", database])
-}
-
-/// The name of the lock that serializes changes to one log table (creation, partitions).
-pub fn table_lock(database: &str, table: &str) -> String {
-    lock_name(&["table", database, table])
 }
 
 /// `logstamp migrate`: applies the migrations, then creates or checks the log table (see
