@@ -8,6 +8,7 @@ mod migrate;
 mod output;
 mod partitions;
 mod plan;
+mod query;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,6 +44,8 @@ enum Command {
     Plan(plan::PlanArgs),
     /// Create the database, apply migrations, create or check the log table.
     Migrate(migrate::MigrateArgs),
+    /// The log rows of a time range, read only from the partitions that hold it.
+    Query(query::QueryArgs),
 }
 
 /// A mistake in how the command was called (exit code 2), as opposed to a failure of the work.
@@ -78,6 +81,7 @@ fn run(command: Command, sources: Sources) -> anyhow::Result<ExitCode> {
         Command::Partitions(cmd) => partitions::run(cmd, sources),
         Command::Plan(args) => plan::run(args),
         Command::Migrate(args) => migrate::run(args, sources),
+        Command::Query(args) => query::run(args, sources),
     }
 }
 

@@ -9,6 +9,7 @@ pub mod log_table;
 pub mod migrate;
 pub mod partition_plan;
 pub mod partitions;
+pub mod query;
 mod rows;
 pub mod schema;
 

@@ -1,0 +1,245 @@
+//! `logstamp query`: the log rows of a time range, optionally filtered, as JSON lines or a table.
+
+use std::io;
+use std::ops::ControlFlow;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+use serde::Serialize;
+
+use logstamp::config::Sources;
+use logstamp::store::db;
+use logstamp::store::log_table::TableSpec;
+use logstamp::store::query::{self, Record, TimeQuery, parse_filter};
+use logstamp::time::{Zone, parse_time};
+
+use super::db::block_on;
+use super::output::{Format, Output, aligned, ignore_closed_pipe};
+use super::{UsageError, load_settings};
+
+#[derive(Debug, Args)]
+pub struct QueryArgs {
+    /// Start, included: YYYY-MM-DD, YYYY-MM-DD HH:MM:SS, or RFC 3339.
+    #[arg(long, value_name = "TIME")]
+    from: String,
+    /// End, excluded; same forms as --from.
+    #[arg(long, value_name = "TIME")]
+    to: String,
+    /// Zone of times without an offset: +08:00 or an IANA name.
+    #[arg(long, value_name = "ZONE", default_value = "UTC")]
+    tz: String,
+    /// Filter: `column OP value` joined by `and`; OP is = != < <= > >= or like; values are
+    /// quoted text or numbers; columns are those of store.columns.
+    #[arg(long = "where", value_name = "FILTER")]
+    filter: Option<String>,
+    /// At most N rows.
+    #[arg(long, value_name = "N")]
+    limit: Option<u64>,
+    /// json (one object per line) or table.
+    #[arg(long, value_enum, default_value = "json")]
+    format: Format,
+    /// Print the partitions MySQL would read instead of the rows.
+    #[arg(long)]
+    explain: bool,
+}
+
+#[derive(Serialize)]
+struct Explained<'a> {
+    table: &'a str,
+    start_id: u64,
+    end_id: u64,
+    partitions: Vec<String>,
+}
+
+pub fn run(args: QueryArgs, sources: Sources) -> anyhow::Result<ExitCode> {
+    let settings = load_settings(&sources)?;
+    let spec = TableSpec::from_settings(&settings);
+    let zone: Zone = args.tz.parse().map_err(|e| UsageError::new("--tz", e))?;
+    let from = parse_time(&args.from, &zone).map_err(|e| UsageError::new("--from", e))?;
+    let to = parse_time(&args.to, &zone).map_err(|e| UsageError::new("--to", e))?;
+    let mut query = TimeQuery::between(&settings.id.layout, from, to)
+        .map_err(|e| UsageError::new("--from/--to", e))?;
+    if let Some(text) = &args.filter {
+        query.filter =
+            parse_filter(text, &spec.columns).map_err(|e| UsageError::new("--where", e))?;
+    }
+    query.limit = args.limit;
+    let range = query.range;
+    let url = settings.mysql.url.clone();
+    let mut out = Output::new();
+    if args.explain {
+        let partitions = block_on(async {
+            let mut conn = db::connect(&url).await?;
+            let partitions = query::explain_partitions(&mut conn, &spec, &query).await;
+            let _ = conn.disconnect().await;
+            partitions
+        })??;
+        out.json(&Explained {
+            table: spec.table.as_str(),
+            start_id: range.start,
+            end_id: range.end,
+            partitions,
+        })
+        .context("writing output")?;
+        out.finish().context("writing output")?;
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    let mut sink = Sink::new(out, args.format, &spec);
+    block_on(async {
+        let mut conn = db::connect(&url).await?;
+        let result = query::run(&mut conn, &spec, &query, |record| sink.push(record)).await;
+        let _ = conn.disconnect().await;
+        result
+    })??;
+    sink.finish().context("writing output")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Rows buffered before a table's column widths are fixed; later rows are cut to fit.
+const TABLE_SAMPLE_ROWS: usize = 100;
+/// Widest a table cell gets.
+const TABLE_MAX_WIDTH: usize = 40;
+
+/// Where rows go as they arrive. Stops the query when stdout fails, keeping the error.
+struct Sink {
+    out: Output,
+    format: Format,
+    header: Vec<String>,
+    sample: Vec<Vec<String>>,
+    widths: Option<Vec<usize>>,
+    failed: Option<io::Error>,
+}
+
+impl Sink {
+    fn new(out: Output, format: Format, spec: &TableSpec) -> Sink {
+        let mut header = vec!["id".to_string()];
+        header.extend(spec.columns.iter().map(|c| c.name.clone()));
+        if spec.payload {
+            header.push("payload".into());
+        }
+        Sink {
+            out,
+            format,
+            header,
+            sample: Vec::new(),
+            widths: None,
+            failed: None,
+        }
+    }
+
+    fn push(&mut self, record: Record) -> ControlFlow<()> {
+        let written = match self.format {
+            Format::Json => self.out.json(&record),
+            Format::Table => {
+                self.sample.push(cells(&record));
+                if self.sample.len() >= TABLE_SAMPLE_ROWS || self.widths.is_some() {
+                    self.flush_table()
+                } else {
+                    Ok(())
+                }
+            }
+        };
+        match written {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(e) => {
+                self.failed = Some(e);
+                ControlFlow::Break(())
+            }
+        }
+    }
+
+    /// Prints the buffered rows, fixing the column widths on the first call.
+    fn flush_table(&mut self) -> io::Result<()> {
+        let rows = std::mem::take(&mut self.sample);
+        let widths = match &self.widths {
+            Some(widths) => widths.clone(),
+            None => {
+                let header: Vec<&str> = self.header.iter().map(String::as_str).collect();
+                let lines = aligned(
+                    &header,
+                    &rows.iter().map(|r| fit(r, None)).collect::<Vec<_>>(),
+                );
+                let widths = column_widths(&self.header, &rows);
+                self.widths = Some(widths);
+                return lines.iter().try_for_each(|l| self.out.line(l));
+            }
+        };
+        for row in rows {
+            let padded: Vec<String> = fit(&row, Some(&widths))
+                .iter()
+                .zip(&widths)
+                .map(|(cell, width)| format!("{cell:<width$}"))
+                .collect();
+            self.out.line(padded.join("  ").trim_end())?;
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> io::Result<()> {
+        if let Some(e) = self.failed.take() {
+            return ignore_closed_pipe(Err(e));
+        }
+        if self.format == Format::Table {
+            ignore_closed_pipe(self.flush_table())?;
+        }
+        self.out.finish()
+    }
+}
+
+/// A record's cells as text: strings as they are (control characters escaped so a row stays
+/// one line), NULL as NULL, anything else as compact JSON.
+fn cells(record: &Record) -> Vec<String> {
+    let mut cells = vec![record.id.to_string()];
+    cells.extend(record.columns.iter().map(|(_, value)| {
+        match value {
+            serde_json::Value::String(s) => s
+                .chars()
+                .map(|c| {
+                    if c.is_control() {
+                        c.escape_default().collect()
+                    } else {
+                        c.to_string()
+                    }
+                })
+                .collect(),
+            serde_json::Value::Null => "NULL".into(),
+            other => other.to_string(),
+        }
+    }));
+    cells
+}
+
+fn column_widths(header: &[String], rows: &[Vec<String>]) -> Vec<usize> {
+    header
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            rows.iter()
+                .filter_map(|r| r.get(i))
+                .map(|c| c.chars().count().min(TABLE_MAX_WIDTH))
+                .chain([h.chars().count()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+/// Cells cut to their column's width (or to the widest allowed), marking the cut with `…`.
+fn fit(row: &[String], widths: Option<&[usize]>) -> Vec<String> {
+    row.iter()
+        .enumerate()
+        .map(|(i, cell)| {
+            let width = widths
+                .and_then(|w| w.get(i).copied())
+                .unwrap_or(TABLE_MAX_WIDTH);
+            if cell.chars().count() > width {
+                let kept: String = cell.chars().take(width.saturating_sub(1)).collect();
+                format!("{kept}…")
+            } else {
+                cell.clone()
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,756 @@
+//! Queries by time: a time range becomes an ID range, so MySQL reads only the partitions that
+//! hold it, plus an optional filter in a small language of its own.
+//!
+//! The filter language (`--where`), parsed here in pure code and never passed to MySQL as text:
+//!
+//! ```text
+//! filter     = condition { "and" condition }
+//! condition  = column operator value
+//! operator   = "=" | "!=" | "<" | "<=" | ">" | ">=" | "like"
+//! value      = 'text' | "text" | number
+//! ```
+//!
+//! Columns are the mapped columns (`store.columns`), matched without regard to case. Keywords
+//! (`and`, `like`) are case-insensitive. In text, a backslash escapes the next character (`\'`,
+//! `\"`, `\\`); `like` patterns use SQL's `%` and `_`. Numbers are integers or decimals, with an
+//! optional sign and exponent. Every value is bound as a statement parameter.
+
+use std::fmt;
+use std::ops::ControlFlow;
+
+use chrono::{DateTime, NaiveDate, NaiveDateTime, SecondsFormat, Utc};
+use futures_util::StreamExt;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Row, Value};
+use serde::Serialize;
+use serde::ser::SerializeMap;
+
+use super::log_table::TableSpec;
+use super::rows::take;
+use super::schema::{ColumnSpec, ColumnType};
+use super::{Ident, StoreError};
+use crate::id::{IdError, IdRange, Layout};
+use crate::time::{ceil_seconds, floor_seconds};
+
+/// A comparison in a filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Like,
+}
+
+impl Op {
+    fn sql(self) -> &'static str {
+        match self {
+            Op::Eq => "=",
+            Op::Ne => "<>",
+            Op::Lt => "<",
+            Op::Le => "<=",
+            Op::Gt => ">",
+            Op::Ge => ">=",
+            Op::Like => "LIKE",
+        }
+    }
+}
+
+/// A value in a filter, bound as a parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Literal {
+    Text(String),
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+}
+
+impl Literal {
+    fn to_value(&self) -> Value {
+        match self {
+            Literal::Text(s) => Value::Bytes(s.clone().into_bytes()),
+            Literal::Int(i) => Value::Int(*i),
+            Literal::UInt(u) => Value::UInt(*u),
+            Literal::Float(f) => Value::Double(*f),
+        }
+    }
+}
+
+/// `column op value`, with the column as configured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Condition {
+    pub column: Ident,
+    pub op: Op,
+    pub value: Literal,
+}
+
+/// Why a filter was refused; `at` is the character offset where reading stopped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason} (at character {at})")]
+pub struct FilterError {
+    pub reason: String,
+    pub at: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Token {
+    Word(String),
+    Text(String),
+    Number(String),
+    Op(Op),
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Token::Word(w) => write!(f, "`{w}`"),
+            Token::Text(_) => f.write_str("a quoted text"),
+            Token::Number(n) => write!(f, "the number {n}"),
+            Token::Op(op) => write!(f, "`{}`", op_text(*op)),
+        }
+    }
+}
+
+fn op_text(op: Op) -> &'static str {
+    match op {
+        Op::Ne => "!=",
+        Op::Like => "like",
+        other => other.sql(),
+    }
+}
+
+const OPERATORS: &str = "= != < <= > >= like";
+
+/// Reads tokens one at a time, so the error reported is the first one in the text.
+struct Lexer {
+    chars: Vec<char>,
+    i: usize,
+}
+
+impl Lexer {
+    fn new(text: &str) -> Lexer {
+        Lexer {
+            chars: text.chars().collect(),
+            i: 0,
+        }
+    }
+
+    /// The next token and its character offset; `None` at the end.
+    fn next_token(&mut self) -> Result<Option<(usize, Token)>, FilterError> {
+        let chars = &self.chars;
+        let mut i = self.i;
+        while chars.get(i).is_some_and(|c| c.is_whitespace()) {
+            i += 1;
+        }
+        let Some(&c) = chars.get(i) else {
+            self.i = i;
+            return Ok(None);
+        };
+        let fail = |reason: String, at: usize| Err(FilterError { reason, at });
+        let start = i;
+        let token = if c.is_ascii_alphabetic() || c == '_' {
+            while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
+                i += 1;
+            }
+            Token::Word(chars[start..i].iter().collect())
+        } else if c == '\'' || c == '"' {
+            let mut value = String::new();
+            i += 1;
+            loop {
+                match chars.get(i) {
+                    None => return fail(format!("text starting with {c} is not closed"), start),
+                    Some('\\') => {
+                        let Some(escaped) = chars.get(i + 1) else {
+                            return fail("text ends with a lone backslash".into(), i);
+                        };
+                        value.push(*escaped);
+                        i += 2;
+                    }
+                    Some(q) if *q == c => {
+                        i += 1;
+                        break;
+                    }
+                    Some(other) => {
+                        value.push(*other);
+                        i += 1;
+                    }
+                }
+            }
+            Token::Text(value)
+        } else if c.is_ascii_digit()
+            || ((c == '-' || c == '+' || c == '.') && next_is_digit(chars, i))
+        {
+            i += 1;
+            while i < chars.len() {
+                let d = chars[i];
+                let exponent_sign = (d == '-' || d == '+') && matches!(chars[i - 1], 'e' | 'E');
+                if d.is_ascii_digit() || d == '.' || d == 'e' || d == 'E' || exponent_sign {
+                    i += 1;
+                } else {
+                    break;
+                }
+            }
+            Token::Number(chars[start..i].iter().collect())
+        } else {
+            let two: String = chars[i..(i + 2).min(chars.len())].iter().collect();
+            let (op, len) = match (two.as_str(), c) {
+                ("<=", _) => (Op::Le, 2),
+                (">=", _) => (Op::Ge, 2),
+                ("!=", _) => (Op::Ne, 2),
+                (_, '=') => (Op::Eq, 1),
+                (_, '<') => (Op::Lt, 1),
+                (_, '>') => (Op::Gt, 1),
+                _ => {
+                    return fail(
+                        format!(
+                            "unexpected character {c:?}: a filter is `column OP value` joined by \
+                             `and`, OP one of {OPERATORS}, value a quoted text or a number"
+                        ),
+                        start,
+                    );
+                }
+            };
+            i += len;
+            Token::Op(op)
+        };
+        self.i = i;
+        Ok(Some((start, token)))
+    }
+}
+
+fn next_is_digit(chars: &[char], i: usize) -> bool {
+    chars
+        .get(i + 1)
+        .is_some_and(|c| c.is_ascii_digit() || *c == '.')
+}
+
+fn number(text: &str, at: usize) -> Result<Literal, FilterError> {
+    let bad = || FilterError {
+        reason: format!("{text:?} is not a number"),
+        at,
+    };
+    let digits = text.strip_prefix('+').unwrap_or(text);
+    if digits.bytes().all(|b| b.is_ascii_digit()) {
+        return digits.parse().map(Literal::UInt).map_err(|_| bad());
+    }
+    if let Some(rest) = digits.strip_prefix('-')
+        && !rest.is_empty()
+        && rest.bytes().all(|b| b.is_ascii_digit())
+    {
+        return digits.parse().map(Literal::Int).map_err(|_| bad());
+    }
+    match digits.parse::<f64>() {
+        Ok(f) if f.is_finite() => Ok(Literal::Float(f)),
+        _ => Err(bad()),
+    }
+}
+
+/// Parses a filter against the mapped columns. An empty or blank filter is refused: leave out
+/// `--where` instead.
+pub fn parse_filter(text: &str, columns: &[ColumnSpec]) -> Result<Vec<Condition>, FilterError> {
+    let mut lexer = Lexer::new(text);
+    let end = text.chars().count();
+    let known = || {
+        columns
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut conditions = Vec::new();
+    loop {
+        // column
+        let column = match lexer.next_token()? {
+            Some((at, Token::Word(word))) => {
+                let Some(spec) = columns.iter().find(|c| c.name.eq_ignore_ascii_case(&word)) else {
+                    return Err(FilterError {
+                        reason: format!("unknown column `{word}`: use one of {}", known()),
+                        at,
+                    });
+                };
+                Ident::new(&spec.name).map_err(|e| FilterError {
+                    reason: e.to_string(),
+                    at,
+                })?
+            }
+            Some((at, other)) => {
+                return Err(FilterError {
+                    reason: format!("expected a column name, found {other}"),
+                    at,
+                });
+            }
+            None => {
+                let what = if conditions.is_empty() {
+                    "the filter is empty"
+                } else {
+                    "nothing after `and`"
+                };
+                return Err(FilterError {
+                    reason: format!("expected a condition `column OP value`: {what}"),
+                    at: end,
+                });
+            }
+        };
+        // operator
+        let op = match lexer.next_token()? {
+            Some((_, Token::Op(op))) => op,
+            Some((_, Token::Word(w))) if w.eq_ignore_ascii_case("like") => Op::Like,
+            Some((at, other)) => {
+                return Err(FilterError {
+                    reason: format!("expected one of {OPERATORS} after {column}, found {other}"),
+                    at,
+                });
+            }
+            None => {
+                return Err(FilterError {
+                    reason: format!("expected one of {OPERATORS} after {column}"),
+                    at: end,
+                });
+            }
+        };
+        // value
+        let value = match lexer.next_token()? {
+            Some((_, Token::Text(t))) => Literal::Text(t),
+            Some((at, Token::Number(n))) => number(&n, at)?,
+            Some((at, other)) => {
+                return Err(FilterError {
+                    reason: format!("expected a value (a quoted text or a number), found {other}"),
+                    at,
+                });
+            }
+            None => {
+                return Err(FilterError {
+                    reason: "expected a value (a quoted text or a number)".into(),
+                    at: end,
+                });
+            }
+        };
+        if op == Op::Like && !matches!(value, Literal::Text(_)) {
+            return Err(FilterError {
+                reason: "like needs a quoted text pattern".into(),
+                at: end,
+            });
+        }
+        conditions.push(Condition { column, op, value });
+        // `and`, or the end
+        match lexer.next_token()? {
+            None => return Ok(conditions),
+            Some((_, Token::Word(w))) if w.eq_ignore_ascii_case("and") => {}
+            Some((at, other)) => {
+                return Err(FilterError {
+                    reason: format!(
+                        "expected `and` or the end after a condition, found {other} \
+                         (conditions can only be joined by `and`)"
+                    ),
+                    at,
+                });
+            }
+        }
+    }
+}
+
+/// One query: the IDs of a time range, filtered, in ID order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimeQuery {
+    pub range: IdRange,
+    pub filter: Vec<Condition>,
+    pub limit: Option<u64>,
+}
+
+impl TimeQuery {
+    /// Every row stamped in `[from, to)`, unfiltered. IDs carry whole seconds, so `from` is
+    /// rounded down and `to` up: a range ending mid-second still covers that second.
+    pub fn between(
+        layout: &Layout,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<TimeQuery, IdError> {
+        Ok(TimeQuery {
+            range: layout.id_range(floor_seconds(from), ceil_seconds(to))?,
+            filter: Vec::new(),
+            limit: None,
+        })
+    }
+}
+
+/// The statement and its parameters: the ID bounds as unsigned parameters, then each filter
+/// value. Column names come from the validated settings and are quoted.
+pub fn select_sql(spec: &TableSpec, query: &TimeQuery) -> (String, Vec<Value>) {
+    let mut columns = vec!["`id`".to_string()];
+    columns.extend(spec.columns.iter().map(|c| format!("`{}`", c.name)));
+    if spec.payload {
+        columns.push("`payload`".into());
+    }
+    let mut sql = format!(
+        "SELECT {} FROM {} WHERE `id` >= ? AND `id` < ?",
+        columns.join(", "),
+        spec.table
+    );
+    let mut params = vec![Value::UInt(query.range.start), Value::UInt(query.range.end)];
+    for c in &query.filter {
+        sql.push_str(&format!(" AND {} {} ?", c.column, c.op.sql()));
+        params.push(c.value.to_value());
+    }
+    sql.push_str(" ORDER BY `id`");
+    if let Some(limit) = query.limit {
+        sql.push_str(" LIMIT ?");
+        params.push(Value::UInt(limit));
+    }
+    (sql, params)
+}
+
+/// One row: the ID, then each column by name, as JSON.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub id: u64,
+    pub columns: Vec<(String, serde_json::Value)>,
+}
+
+/// `{"id": .., "column": .., ...}` in table order, the ID as an exact integer.
+impl Serialize for Record {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.columns.len() + 1))?;
+        map.serialize_entry("id", &self.id)?;
+        for (name, value) in &self.columns {
+            map.serialize_entry(name, value)?;
+        }
+        map.end()
+    }
+}
+
+/// Runs the query and hands each row to `each`, as it arrives, until the rows end or `each`
+/// breaks. Returns the number of rows handed over.
+pub async fn run(
+    conn: &mut Conn,
+    spec: &TableSpec,
+    query: &TimeQuery,
+    mut each: impl FnMut(Record) -> ControlFlow<()>,
+) -> Result<u64, StoreError> {
+    let (sql, params) = select_sql(spec, query);
+    let context = || format!("querying table {}", spec.table);
+    let mut rows = conn
+        .exec_stream::<Row, _, _>(sql, params)
+        .await
+        .map_err(StoreError::mysql(context()))?;
+    let mut count = 0;
+    while let Some(row) = rows.next().await {
+        let row = row.map_err(StoreError::mysql(context()))?;
+        count += 1;
+        if each(record(spec, row)?).is_break() {
+            break;
+        }
+    }
+    Ok(count)
+}
+
+/// The partitions MySQL reads for the query, from `EXPLAIN PARTITIONS`.
+pub async fn explain_partitions(
+    conn: &mut Conn,
+    spec: &TableSpec,
+    query: &TimeQuery,
+) -> Result<Vec<String>, StoreError> {
+    let (sql, params) = select_sql(spec, query);
+    let context = || format!("explaining a query of table {}", spec.table);
+    let rows: Vec<Row> = conn
+        .exec(format!("EXPLAIN PARTITIONS {sql}"), params)
+        .await
+        .map_err(StoreError::mysql(context()))?;
+    let mut partitions = Vec::new();
+    for mut row in rows {
+        let Some(index) = row
+            .columns_ref()
+            .iter()
+            .position(|c| c.name_str().eq_ignore_ascii_case("partitions"))
+        else {
+            return Err(StoreError::Refused(format!(
+                "{}: EXPLAIN shows no partitions column",
+                context()
+            )));
+        };
+        let listed: Option<String> = take(&mut row, index, "EXPLAIN partitions")?;
+        partitions.extend(
+            listed
+                .iter()
+                .flat_map(|l| l.split(','))
+                .map(|p| p.trim().to_string())
+                .filter(|p| !p.is_empty()),
+        );
+    }
+    Ok(partitions)
+}
+
+fn record(spec: &TableSpec, mut row: Row) -> Result<Record, StoreError> {
+    let id: u64 = take(&mut row, 0, "id")?;
+    let mut columns = Vec::with_capacity(spec.columns.len() + 1);
+    for (i, c) in spec.columns.iter().enumerate() {
+        let value: Value = take(&mut row, i + 1, &c.name)?;
+        columns.push((c.name.clone(), to_json(value, c.column_type, &c.name)?));
+    }
+    if spec.payload {
+        let value: Value = take(&mut row, spec.columns.len() + 1, "payload")?;
+        columns.push((
+            "payload".into(),
+            to_json(value, ColumnType::Json, "payload")?,
+        ));
+    }
+    Ok(Record { id, columns })
+}
+
+/// A column value as JSON: numbers exact, DATETIME as RFC 3339 UTC text, JSON as JSON.
+fn to_json(
+    value: Value,
+    column_type: ColumnType,
+    name: &str,
+) -> Result<serde_json::Value, StoreError> {
+    use serde_json::Value as J;
+    if value == Value::NULL {
+        return Ok(J::Null);
+    }
+    let bad = |value: &Value| {
+        StoreError::Refused(format!(
+            "column {name} holds {value:?}, which is not a {column_type:?} value"
+        ))
+    };
+    let text = |value: Value| -> Result<String, StoreError> {
+        match value {
+            Value::Bytes(bytes) => Ok(String::from_utf8_lossy(&bytes).into_owned()),
+            other => Err(bad(&other)),
+        }
+    };
+    Ok(match column_type {
+        ColumnType::String | ColumnType::Text => J::String(text(value)?),
+        ColumnType::Int => {
+            J::from(mysql_async::from_value_opt::<i64>(value.clone()).map_err(|_| bad(&value))?)
+        }
+        ColumnType::Uint => {
+            J::from(mysql_async::from_value_opt::<u64>(value.clone()).map_err(|_| bad(&value))?)
+        }
+        ColumnType::Double => {
+            let f = mysql_async::from_value_opt::<f64>(value.clone()).map_err(|_| bad(&value))?;
+            serde_json::Number::from_f64(f).map_or(J::Null, J::Number)
+        }
+        ColumnType::Bool => J::Bool(
+            mysql_async::from_value_opt::<i64>(value.clone()).map_err(|_| bad(&value))? != 0,
+        ),
+        ColumnType::Datetime => J::String(datetime(&value).ok_or_else(|| bad(&value))?),
+        ColumnType::Json => {
+            let text = text(value)?;
+            serde_json::from_str(&text).unwrap_or(J::String(text))
+        }
+    })
+}
+
+/// A DATETIME (stored as UTC) as RFC 3339 with milliseconds.
+fn datetime(value: &Value) -> Option<String> {
+    let t = match value {
+        Value::Date(y, mo, d, h, mi, s, us) => {
+            NaiveDate::from_ymd_opt(i32::from(*y), u32::from(*mo), u32::from(*d))?
+                .and_hms_micro_opt(u32::from(*h), u32::from(*mi), u32::from(*s), *us)?
+        }
+        Value::Bytes(bytes) => {
+            NaiveDateTime::parse_from_str(std::str::from_utf8(bytes).ok()?, "%Y-%m-%d %H:%M:%S%.f")
+                .ok()?
+        }
+        _ => return None,
+    };
+    Some(t.and_utc().to_rfc3339_opts(SecondsFormat::Millis, true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Settings, Sources};
+
+    fn spec() -> TableSpec {
+        let sources = Sources {
+            env: Some(Default::default()),
+            ..Default::default()
+        };
+        TableSpec::from_settings(&Settings::load(&sources).unwrap())
+    }
+
+    fn parse(text: &str) -> Result<Vec<Condition>, FilterError> {
+        parse_filter(text, &spec().columns)
+    }
+
+    fn cond(column: &str, op: Op, value: Literal) -> Condition {
+        Condition {
+            column: Ident::new(column).unwrap(),
+            op,
+            value,
+        }
+    }
+
+    #[test]
+    fn conditions_joined_by_and() {
+        assert_eq!(
+            parse(r#"level = "error" AND host != 'web-1' and service like "api%""#).unwrap(),
+            [
+                cond("level", Op::Eq, Literal::Text("error".into())),
+                cond("host", Op::Ne, Literal::Text("web-1".into())),
+                cond("service", Op::Like, Literal::Text("api%".into())),
+            ]
+        );
+        // Columns match without regard to case and keep their configured name.
+        assert_eq!(
+            parse("LEVEL='x'").unwrap(),
+            [cond("level", Op::Eq, Literal::Text("x".into()))]
+        );
+    }
+
+    #[test]
+    fn every_operator() {
+        for (text, op) in [
+            ("=", Op::Eq),
+            ("!=", Op::Ne),
+            ("<", Op::Lt),
+            ("<=", Op::Le),
+            (">", Op::Gt),
+            (">=", Op::Ge),
+            ("LIKE", Op::Like),
+        ] {
+            let filter = format!("message {text} 'm'");
+            assert_eq!(parse(&filter).unwrap()[0].op, op, "{filter}");
+        }
+    }
+
+    #[test]
+    fn numbers_keep_their_kind() {
+        let value = |text: &str| parse(&format!("host = {text}")).unwrap()[0].value.clone();
+        assert_eq!(value("18446744073709551615"), Literal::UInt(u64::MAX));
+        assert_eq!(value("-9223372036854775808"), Literal::Int(i64::MIN));
+        assert_eq!(value("+7"), Literal::UInt(7));
+        assert_eq!(value("2.5"), Literal::Float(2.5));
+        assert_eq!(value("-1e3"), Literal::Float(-1000.0));
+        assert_eq!(value(".5"), Literal::Float(0.5));
+        assert!(parse("host = 18446744073709551616").is_err());
+        assert!(parse("host = 1.2.3").is_err());
+        assert!(parse("host = 1e999").is_err());
+    }
+
+    #[test]
+    fn escapes_in_text() {
+        let value = parse(r#"message = 'it\'s "x" \\ y'"#).unwrap()[0]
+            .value
+            .clone();
+        assert_eq!(value, Literal::Text(r#"it's "x" \ y"#.into()));
+        let value = parse(r#"message = "'; DROP TABLE logs; --""#).unwrap()[0]
+            .value
+            .clone();
+        assert_eq!(value, Literal::Text("'; DROP TABLE logs; --".into()));
+    }
+
+    fn refused(text: &str, needle: &str) {
+        match parse(text) {
+            Ok(c) => panic!("{text:?} accepted: {c:?}"),
+            Err(e) => assert!(e.to_string().contains(needle), "{text:?}: {e}"),
+        }
+    }
+
+    #[test]
+    fn hostile_or_broken_filters_are_refused() {
+        refused("level = 'x'; DROP TABLE logs", "unexpected character ';'");
+        refused("level = 'x' OR 1 = 1", "found `OR`");
+        refused("level = 'x' or level = 'y'", "only be joined by `and`");
+        refused("1 = 1", "expected a column name, found the number 1");
+        refused("id = 5", "unknown column `id`");
+        refused("payload = 'x'", "unknown column `payload`");
+        refused(
+            "nosuch = 1",
+            "use one of event_time, level, host, service, message",
+        );
+        refused("level = 'x' UNION SELECT 1", "found `UNION`");
+        refused("level = (SELECT 1)", "unexpected character '('");
+        refused("level = x", "found `x`");
+        refused("level = 'unterminated", "not closed");
+        refused("level = \"x\\", "lone backslash");
+        refused("`level` = 'x'", "unexpected character '`'");
+        refused("level = 'x' -- comment", "unexpected character '-'");
+        refused("level = 'x' /* c */", "unexpected character '/'");
+        refused("level 'x'", "expected one of = != < <= > >= like");
+        refused("level =", "expected a value");
+        refused("level = 'x' and", "nothing after `and`");
+        refused("", "the filter is empty");
+        refused("   ", "the filter is empty");
+        refused("level like 5", "like needs a quoted text");
+        refused("level == 'x'", "expected a value");
+        refused("level <> 'x'", "expected a value");
+        refused("level = 'x' and and", "unknown column `and`");
+        refused("sleep(5) = 1", "unknown column `sleep`");
+        refused("level = 'a'\0", "unexpected character");
+    }
+
+    #[test]
+    fn the_statement_binds_every_value() {
+        let s = spec();
+        let query = TimeQuery {
+            range: IdRange {
+                start: 1 << 63,
+                end: u64::MAX,
+            },
+            filter: parse("level = 'x' and host like 'a%'").unwrap(),
+            limit: Some(10),
+        };
+        let (sql, params) = select_sql(&s, &query);
+        assert_eq!(
+            sql,
+            "SELECT `id`, `event_time`, `level`, `host`, `service`, `message`, `payload` \
+             FROM `logs` WHERE `id` >= ? AND `id` < ? AND `level` = ? AND `host` LIKE ? \
+             ORDER BY `id` LIMIT ?"
+        );
+        assert_eq!(
+            params,
+            [
+                Value::UInt(1 << 63),
+                Value::UInt(u64::MAX),
+                Value::Bytes(b"x".to_vec()),
+                Value::Bytes(b"a%".to_vec()),
+                Value::UInt(10)
+            ]
+        );
+    }
+
+    #[test]
+    fn values_become_json() {
+        use serde_json::json;
+        let j = |v: Value, t: ColumnType| to_json(v, t, "c").unwrap();
+        assert_eq!(j(Value::NULL, ColumnType::Int), json!(null));
+        assert_eq!(j(Value::UInt(u64::MAX), ColumnType::Uint), json!(u64::MAX));
+        assert_eq!(j(Value::Int(-3), ColumnType::Int), json!(-3));
+        assert_eq!(j(Value::Double(0.5), ColumnType::Double), json!(0.5));
+        assert_eq!(j(Value::Int(1), ColumnType::Bool), json!(true));
+        assert_eq!(
+            j(
+                Value::Date(2040, 3, 5, 12, 0, 1, 250_000),
+                ColumnType::Datetime
+            ),
+            json!("2040-03-05T12:00:01.250Z")
+        );
+        assert_eq!(
+            j(
+                Value::Bytes(b"2040-03-05 12:00:01.250".to_vec()),
+                ColumnType::Datetime
+            ),
+            json!("2040-03-05T12:00:01.250Z")
+        );
+        assert_eq!(
+            j(Value::Bytes(br#"{"a":[1]}"#.to_vec()), ColumnType::Json),
+            json!({"a": [1]})
+        );
+        assert_eq!(
+            j(Value::Bytes(b"text".to_vec()), ColumnType::String),
+            json!("text")
+        );
+        assert!(to_json(Value::Bytes(b"x".to_vec()), ColumnType::Uint, "c").is_err());
+        let record = Record {
+            id: u64::MAX,
+            columns: vec![("level".into(), json!("info")), ("a".into(), json!(null))],
+        };
+        assert_eq!(
+            serde_json::to_string(&record).unwrap(),
+            r#"{"id":18446744073709551615,"level":"info","a":null}"#
+        );
+    }
+}
