@@ -419,6 +419,24 @@ mod tests {
     }
 
     #[test]
+    fn a_day_that_starts_in_a_daylight_saving_gap() {
+        // Sao Paulo skipped 2018-11-04 00:00..01:00: that day began at 03:00 UTC.
+        let s = spec(&[
+            ("partitions.time_zone", "America/Sao_Paulo"),
+            ("partitions.ahead", "1"),
+        ]);
+        let existing = table(&s, "2018-11-03", "2018-11-03");
+        assert_eq!(
+            existing[0].less_than,
+            Some((at("2018-11-04T03:00:00Z").timestamp() as u64) << 32)
+        );
+        let before = plan_maintenance(&existing, at("2018-11-04T02:59:59Z"), &s).unwrap();
+        assert_eq!(names_added(&before), ["p20181104"]);
+        let after = plan_maintenance(&existing, at("2018-11-04T03:00:00Z"), &s).unwrap();
+        assert_eq!(names_added(&after), ["p20181104", "p20181105"]);
+    }
+
+    #[test]
     fn a_neglected_table_gets_every_missing_period() {
         let s = spec(&[("partitions.ahead", "1")]);
         let existing = table(&s, "2040-03-01", "2040-03-02");
