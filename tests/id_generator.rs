@@ -145,6 +145,9 @@ fn a_clock_stepping_back_an_hour_continues_from_the_last_second_used() {
     assert_eq!((d.unix_seconds, d.counter), (T0, 100));
     assert!(after.windows(2).all(|w| w[0] < w[1]));
     assert_eq!(generator.stats().clock_back_events, 1);
+    // The second in use still had counters: nothing waited for the clock.
+    assert_eq!(clock.waits(), 0);
+    assert_eq!(clock.unix_seconds(), T0 - 3_600);
     // Clock creeping forward but still behind the last second used: still no reuse, no new count.
     clock.advance(10);
     let later = generator.next_id().unwrap();

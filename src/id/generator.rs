@@ -205,7 +205,10 @@ impl<C: Clock> IdGenerator<C> {
             // word, which covers both a stalled or stepped-back clock and a borrowed second.
             let start = current.max(now_since_epoch << counter_bits);
             let second = start >> counter_bits;
-            if second > now_since_epoch + self.max_borrow {
+            let counter = start & (per_second - 1);
+            // The bound applies to entering a new second only: a second already in use keeps
+            // its remaining counters even when the clock has stepped back behind it.
+            if counter == 0 && second > now_since_epoch + self.max_borrow {
                 self.wait_for_clock(second, now);
                 current = self.next.0.load(Ordering::Relaxed);
                 continue;
@@ -216,7 +219,6 @@ impl<C: Clock> IdGenerator<C> {
                     epoch: self.layout.epoch_unix_seconds(),
                 });
             };
-            let counter = start & (per_second - 1);
             let len = u64::from(n).min(per_second - counter);
             match self.next.0.compare_exchange_weak(
                 current,
