@@ -2,11 +2,14 @@
 //! (identifiers, partition bounds, DDL text) so they are tested without a server.
 
 pub mod db;
+pub mod encode;
 pub mod error;
 pub mod ident;
 pub mod partition_plan;
 pub mod schema;
+pub mod writer;
 
 pub use error::StoreError;
 pub use ident::{Ident, IdentError};
 pub use partition_plan::{PartitionBound, PartitionPlan, Period, PlanError};
+pub use writer::{Batch, Committed, DeadLetter, Row, WriteOutcome, Writer};
