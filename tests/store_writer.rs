@@ -900,3 +900,79 @@ fn give_up_after_is_a_human_duration() {
     let e = db_less("soon").unwrap_err().to_string();
     assert!(e.contains("store.give_up_after"), "{e}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// The benchmark command
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn bench_store_measures_every_method_and_drops_its_scratch_database() {
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_logstamp"))
+        .env_clear()
+        .env(
+            "LOGSTAMP__MYSQL__URL",
+            format!("{}/logstamp", support::server_url()),
+        )
+        .args(["bench", "store", "--rows", "300", "--batch-rows", "40"])
+        .args(["--concurrency", "3", "--runs", "2"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let scratch = format!("logstamp_bench_{}", child.id());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["rows"], 300);
+    assert_eq!(lines[0]["concurrency"], 3);
+    let mean = lines[0]["mean_message_bytes"].as_u64().unwrap();
+    assert!((250..=350).contains(&mean), "{mean}");
+    let methods = [
+        "text",
+        "prepared",
+        "batch",
+        "load_data",
+        "load_data_unbatched",
+        "load_data_unbatched_parallel",
+    ];
+    let runs: Vec<&serde_json::Value> = lines.iter().filter(|l| l["run"].is_u64()).collect();
+    assert_eq!(runs.len(), 2 * methods.len());
+    for run in &runs {
+        assert_eq!(run["rows"], 300);
+        assert!(run["rows_per_second"].as_f64().unwrap() > 0.0, "{run}");
+    }
+    // The writer's batches show in the server's counters: 300 rows in batches of 40 is 8
+    // commits per run.
+    assert_eq!(runs[0]["method"], "text");
+    assert!(
+        runs[0]["server"]["Com_commit"].as_u64().unwrap() >= 8,
+        "{}",
+        runs[0]
+    );
+    let summaries: Vec<&serde_json::Value> =
+        lines.iter().filter(|l| l["summary"].is_string()).collect();
+    let named: Vec<&str> = summaries
+        .iter()
+        .map(|s| s["summary"].as_str().unwrap())
+        .collect();
+    assert_eq!(named, methods);
+    assert_eq!(summaries[4]["percent_of_ceiling"], 100.0);
+    assert_eq!(summaries[5]["percent_of_parallel_ceiling"], 100.0);
+
+    let mut conn = mysql_async::Conn::from_url(format!("{}/", support::server_url()))
+        .await
+        .unwrap();
+    let left: Vec<String> = conn
+        .exec(
+            "SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?",
+            (scratch.as_str(),),
+        )
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "{scratch} was not dropped");
+}

@@ -2,6 +2,7 @@
 //!
 //! Exit codes: 0 done, 1 the work failed, 2 bad usage or configuration.
 
+mod bench;
 mod id;
 mod output;
 mod partitions;
@@ -39,6 +40,9 @@ enum Command {
     Partitions(partitions::PartitionsCommand),
     /// Choose the number of service bits for a fleet.
     Plan(plan::PlanArgs),
+    /// Measure throughput against a scratch database.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
 }
 
 /// A mistake in how the command was called (exit code 2), as opposed to a failure of the work.
@@ -73,6 +77,7 @@ fn run(command: Command, sources: Sources) -> anyhow::Result<ExitCode> {
         Command::Id(cmd) => id::run(cmd, sources),
         Command::Partitions(cmd) => partitions::run(cmd, sources),
         Command::Plan(args) => plan::run(args),
+        Command::Bench(cmd) => bench::run(cmd, sources),
     }
 }
 
