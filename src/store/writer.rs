@@ -271,50 +271,79 @@ impl Writer {
     async fn attempt(&self, batch: &Batch) -> Result<WriteOutcome, StoreError> {
         let mut conn = self.conn().await?;
         let budget = self.statement_budget(&mut conn).await?;
-        let context = |what: &str| {
-            format!(
-                "{what} for {}/{} from offset {}",
-                batch.topic, batch.partition, batch.start_offset
-            )
+        // Fast path: the whole batch at once; slow path (only when the database refused a row):
+        // again, isolating the refused rows.
+        for isolating in [false, true] {
+            let mut tx =
+                conn.start_transaction(TxOpts::default())
+                    .await
+                    .map_err(StoreError::mysql(batch_context(
+                        batch,
+                        "starting a transaction",
+                    )))?;
+            let step = self.in_transaction(&mut tx, batch, budget, isolating).await;
+            match step {
+                Ok(Step::Commit(committed)) => {
+                    tx.commit()
+                        .await
+                        .map_err(StoreError::mysql(batch_context(batch, "committing")))?;
+                    return Ok(WriteOutcome::Committed(committed));
+                }
+                Ok(Step::Moved(stored)) => {
+                    if let Err(e) = tx.rollback().await {
+                        // Nothing was written; the pool rolls back or drops the connection.
+                        tracing::debug!("rolling back an unclaimed batch: {e}");
+                    }
+                    return Ok(WriteOutcome::OffsetMoved { stored });
+                }
+                Ok(Step::Refused(reason)) => {
+                    tracing::info!(
+                        topic = %batch.topic,
+                        partition = batch.partition,
+                        start_offset = batch.start_offset,
+                        "the database refused a row ({reason}); finding which"
+                    );
+                    tx.rollback()
+                        .await
+                        .map_err(StoreError::mysql(batch_context(batch, "rolling back")))?;
+                }
+                Err(e) => {
+                    // Roll back now, so the partition's offset row is unlocked before the error
+                    // is returned rather than whenever the pool gets to the connection.
+                    if let Err(rollback) = tx.rollback().await {
+                        tracing::debug!("rolling back after a failure: {rollback}");
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Err(StoreError::Refused(batch_context(
+            batch,
+            "a row was refused, then none was when isolating it",
+        )))
+    }
+
+    /// Claims the offset, then writes the rows (all at once, or `isolating` refused ones) and
+    /// the dead letters. Commits nothing.
+    async fn in_transaction(
+        &self,
+        tx: &mut Transaction<'_>,
+        batch: &Batch,
+        budget: usize,
+        isolating: bool,
+    ) -> Result<Step, StoreError> {
+        if let Some(stored) = claim_offset(tx, batch).await? {
+            return Ok(Step::Moved(stored));
+        }
+        let refused = if isolating {
+            self.insert_isolating(tx, &batch.rows, budget).await?
+        } else {
+            match self.insert(tx, &batch.rows, budget).await {
+                Ok(()) => Vec::new(),
+                Err(InsertError::Refused(reason)) => return Ok(Step::Refused(reason)),
+                Err(InsertError::Store(e)) => return Err(e),
+            }
         };
-
-        // Fast path: the whole batch at once.
-        let mut tx = begin(&mut conn, &context).await?;
-        if let Some(moved) = claim_offset(&mut tx, batch).await? {
-            return Ok(rollback(tx, moved).await);
-        }
-        match self.insert(&mut tx, &batch.rows, budget).await {
-            Ok(()) => {
-                let dead = insert_dead_letters(&mut tx, batch, &batch.dead_letters, budget).await?;
-                tx.commit()
-                    .await
-                    .map_err(StoreError::mysql(context("committing")))?;
-                return Ok(WriteOutcome::Committed(Committed {
-                    rows: batch.rows.len(),
-                    dead_letters: dead,
-                    refused: 0,
-                }));
-            }
-            Err(InsertError::Refused(reason)) => {
-                tracing::info!(
-                    topic = %batch.topic,
-                    partition = batch.partition,
-                    start_offset = batch.start_offset,
-                    "the database refused a row ({reason}); finding which"
-                );
-                tx.rollback()
-                    .await
-                    .map_err(StoreError::mysql(context("rolling back")))?;
-            }
-            Err(InsertError::Store(e)) => return Err(e),
-        }
-
-        // Slow path: again, isolating the refused rows.
-        let mut tx = begin(&mut conn, &context).await?;
-        if let Some(moved) = claim_offset(&mut tx, batch).await? {
-            return Ok(rollback(tx, moved).await);
-        }
-        let refused = self.insert_isolating(&mut tx, &batch.rows, budget).await?;
         let mut dead_letters = batch.dead_letters.clone();
         dead_letters.extend(refused.iter().map(|(i, reason)| {
             let row = &batch.rows[*i];
@@ -324,11 +353,8 @@ impl Writer {
                 raw: row.mapped.document.as_bytes().to_vec(),
             }
         }));
-        let dead = insert_dead_letters(&mut tx, batch, &dead_letters, budget).await?;
-        tx.commit()
-            .await
-            .map_err(StoreError::mysql(context("committing")))?;
-        Ok(WriteOutcome::Committed(Committed {
+        let dead = insert_dead_letters(tx, batch, &dead_letters, budget).await?;
+        Ok(Step::Commit(Committed {
             rows: batch.rows.len() - refused.len(),
             dead_letters: dead,
             refused: refused.len(),
@@ -410,30 +436,28 @@ impl Writer {
     }
 }
 
-async fn begin<'a>(
-    conn: &'a mut Conn,
-    context: &impl Fn(&str) -> String,
-) -> Result<Transaction<'a>, StoreError> {
-    conn.start_transaction(TxOpts::default())
-        .await
-        .map_err(StoreError::mysql(context("starting a transaction")))
+/// What a transaction came to, before it is committed or rolled back.
+enum Step {
+    Commit(Committed),
+    /// The stored offset is elsewhere (or absent).
+    Moved(Option<i64>),
+    /// The database refused some row of the batch, for this reason.
+    Refused(String),
 }
 
-/// Rolls back a transaction that wrote nothing; a failure to roll back is harmless (the pool
-/// rolls back or drops the connection), so the outcome stands.
-async fn rollback(tx: Transaction<'_>, outcome: WriteOutcome) -> WriteOutcome {
-    if let Err(e) = tx.rollback().await {
-        tracing::debug!("rolling back an unclaimed batch: {e}");
-    }
-    outcome
+fn batch_context(batch: &Batch, what: &str) -> String {
+    format!(
+        "{what} for {}/{} from offset {}",
+        batch.topic, batch.partition, batch.start_offset
+    )
 }
 
-/// Moves the partition's offset from the batch's start to its end; `Some` (nothing claimed) when
-/// the stored offset is elsewhere.
+/// Moves the partition's offset from the batch's start to its end; `Some(stored)` (nothing
+/// claimed) when the stored offset is elsewhere.
 async fn claim_offset(
     tx: &mut Transaction<'_>,
     batch: &Batch,
-) -> Result<Option<WriteOutcome>, StoreError> {
+) -> Result<Option<Option<i64>>, StoreError> {
     let context = || {
         format!(
             "claiming offset {} of {}/{} for group {}",
@@ -482,7 +506,7 @@ async fn claim_offset(
         )
         .await
         .map_err(StoreError::mysql(context()))?;
-    Ok(Some(WriteOutcome::OffsetMoved { stored }))
+    Ok(Some(stored))
 }
 
 async fn insert_dead_letters(
