@@ -795,6 +795,56 @@ async fn hostile_messages_are_stored_exactly_or_dead_lettered(method: InsertMeth
 }
 for_each_method!(hostile_messages_are_stored_exactly_or_dead_lettered);
 
+/// More data than one packet holds (about 40 MB against MariaDB's 16 MiB default), and more rows
+/// than one prepared statement has placeholders for: split into several statements, still one
+/// transaction, every byte stored.
+async fn batches_beyond_one_statement_are_split(method: InsertMethod) {
+    let f = Fixture::new("split", method).await;
+    let big: Vec<Vec<u8>> = (0..12)
+        .map(|k| message(json!({"t": format!("{k}").repeat(1_500_000), "i": k})))
+        .collect();
+    let input: Vec<(u64, i64, &[u8])> = big
+        .iter()
+        .enumerate()
+        .map(|(k, m)| (k as u64 + 1, k as i64, m.as_slice()))
+        .collect();
+    let batch = f.batch(0, 0, 12, &input);
+    assert_eq!(committed(f.writer.write(&batch).await.unwrap()).rows, 12);
+    let sizes: Vec<(u64, u64, u64)> = f
+        .conn()
+        .await
+        .query("SELECT id, LENGTH(t), LENGTH(payload) FROM logs ORDER BY id")
+        .await
+        .unwrap();
+    let expected: Vec<(u64, u64, u64)> = big
+        .iter()
+        .enumerate()
+        .map(|(k, m)| {
+            (
+                k as u64 + 1,
+                1_500_000 * (k.to_string().len() as u64),
+                m.len() as u64,
+            )
+        })
+        .collect();
+    assert_eq!(sizes, expected);
+    let same: Option<u64> = f
+        .conn()
+        .await
+        .query_first("SELECT COUNT(*) FROM logs WHERE JSON_VALUE(payload, '$.t') = t")
+        .await
+        .unwrap();
+    assert_eq!(same, Some(12));
+
+    // 7,000 rows of 10 values: more than 65,535 placeholders.
+    let many = log_messages(1_000, 12, 7_000);
+    let batch = f.batch(0, 12, 7_012, &borrowed(&many));
+    assert_eq!(committed(f.writer.write(&batch).await.unwrap()).rows, 7_000);
+    assert_eq!(f.stored_ids().await.len(), 7_012);
+    assert_eq!(f.stored_offset(0).await, Some(7_012));
+}
+for_each_method!(batches_beyond_one_statement_are_split);
+
 // ---------------------------------------------------------------------------------------------
 // Rows the database refuses
 // ---------------------------------------------------------------------------------------------
