@@ -131,6 +131,9 @@ pub struct StoreSettings {
     pub table: Ident,
     pub concurrency: usize,
     pub insert_method: InsertMethod,
+    /// How long a batch failing for a transient reason is retried before the writer gives up.
+    #[serde(with = "duration_text")]
+    pub give_up_after: Duration,
     pub payload: bool,
     pub columns: Vec<ColumnSpec>,
 }
@@ -495,6 +498,23 @@ mod as_text {
     {
         let text = String::deserialize(d)?;
         text.parse().map_err(de::Error::custom)
+    }
+}
+
+/// A duration written for humans ("5m", "90s", "1h 30m").
+mod duration_text {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer, de};
+
+    pub fn serialize<S: Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&humantime::format_duration(*value))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(text.trim())
+            .map_err(|e| de::Error::custom(format!("{e}: use a duration like \"5m\" or \"90s\"")))
     }
 }
 

@@ -97,7 +97,7 @@ fn defaults_load() {
     assert_eq!(s.partitions.time_zone, Zone::UTC);
     assert_eq!(s.partitions.retention, Retention(None));
     assert_eq!(s.store.table.as_str(), "logs");
-    assert_eq!(s.store.insert_method, InsertMethod::Text);
+    assert_eq!(s.store.insert_method, InsertMethod::Batch);
     assert_eq!(s.telemetry.log_format, LogFormat::Text);
     assert_eq!(s.batch.linger(), Duration::from_millis(s.batch.linger_ms));
     // An empty environment and no file or flags is the same as the defaults.

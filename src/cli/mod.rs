@@ -2,6 +2,7 @@
 //!
 //! Exit codes: 0 done, 1 the work failed, 2 bad usage or configuration.
 
+mod bench;
 mod db;
 mod id;
 mod migrate;
@@ -42,6 +43,9 @@ enum Command {
     Partitions(partitions::PartitionsCommand),
     /// Choose the number of service bits for a fleet.
     Plan(plan::PlanArgs),
+    /// Measure throughput against a scratch database.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
     /// Create the database, apply migrations, create or check the log table.
     Migrate(migrate::MigrateArgs),
     /// The log rows of a time range, read only from the partitions that hold it.
@@ -80,6 +84,7 @@ fn run(command: Command, sources: Sources) -> anyhow::Result<ExitCode> {
         Command::Id(cmd) => id::run(cmd, sources),
         Command::Partitions(cmd) => partitions::run(cmd, sources),
         Command::Plan(args) => plan::run(args),
+        Command::Bench(cmd) => bench::run(cmd, sources),
         Command::Migrate(args) => migrate::run(args, sources),
         Command::Query(args) => query::run(args, sources),
     }

@@ -26,6 +26,11 @@ impl Output {
         self.out.write_all(b"\n")
     }
 
+    /// Sends what is buffered now, for output that comes slowly (benchmarks).
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
     /// Flushes, treating a reader that went away as the end of the output.
     pub fn finish(mut self) -> io::Result<()> {
         ignore_closed_pipe(self.out.flush())

@@ -18,7 +18,7 @@ pub fn pool(url: &MysqlUrl, max_connections: usize) -> Result<Pool, StoreError> 
 
 /// Connection options from the URL. The driver's message is kept, the URL (and its password)
 /// is not.
-fn opts(url: &MysqlUrl) -> Result<Opts, StoreError> {
+pub(crate) fn opts(url: &MysqlUrl) -> Result<Opts, StoreError> {
     let opts = Opts::from_url(url.expose())
         .map_err(|e| StoreError::Refused(format!("mysql.url {}: {e}", url.redacted())))?;
     // DATETIME columns (and their CURRENT_TIMESTAMP defaults) hold UTC whatever the server's

@@ -218,7 +218,7 @@ pub async fn run(
     let database = current_database(conn).await?;
     let busy = |what: &str| {
         StoreError::Refused(format!(
-            "{what} of database {database} stayed locked by another logstamp for              {LOCK_WAIT_SECONDS} s; try again when it is done"
+            "{what} of database {database} stayed locked by another logstamp for {LOCK_WAIT_SECONDS} s; try again when it is done"
         ))
     };
     let applied = with_lock(

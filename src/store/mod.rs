@@ -2,6 +2,7 @@
 //! (identifiers, partition bounds, DDL text) so they are tested without a server.
 
 pub mod db;
+pub mod encode;
 pub mod error;
 pub mod ident;
 pub mod lock;
@@ -12,7 +13,9 @@ pub mod partitions;
 pub mod query;
 mod rows;
 pub mod schema;
+pub mod writer;
 
 pub use error::StoreError;
 pub use ident::{Ident, IdentError};
 pub use partition_plan::{PartitionBound, PartitionPlan, Period, PlanError};
+pub use writer::{Batch, Committed, DeadLetter, Row, WriteOutcome, Writer};

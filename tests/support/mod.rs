@@ -82,6 +82,19 @@ impl Drop for TestDb {
                 .unwrap();
             runtime.block_on(async move {
                 let mut conn = mysql_async::Conn::from_url(url).await?;
+                // A test that failed may leave connections with open transactions on its tables
+                // (their runtime is gone); DROP DATABASE would wait for them forever.
+                let leftover: Vec<u64> = conn
+                    .exec(
+                        "SELECT ID FROM information_schema.PROCESSLIST \
+                         WHERE DB = ? AND ID <> CONNECTION_ID()",
+                        (name.as_str(),),
+                    )
+                    .await?;
+                for id in leftover {
+                    // Gone already is fine.
+                    let _ = conn.query_drop(format!("KILL CONNECTION {id}")).await;
+                }
                 conn.query_drop(format!("DROP DATABASE IF EXISTS `{name}`"))
                     .await?;
                 conn.disconnect().await

@@ -1,0 +1,590 @@
+//! The store writer: each batch's rows, its dead letters and its partition's next Kafka offset
+//! are committed in one MySQL transaction, so every message is stored exactly once.
+//!
+//! The offset is claimed first, with an update conditional on the offset the batch starts from:
+//! a stale owner (after a rebalance) or a second copy of the batch changes nothing, and its
+//! transaction is rolled back before any row is written ([`WriteOutcome::OffsetMoved`]). The
+//! claim also locks the partition's offset row, so two writers of one partition run one after
+//! the other.
+//!
+//! Rows the database refuses (bad data for a column) do not stop the writer: the batch is
+//! written again in a fresh transaction that isolates the refused rows by bisection, moves them
+//! to the dead letters with the server's message, and commits the rest with the offset.
+//! Transient failures (lost connection, deadlock) retry the whole batch with backoff, for at
+//! most `store.give_up_after`.
+
+mod infile;
+mod insert;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use backon::{ExponentialBuilder, Retryable};
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts, Transaction, TxOpts, Value};
+use tokio::sync::OnceCell;
+
+use super::{Ident, StoreError, db};
+use crate::config::{InsertMethod, Settings};
+use crate::transform::MappedRow;
+use infile::{InfileHandler, InfileServer};
+use insert::{InsertError, Target};
+
+/// Where each partition's next offset is kept.
+pub const OFFSETS_TABLE: &str = "ingest_offsets";
+/// Where messages that could not be stored are kept, with the reason.
+pub const DEAD_LETTERS_TABLE: &str = "dead_letters";
+
+/// Longest reason kept for a dead letter (the column is `TEXT`, 65,535 bytes).
+const MAX_REASON_BYTES: usize = 16 * 1024;
+
+/// Statements stay this far below `max_allowed_packet`, for the packet header and the statement
+/// text around the values.
+const PACKET_HEADROOM: usize = 64 * 1024;
+
+/// Session settings every writer connection runs once. Strict mode makes bad data an error
+/// instead of a silent truncation; the literal escaper relies on backslash escapes, so
+/// `NO_BACKSLASH_ESCAPES` must be off; READ COMMITTED keeps the offset claim of a new partition
+/// from taking gap locks that would deadlock two first writers.
+const SESSION_SETUP: &[&str] = &[
+    "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'",
+    "SET SESSION time_zone = '+00:00'",
+    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+    "SET NAMES utf8mb4",
+];
+
+/// The messages of one Kafka partition from `start_offset` up to (not including) `next_offset`:
+/// each became a row or a dead letter.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    pub consumer_group: String,
+    pub topic: String,
+    pub partition: i32,
+    /// The partition's stored next offset, which this batch continues from.
+    pub start_offset: i64,
+    /// The offset after the batch's last message.
+    pub next_offset: i64,
+    pub rows: Vec<Row>,
+    /// Messages that could not be mapped.
+    pub dead_letters: Vec<DeadLetter>,
+}
+
+/// A mapped message with its ID.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub id: u64,
+    pub offset: i64,
+    pub mapped: MappedRow,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    pub offset: i64,
+    pub reason: String,
+    pub raw: Vec<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// Rows, dead letters and the new offset are committed.
+    Committed(Committed),
+    /// The partition's stored offset is not the batch's start (another writer moved it, or this
+    /// batch was already written): nothing was written; seek to `stored` and read again. After a
+    /// retry this may also be this batch's own earlier commit, whose acknowledgement was lost;
+    /// either way every message is stored once and `stored` is where to read on.
+    OffsetMoved { stored: Option<i64> },
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Committed {
+    /// Rows stored in the log table.
+    pub rows: usize,
+    /// Dead letters stored: the batch's own plus the refused rows.
+    pub dead_letters: usize,
+    /// Rows the database refused, now among the dead letters.
+    pub refused: usize,
+}
+
+/// Writes batches on a pool of `store.concurrency` connections; clones share the pool, and
+/// batches of different partitions may be written at once.
+#[derive(Clone)]
+pub struct Writer {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    infiles: Arc<InfileServer>,
+    target: Target,
+    method: InsertMethod,
+    give_up_after: Duration,
+    /// Largest statement, from the server's `max_allowed_packet`.
+    statement_budget: OnceCell<usize>,
+}
+
+impl Writer {
+    pub fn new(settings: &Settings) -> Result<Writer, StoreError> {
+        let store = &settings.store;
+        let columns = store
+            .columns
+            .iter()
+            .map(|c| c.ident().map_err(StoreError::Refused))
+            .collect::<Result<Vec<Ident>, _>>()?;
+        let infiles = Arc::new(InfileServer::default());
+        let constraints = PoolConstraints::new(1, store.concurrency.max(1)).ok_or_else(|| {
+            StoreError::Refused(format!("invalid pool size {}", store.concurrency))
+        })?;
+        let opts = OptsBuilder::from_opts(db::opts(&settings.mysql.url)?)
+            .setup(SESSION_SETUP.to_vec())
+            .local_infile_handler(Some(InfileHandler(infiles.clone())))
+            .pool_opts(
+                PoolOpts::default()
+                    .with_constraints(constraints)
+                    // The session is set up once and owned by the writer; a reset on every
+                    // return to the pool would cost round trips and undo the setup.
+                    .with_reset_connection(false),
+            );
+        Ok(Writer {
+            inner: Arc::new(Inner {
+                pool: Pool::new(opts),
+                infiles,
+                target: Target::new(store.table.clone(), columns, store.payload),
+                method: store.insert_method,
+                give_up_after: store.give_up_after,
+                statement_budget: OnceCell::new(),
+            }),
+        })
+    }
+
+    pub fn method(&self) -> InsertMethod {
+        self.inner.method
+    }
+
+    /// Writes a batch exactly once, retrying transient failures for up to
+    /// `store.give_up_after`.
+    pub async fn write(&self, batch: &Batch) -> Result<WriteOutcome, StoreError> {
+        self.check(batch)?;
+        let started = Instant::now();
+        let give_up_after = self.inner.give_up_after;
+        // Retries go on until `give_up_after` has passed; capping each wait at a quarter of it
+        // bounds the overshoot past the deadline.
+        let min_delay = Duration::from_millis(50);
+        let backoff = ExponentialBuilder::default()
+            .with_jitter()
+            .with_min_delay(min_delay)
+            .with_max_delay(
+                Duration::from_secs(10)
+                    .min(give_up_after / 4)
+                    .max(min_delay),
+            )
+            .without_max_times();
+        (|| self.attempt(batch))
+            .retry(backoff)
+            .when(|e: &StoreError| e.is_transient() && started.elapsed() < give_up_after)
+            .notify(|e: &StoreError, wait: Duration| {
+                tracing::warn!(
+                    topic = %batch.topic,
+                    partition = batch.partition,
+                    start_offset = batch.start_offset,
+                    retry_in = ?wait,
+                    "writing a batch failed, retrying: {e}"
+                );
+            })
+            .await
+    }
+
+    /// The partition's stored next offset, to seek to on assignment; `None` if never written.
+    pub async fn stored_offset(
+        &self,
+        consumer_group: &str,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Option<i64>, StoreError> {
+        let context = || format!("reading the stored offset of {topic}/{partition}");
+        let mut conn = self.conn().await?;
+        conn.exec_first(
+            format!(
+                "SELECT next_offset FROM `{OFFSETS_TABLE}` \
+                 WHERE consumer_group = ? AND topic = ? AND kafka_partition = ?"
+            ),
+            (consumer_group, topic, partition),
+        )
+        .await
+        .map_err(StoreError::mysql(context()))
+    }
+
+    /// Loads rows with one `LOAD DATA LOCAL INFILE` outside any batch, offset or transaction:
+    /// the ceiling the benchmark compares the writer with. Returns the rows loaded.
+    pub async fn load_unbatched(&self, rows: &[Row]) -> Result<u64, StoreError> {
+        let mut conn = self.conn().await?;
+        insert::load_data(&mut conn, &self.inner.infiles, &self.inner.target, rows)
+            .await
+            .map_err(InsertError::into_store)
+    }
+
+    /// Closes the pool's connections once every clone's work is done.
+    pub async fn close(self) -> Result<(), StoreError> {
+        self.inner
+            .pool
+            .clone()
+            .disconnect()
+            .await
+            .map_err(StoreError::mysql("closing the writer's connections"))
+    }
+
+    async fn conn(&self) -> Result<Conn, StoreError> {
+        self.inner
+            .pool
+            .get_conn()
+            .await
+            .map_err(StoreError::mysql("connecting the writer"))
+    }
+
+    /// Mistakes of the caller, refused before any work.
+    fn check(&self, batch: &Batch) -> Result<(), StoreError> {
+        let refuse = |why: String| {
+            Err(StoreError::Refused(format!(
+                "batch of {}/{} from offset {}: {why}",
+                batch.topic, batch.partition, batch.start_offset
+            )))
+        };
+        if batch.next_offset <= batch.start_offset {
+            return refuse(format!("next offset {} is not after it", batch.next_offset));
+        }
+        let in_range = |offset: i64| (batch.start_offset..batch.next_offset).contains(&offset);
+        let columns = self.inner.target.columns.len();
+        for row in &batch.rows {
+            if !in_range(row.offset) {
+                return refuse(format!("row offset {} is outside the batch", row.offset));
+            }
+            if row.mapped.values.len() != columns {
+                return refuse(format!(
+                    "row at offset {} has {} values for {columns} columns",
+                    row.offset,
+                    row.mapped.values.len()
+                ));
+            }
+        }
+        if let Some(d) = batch.dead_letters.iter().find(|d| !in_range(d.offset)) {
+            return refuse(format!(
+                "dead letter offset {} is outside the batch",
+                d.offset
+            ));
+        }
+        Ok(())
+    }
+
+    async fn attempt(&self, batch: &Batch) -> Result<WriteOutcome, StoreError> {
+        let mut conn = self.conn().await?;
+        let budget = self.statement_budget(&mut conn).await?;
+        // Fast path: the whole batch at once; slow path (only when the database refused a row):
+        // again, isolating the refused rows.
+        for isolating in [false, true] {
+            let mut tx =
+                conn.start_transaction(TxOpts::default())
+                    .await
+                    .map_err(StoreError::mysql(batch_context(
+                        batch,
+                        "starting a transaction",
+                    )))?;
+            let step = self.in_transaction(&mut tx, batch, budget, isolating).await;
+            match step {
+                Ok(Step::Commit(committed)) => {
+                    tx.commit()
+                        .await
+                        .map_err(StoreError::mysql(batch_context(batch, "committing")))?;
+                    return Ok(WriteOutcome::Committed(committed));
+                }
+                Ok(Step::Moved(stored)) => {
+                    if let Err(e) = tx.rollback().await {
+                        // Nothing was written; the pool rolls back or drops the connection.
+                        tracing::debug!("rolling back an unclaimed batch: {e}");
+                    }
+                    return Ok(WriteOutcome::OffsetMoved { stored });
+                }
+                Ok(Step::Refused(reason)) => {
+                    tracing::info!(
+                        topic = %batch.topic,
+                        partition = batch.partition,
+                        start_offset = batch.start_offset,
+                        "the database refused a row ({reason}); finding which"
+                    );
+                    tx.rollback()
+                        .await
+                        .map_err(StoreError::mysql(batch_context(batch, "rolling back")))?;
+                }
+                Err(e) => {
+                    // Roll back now, so the partition's offset row is unlocked before the error
+                    // is returned rather than whenever the pool gets to the connection.
+                    if let Err(rollback) = tx.rollback().await {
+                        tracing::debug!("rolling back after a failure: {rollback}");
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Err(StoreError::Refused(batch_context(
+            batch,
+            "a row was refused, then none was when isolating it",
+        )))
+    }
+
+    /// Claims the offset, then writes the rows (all at once, or `isolating` refused ones) and
+    /// the dead letters. Commits nothing.
+    async fn in_transaction(
+        &self,
+        tx: &mut Transaction<'_>,
+        batch: &Batch,
+        budget: usize,
+        isolating: bool,
+    ) -> Result<Step, StoreError> {
+        if let Some(stored) = claim_offset(tx, batch).await? {
+            return Ok(Step::Moved(stored));
+        }
+        let refused = if isolating {
+            self.insert_isolating(tx, &batch.rows, budget).await?
+        } else {
+            match self.insert(tx, &batch.rows, budget).await {
+                Ok(()) => Vec::new(),
+                Err(InsertError::Refused(reason)) => return Ok(Step::Refused(reason)),
+                Err(InsertError::Store(e)) => return Err(e),
+            }
+        };
+        let mut dead_letters = batch.dead_letters.clone();
+        dead_letters.extend(refused.iter().map(|(i, reason)| {
+            let row = &batch.rows[*i];
+            DeadLetter {
+                offset: row.offset,
+                reason: format!("the database refused the row: {reason}"),
+                raw: row.mapped.document.as_bytes().to_vec(),
+            }
+        }));
+        let dead = insert_dead_letters(tx, batch, &dead_letters, budget).await?;
+        Ok(Step::Commit(Committed {
+            rows: batch.rows.len() - refused.len(),
+            dead_letters: dead,
+            refused: refused.len(),
+        }))
+    }
+
+    async fn insert(
+        &self,
+        tx: &mut Transaction<'_>,
+        rows: &[Row],
+        budget: usize,
+    ) -> Result<(), InsertError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let target = &self.inner.target;
+        match self.inner.method {
+            InsertMethod::Text => insert::text(tx, target, rows, budget).await,
+            InsertMethod::Prepared => insert::prepared(tx, target, rows, budget).await,
+            InsertMethod::Batch => insert::batch(tx, target, rows, budget).await,
+            InsertMethod::LoadData => insert::load_data(tx, &self.inner.infiles, target, rows)
+                .await
+                .map(|_| ()),
+        }
+    }
+
+    /// Inserts the rows the database accepts, each part under a savepoint so a refused part
+    /// leaves nothing behind, halving refused parts down to single rows. Returns the refused
+    /// rows' indexes with the server's reason.
+    async fn insert_isolating(
+        &self,
+        tx: &mut Transaction<'_>,
+        rows: &[Row],
+        budget: usize,
+    ) -> Result<Vec<(usize, String)>, StoreError> {
+        let context = "isolating refused rows";
+        let mut refused = Vec::new();
+        let mut parts = vec![(0, rows.len())];
+        while let Some((from, to)) = parts.pop() {
+            if from == to {
+                continue;
+            }
+            tx.query_drop("SAVEPOINT logstamp_part")
+                .await
+                .map_err(StoreError::mysql(context))?;
+            match self.insert(tx, &rows[from..to], budget).await {
+                Ok(()) => {}
+                Err(InsertError::Refused(reason)) => {
+                    tx.query_drop("ROLLBACK TO SAVEPOINT logstamp_part")
+                        .await
+                        .map_err(StoreError::mysql(context))?;
+                    if to - from == 1 {
+                        refused.push((from, reason));
+                    } else {
+                        let middle = from + (to - from) / 2;
+                        parts.push((middle, to));
+                        parts.push((from, middle));
+                    }
+                }
+                Err(InsertError::Store(e)) => return Err(e),
+            }
+        }
+        Ok(refused)
+    }
+
+    async fn statement_budget(&self, conn: &mut Conn) -> Result<usize, StoreError> {
+        self.inner
+            .statement_budget
+            .get_or_try_init(|| async {
+                let max: Option<u64> = conn
+                    .query_first("SELECT @@max_allowed_packet")
+                    .await
+                    .map_err(StoreError::mysql("reading max_allowed_packet"))?;
+                let max = usize::try_from(max.unwrap_or(0)).unwrap_or(usize::MAX);
+                Ok::<usize, StoreError>(max.saturating_sub(PACKET_HEADROOM).max(PACKET_HEADROOM))
+            })
+            .await
+            .copied()
+    }
+}
+
+/// What a transaction came to, before it is committed or rolled back.
+enum Step {
+    Commit(Committed),
+    /// The stored offset is elsewhere (or absent).
+    Moved(Option<i64>),
+    /// The database refused some row of the batch, for this reason.
+    Refused(String),
+}
+
+fn batch_context(batch: &Batch, what: &str) -> String {
+    format!(
+        "{what} for {}/{} from offset {}",
+        batch.topic, batch.partition, batch.start_offset
+    )
+}
+
+/// Moves the partition's offset from the batch's start to its end; `Some(stored)` (nothing
+/// claimed) when the stored offset is elsewhere.
+async fn claim_offset(
+    tx: &mut Transaction<'_>,
+    batch: &Batch,
+) -> Result<Option<Option<i64>>, StoreError> {
+    let context = || {
+        format!(
+            "claiming offset {} of {}/{} for group {}",
+            batch.start_offset, batch.topic, batch.partition, batch.consumer_group
+        )
+    };
+    let key = (
+        batch.consumer_group.as_str(),
+        batch.topic.as_str(),
+        batch.partition,
+    );
+    tx.exec_drop(
+        format!(
+            "UPDATE `{OFFSETS_TABLE}` SET next_offset = ?, updated_at = CURRENT_TIMESTAMP(6) \
+             WHERE consumer_group = ? AND topic = ? AND kafka_partition = ? AND next_offset = ?"
+        ),
+        (batch.next_offset, key.0, key.1, key.2, batch.start_offset),
+    )
+    .await
+    .map_err(StoreError::mysql(context()))?;
+    if tx.affected_rows() == 1 {
+        return Ok(None);
+    }
+    // No row moved: either the partition has none yet, or its offset is elsewhere. Of two first
+    // writers, one inserts; the other waits on its key lock and then finds the row (0 affected).
+    // ON DUPLICATE KEY with a no-op, not INSERT IGNORE, which would also hide bad values.
+    tx.exec_drop(
+        format!(
+            "INSERT INTO `{OFFSETS_TABLE}` (consumer_group, topic, kafka_partition, next_offset) \
+             VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE next_offset = next_offset"
+        ),
+        (key.0, key.1, key.2, batch.next_offset),
+    )
+    .await
+    .map_err(StoreError::mysql(context()))?;
+    if tx.affected_rows() == 1 {
+        return Ok(None);
+    }
+    let stored: Option<i64> = tx
+        .exec_first(
+            format!(
+                "SELECT next_offset FROM `{OFFSETS_TABLE}` \
+                 WHERE consumer_group = ? AND topic = ? AND kafka_partition = ?"
+            ),
+            key,
+        )
+        .await
+        .map_err(StoreError::mysql(context()))?;
+    Ok(Some(stored))
+}
+
+async fn insert_dead_letters(
+    tx: &mut Transaction<'_>,
+    batch: &Batch,
+    dead_letters: &[DeadLetter],
+    budget: usize,
+) -> Result<usize, StoreError> {
+    if dead_letters.is_empty() {
+        return Ok(0);
+    }
+    let rows: Vec<(usize, Vec<Value>)> = dead_letters
+        .iter()
+        .map(|d| {
+            let mut reason = clip(&d.reason, MAX_REASON_BYTES).to_string();
+            // A message too big for any statement is kept as its reason and place only.
+            let raw = if d.raw.len() > budget / 2 {
+                reason.push_str(&format!(
+                    " (the raw message of {} bytes is not kept: too large for max_allowed_packet)",
+                    d.raw.len()
+                ));
+                Value::NULL
+            } else {
+                Value::Bytes(d.raw.clone())
+            };
+            let size = reason.len() + d.raw.len().min(budget / 2) + batch.topic.len() + 64;
+            let values = vec![
+                Value::Bytes(batch.topic.as_bytes().to_vec()),
+                Value::Int(i64::from(batch.partition)),
+                Value::Int(d.offset),
+                Value::Bytes(reason.into_bytes()),
+                raw,
+            ];
+            (size, values)
+        })
+        .collect();
+    let prefix = format!(
+        "INSERT INTO `{DEAD_LETTERS_TABLE}` (topic, kafka_partition, kafka_offset, reason, raw) \
+         VALUES "
+    );
+    insert::prepared_values(tx, &prefix, 5, rows, budget)
+        .await
+        .map_err(|e| match e {
+            InsertError::Store(e) => e,
+            // Nothing about a dead letter can be refused but its size, which is bounded above.
+            InsertError::Refused(reason) => {
+                StoreError::Refused(format!("storing dead letters: {reason}"))
+            }
+        })?;
+    Ok(dead_letters.len())
+}
+
+/// The longest prefix of `s` within `max` bytes, on a character boundary.
+fn clip(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clip_keeps_whole_characters() {
+        assert_eq!(clip("abc", 5), "abc");
+        assert_eq!(clip("a😀b", 3), "a");
+        assert_eq!(clip("a😀b", 5), "a😀");
+    }
+}

@@ -1,0 +1,115 @@
+//! Messages to rows: parse a message as JSON and take each mapped column from it by JSON pointer,
+//! converted to the column's SQL type.
+//!
+//! Pure: no I/O. Any input, however hostile, either maps exactly or is a [`MapError`] naming the
+//! column and the reason; nothing is truncated or rounded silently (except sub-millisecond time,
+//! below the column's precision).
+
+mod convert;
+
+use serde_json::Value as Json;
+
+use crate::store::schema::{ColumnSpec, ColumnType, DEFAULT_STRING_LENGTH};
+
+pub use convert::{MAX_TEXT_BYTES, SqlValue};
+
+/// MariaDB's `JSON_VALID` refuses documents nested 32 levels deep or more.
+pub const MAX_JSON_DEPTH: usize = 31;
+
+/// Why a message could not become a row.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MapError {
+    #[error("message is not valid UTF-8 (first bad byte at offset {0})")]
+    NotUtf8(usize),
+    /// serde_json's message names the line and column, never the content.
+    #[error("message is not JSON: {0}")]
+    NotJson(String),
+    #[error("message is nested more than {MAX_JSON_DEPTH} levels deep, MariaDB's JSON limit")]
+    TooDeep,
+    #[error("column {column}: {reason}")]
+    Column { column: String, reason: String },
+}
+
+/// One column as the mapper uses it.
+#[derive(Debug, Clone)]
+struct Column {
+    name: String,
+    pointer: String,
+    column_type: ColumnType,
+    length: usize,
+}
+
+/// Maps messages to rows for a fixed list of columns.
+#[derive(Debug, Clone)]
+pub struct Mapper {
+    columns: Vec<Column>,
+}
+
+/// A mapped message: one value per column, in the mapper's column order, and the message text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MappedRow {
+    pub values: Vec<SqlValue>,
+    /// The message exactly as received: valid UTF-8 and JSON that MariaDB's `JSON` accepts, so it
+    /// can fill the `payload` column and numbers keep every digit.
+    pub document: String,
+}
+
+impl Mapper {
+    pub fn new(columns: &[ColumnSpec]) -> Mapper {
+        Mapper {
+            columns: columns
+                .iter()
+                .map(|c| Column {
+                    name: c.name.clone(),
+                    pointer: c.pointer.clone(),
+                    column_type: c.column_type,
+                    length: c.length.unwrap_or(DEFAULT_STRING_LENGTH) as usize,
+                })
+                .collect(),
+        }
+    }
+
+    /// Column names, in the order of [`MappedRow::values`].
+    pub fn column_names(&self) -> impl Iterator<Item = &str> {
+        self.columns.iter().map(|c| c.name.as_str())
+    }
+
+    pub fn map(&self, message: &[u8]) -> Result<MappedRow, MapError> {
+        let text = std::str::from_utf8(message).map_err(|e| MapError::NotUtf8(e.valid_up_to()))?;
+        let document: Json =
+            serde_json::from_str(text).map_err(|e| MapError::NotJson(e.to_string()))?;
+        if depth(&document) > MAX_JSON_DEPTH {
+            return Err(MapError::TooDeep);
+        }
+        let values = self
+            .columns
+            .iter()
+            .map(|column| {
+                let value = document.pointer(&column.pointer).unwrap_or(&Json::Null);
+                convert::convert(value, column.column_type, column.length).map_err(|reason| {
+                    MapError::Column {
+                        column: column.name.clone(),
+                        reason,
+                    }
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(MappedRow {
+            values,
+            document: text.to_string(),
+        })
+    }
+}
+
+/// Nesting depth: a scalar is 0, `[]` is 1, `[[]]` is 2. serde_json caps parsing at 128 levels, so
+/// the recursion is bounded.
+fn depth(value: &Json) -> usize {
+    match value {
+        Json::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Json::Object(fields) => 1 + fields.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests;
