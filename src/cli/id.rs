@@ -8,10 +8,10 @@ use serde::Serialize;
 
 use logstamp::config::Sources;
 use logstamp::id::IdGenerator;
-use logstamp::time::{Zone, ceil_seconds, floor_seconds, format_utc, parse_time};
+use logstamp::time::{ceil_seconds, floor_seconds, format_utc};
 
 use super::output::{Output, ignore_closed_pipe};
-use super::{UsageError, load_settings};
+use super::{TimeRangeArgs, UsageError, load_settings};
 
 #[derive(Debug, Subcommand)]
 pub enum IdCommand {
@@ -42,15 +42,8 @@ pub struct DecodeArgs {
 
 #[derive(Debug, Args)]
 pub struct RangeArgs {
-    /// Start, included: YYYY-MM-DD, YYYY-MM-DD HH:MM:SS, or RFC 3339.
-    #[arg(long, value_name = "TIME")]
-    from: String,
-    /// End, excluded; same forms as --from.
-    #[arg(long, value_name = "TIME")]
-    to: String,
-    /// Zone of times without an offset: +08:00 or an IANA name.
-    #[arg(long, value_name = "ZONE", default_value = "UTC")]
-    tz: String,
+    #[command(flatten)]
+    time: TimeRangeArgs,
     /// Print only the SQL predicate.
     #[arg(long)]
     sql: bool,
@@ -133,9 +126,7 @@ struct RangeOutput {
 
 fn range(args: RangeArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let layout = load_settings(&sources)?.id.layout;
-    let zone: Zone = args.tz.parse().map_err(|e| UsageError::new("--tz", e))?;
-    let from = parse_time(&args.from, &zone).map_err(|e| UsageError::new("--from", e))?;
-    let to = parse_time(&args.to, &zone).map_err(|e| UsageError::new("--to", e))?;
+    let (from, to) = args.time.parse()?;
     let range = layout
         .id_range(floor_seconds(from), ceil_seconds(to))
         .map_err(|e| UsageError::new("--from/--to", e))?;

@@ -14,7 +14,10 @@ mod query;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand};
+
+use logstamp::time::{Zone, parse_time};
 
 use logstamp::config::{ConfigError, Settings, Sources};
 
@@ -60,6 +63,30 @@ pub struct UsageError(pub String);
 impl UsageError {
     pub fn new(flag: &str, error: impl std::fmt::Display) -> UsageError {
         UsageError(format!("{flag}: {error}"))
+    }
+}
+
+/// `--from TIME --to TIME [--tz ZONE]`, shared by the commands that take a time range.
+#[derive(Debug, clap::Args)]
+pub struct TimeRangeArgs {
+    /// Start, included: YYYY-MM-DD, YYYY-MM-DD HH:MM:SS, or RFC 3339.
+    #[arg(long, value_name = "TIME")]
+    from: String,
+    /// End, excluded; same forms as --from.
+    #[arg(long, value_name = "TIME")]
+    to: String,
+    /// Zone of times without an offset: +08:00 or an IANA name.
+    #[arg(long, value_name = "ZONE", default_value = "UTC")]
+    tz: String,
+}
+
+impl TimeRangeArgs {
+    /// The two instants, or a usage error naming the flag at fault.
+    pub fn parse(&self) -> Result<(DateTime<Utc>, DateTime<Utc>), UsageError> {
+        let zone: Zone = self.tz.parse().map_err(|e| UsageError::new("--tz", e))?;
+        let from = parse_time(&self.from, &zone).map_err(|e| UsageError::new("--from", e))?;
+        let to = parse_time(&self.to, &zone).map_err(|e| UsageError::new("--to", e))?;
+        Ok((from, to))
     }
 }
 

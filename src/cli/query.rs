@@ -12,23 +12,15 @@ use logstamp::config::Sources;
 use logstamp::store::db;
 use logstamp::store::log_table::TableSpec;
 use logstamp::store::query::{self, Record, TimeQuery, parse_filter};
-use logstamp::time::{Zone, parse_time};
 
 use super::db::block_on;
 use super::output::{Format, Output, aligned, ignore_closed_pipe};
-use super::{UsageError, load_settings};
+use super::{TimeRangeArgs, UsageError, load_settings};
 
 #[derive(Debug, Args)]
 pub struct QueryArgs {
-    /// Start, included: YYYY-MM-DD, YYYY-MM-DD HH:MM:SS, or RFC 3339.
-    #[arg(long, value_name = "TIME")]
-    from: String,
-    /// End, excluded; same forms as --from.
-    #[arg(long, value_name = "TIME")]
-    to: String,
-    /// Zone of times without an offset: +08:00 or an IANA name.
-    #[arg(long, value_name = "ZONE", default_value = "UTC")]
-    tz: String,
+    #[command(flatten)]
+    time: TimeRangeArgs,
     /// Filter: `column OP value` joined by `and`; OP is = != < <= > >= or like; values are
     /// quoted text or numbers; columns are those of store.columns.
     #[arg(long = "where", value_name = "FILTER")]
@@ -55,9 +47,7 @@ struct Explained<'a> {
 pub fn run(args: QueryArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&sources)?;
     let spec = TableSpec::from_settings(&settings);
-    let zone: Zone = args.tz.parse().map_err(|e| UsageError::new("--tz", e))?;
-    let from = parse_time(&args.from, &zone).map_err(|e| UsageError::new("--from", e))?;
-    let to = parse_time(&args.to, &zone).map_err(|e| UsageError::new("--to", e))?;
+    let (from, to) = args.time.parse()?;
     let mut query = TimeQuery::between(&settings.id.layout, from, to)
         .map_err(|e| UsageError::new("--from/--to", e))?;
     if let Some(text) = &args.filter {
