@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::id::Layout;
+use crate::id::{IdError, Layout};
 use crate::store::schema::ColumnSpec;
 use crate::store::{Ident, Period};
 use crate::time::{Zone, parse_time};
@@ -336,8 +336,10 @@ impl<'a> Layered<'a> {
     }
 
     fn validate(&self, raw: RawSettings) -> Result<Settings, ConfigError> {
-        let layout = Layout::new(raw.id.service_bits, raw.id.epoch.0)
-            .map_err(|e| self.invalid("id.service_bits", e))?;
+        let layout = Layout::new(raw.id.service_bits, raw.id.epoch.0).map_err(|e| match e {
+            IdError::EpochOutOfRange(_) => self.invalid("id.epoch", e),
+            _ => self.invalid("id.service_bits", e),
+        })?;
         layout
             .check_service_id(raw.id.service_id)
             .map_err(|e| self.invalid("id.service_id", e))?;
@@ -529,10 +531,22 @@ impl<'de> Deserialize<'de> for Epoch {
         #[serde(untagged)]
         enum Given {
             Seconds(u64),
+            Signed(i64),
+            // Environment values past i64 are read as floats, which would lose seconds.
+            Float(f64),
             Text(String),
         }
         match Given::deserialize(d)? {
             Given::Seconds(s) => Ok(Epoch(s)),
+            Given::Signed(s) => Err(D::Error::custom(format!(
+                "the epoch cannot be before 1970-01-01 (got {s})"
+            ))),
+            Given::Float(f) => Err(D::Error::custom(format!(
+                "{f} is not usable: use whole Unix seconds below 2^63, a date or an RFC 3339 time"
+            ))),
+            Given::Text(text) if text.trim().parse::<u64>().is_ok() => {
+                text.trim().parse().map(Epoch).map_err(D::Error::custom)
+            }
             Given::Text(text) => {
                 let t = parse_time(&text, &Zone::UTC).map_err(D::Error::custom)?;
                 u64::try_from(t.timestamp())

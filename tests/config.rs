@@ -217,6 +217,14 @@ fn epoch_in_every_form() {
     assert_names(&e, "id.epoch", "environment variable LOGSTAMP__ID__EPOCH");
     let e = load_err(None, &[], &[("id.epoch", "last tuesday")]);
     assert_names(&e, "id.epoch", "the command line");
+    // Negative, too large for exact integers, or so late the layout's seconds overflow.
+    for bad in ["-5", "18446744073709551615"] {
+        let e = load_err(None, &[("LOGSTAMP__ID__EPOCH", bad)], &[]);
+        assert_names(&e, "id.epoch", "environment variable LOGSTAMP__ID__EPOCH");
+    }
+    let file = toml_file("[id]\nepoch = \"18446744073709551615\"\n");
+    let e = load_err(Some(&file), &[], &[]);
+    assert_names(&e, "id.epoch", &file.display().to_string());
 }
 
 #[test]

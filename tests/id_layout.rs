@@ -107,6 +107,23 @@ fn service_bits_outside_1_to_31_are_refused() {
 }
 
 #[test]
+fn an_epoch_whose_seconds_would_overflow_is_refused() {
+    let last_ok = u64::MAX - u64::from(u32::MAX);
+    assert!(Layout::new(10, last_ok).is_ok());
+    assert_eq!(
+        Layout::new(10, last_ok + 1),
+        Err(IdError::EpochOutOfRange(last_ok + 1))
+    );
+    assert_eq!(
+        Layout::new(10, last_ok)
+            .unwrap()
+            .decode(u64::MAX)
+            .unix_seconds,
+        u64::MAX
+    );
+}
+
+#[test]
 fn fields_that_do_not_fit_are_refused_not_masked() {
     let layout = Layout::new(30, 1_000).unwrap();
     assert!(matches!(

@@ -60,6 +60,14 @@ impl Layout {
         if !(1..=31).contains(&service_bits) {
             return Err(IdError::ServiceBits(service_bits));
         }
+        // Every second of the layout must be a representable Unix time, so decoding never
+        // overflows.
+        if epoch_unix_seconds
+            .checked_add(u64::from(u32::MAX))
+            .is_none()
+        {
+            return Err(IdError::EpochOutOfRange(epoch_unix_seconds));
+        }
         Ok(Layout {
             service_bits,
             epoch: epoch_unix_seconds,

@@ -18,6 +18,8 @@ pub use layout::{DEFAULT_SERVICE_BITS, Decoded, IdRange, Layout};
 pub enum IdError {
     #[error("service bits must be between 1 and 31, got {0}")]
     ServiceBits(u8),
+    #[error("epoch {0} (Unix seconds) is too late: the layout's 2^32 seconds would not fit")]
+    EpochOutOfRange(u64),
     #[error("service ID {service_id} does not fit in {service_bits} service bits (at most {max})")]
     ServiceIdOutOfRange {
         service_id: u32,

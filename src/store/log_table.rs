@@ -151,7 +151,7 @@ pub fn aligned_period_start(
     if bound & 0xFFFF_FFFF != 0 {
         return None;
     }
-    let unix = layout.epoch_unix_seconds().checked_add(bound >> 32)?;
+    let unix = layout.decode(bound).unix_seconds;
     let instant = DateTime::<Utc>::from_timestamp(i64::try_from(unix).ok()?, 0)?;
     let date = zone.local(instant).date();
     (period.start_of(date) == date && zone.resolve(date.and_time(NaiveTime::MIN)) == instant)

@@ -13,8 +13,8 @@ use serde::Serialize;
 use crate::id::{IdError, Layout};
 use crate::time::Zone;
 
-/// MariaDB allows 8,192 partitions per table; one is `pmax`.
-const MAX_PARTITIONS: usize = 8191;
+/// MariaDB's limit on partitions per table, `pmax` included.
+pub const MAX_PARTITIONS: usize = 8192;
 
 /// How much time one partition holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -135,7 +135,8 @@ impl PartitionPlan {
         let mut partitions = Vec::new();
         let mut start = period.start_of(from);
         while start <= to {
-            if partitions.len() == MAX_PARTITIONS {
+            // Leave room for `pmax`.
+            if partitions.len() == MAX_PARTITIONS - 1 {
                 return Err(PlanError::TooMany);
             }
             let next = period

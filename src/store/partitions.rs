@@ -17,11 +17,9 @@ use super::log_table::{
     ExistingPartition, Partitioning, TableSpec, aligned_period_start, check_partitioning,
     check_record, read_partitioning, read_record,
 };
+use super::partition_plan::MAX_PARTITIONS;
 use super::{PartitionBound, PartitionPlan, Period, StoreError};
 use crate::time::{Zone, format_utc};
-
-/// MariaDB's limit on partitions per table.
-const MAX_PARTITIONS: usize = 8192;
 
 /// The first day of the period holding `now`, in `zone`.
 pub fn current_period_start(now: DateTime<Utc>, period: Period, zone: &Zone) -> NaiveDate {
@@ -96,7 +94,7 @@ pub fn plan_maintenance(
     let mut drop = Vec::new();
     if let Some(retention) = spec.retention {
         let cutoff = i128::from(now.timestamp()) - i128::from(retention.as_secs());
-        let ends = |bound: u64| i128::from(layout.epoch_unix_seconds()) + i128::from(bound >> 32);
+        let ends = |bound: u64| i128::from(layout.decode(bound).unix_seconds);
         let added = add.iter().filter_map(|p| {
             p.less_than.map(|bound| ExistingPartition {
                 name: p.name.clone(),
@@ -138,7 +136,7 @@ pub struct PartitionInfo {
 
 /// The time each partition covers, from its bound and the previous one.
 pub fn describe(existing: &[ExistingPartition], spec: &TableSpec) -> Vec<PartitionInfo> {
-    let time_of = |bound: u64| format_utc(spec.layout.epoch_unix_seconds() + (bound >> 32));
+    let time_of = |bound: u64| format_utc(spec.layout.decode(bound).unix_seconds);
     let mut previous: Option<u64> = None;
     existing
         .iter()
