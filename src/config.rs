@@ -148,6 +148,18 @@ pub enum InsertMethod {
     LoadData,
 }
 
+impl fmt::Display for InsertMethod {
+    /// The setting's own spelling.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            InsertMethod::Text => "text",
+            InsertMethod::Prepared => "prepared",
+            InsertMethod::Batch => "batch",
+            InsertMethod::LoadData => "load_data",
+        })
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BatchSettings {

@@ -696,3 +696,18 @@ fn default_toml_lists_every_setting() {
         32
     );
 }
+
+#[test]
+fn insert_methods_display_as_they_are_spelled_in_settings() {
+    for method in [
+        InsertMethod::Text,
+        InsertMethod::Prepared,
+        InsertMethod::Batch,
+        InsertMethod::LoadData,
+    ] {
+        assert_eq!(
+            serde_json::to_value(method).unwrap(),
+            Value::String(method.to_string())
+        );
+    }
+}

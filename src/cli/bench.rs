@@ -177,14 +177,7 @@ async fn bench_in(settings: &Settings, plan: &Plan) -> anyhow::Result<()> {
             let after = counters(&mut conn).await?;
             writer.close().await?;
             check_stored(&mut conn, settings, plan.rows).await?;
-            let result = run_result(
-                method_name(method),
-                run,
-                plan.rows,
-                seconds,
-                &before,
-                &after,
-            );
+            let result = run_result(method.to_string(), run, plan.rows, seconds, &before, &after);
             out.json(&result)?;
             out.flush()?;
             results.push(result);
@@ -231,7 +224,7 @@ async fn bench_in(settings: &Settings, plan: &Plan) -> anyhow::Result<()> {
 
     let ceiling = median(&results, CEILING);
     let parallel = median(&results, PARALLEL_CEILING);
-    let mut names: Vec<String> = plan.methods.iter().map(|m| method_name(*m)).collect();
+    let mut names: Vec<String> = plan.methods.iter().map(|m| m.to_string()).collect();
     names.extend([CEILING.to_string(), PARALLEL_CEILING.to_string()]);
     let percent = |rate: f64, of: f64| (1000.0 * rate / of).round() / 10.0;
     for name in names {
@@ -420,13 +413,6 @@ fn median(results: &[RunResult], method: &str) -> f64 {
         n if n % 2 == 1 => rates[n / 2],
         n => (rates[n / 2 - 1] + rates[n / 2]) / 2.0,
     }
-}
-
-fn method_name(method: InsertMethod) -> String {
-    serde_json::to_value(method)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_else(|| format!("{method:?}"))
 }
 
 /// `mysql.url` with the database replaced by a scratch one of this process.
