@@ -10,6 +10,7 @@ mod output;
 mod partitions;
 mod plan;
 mod query;
+mod relay;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -53,6 +54,9 @@ enum Command {
     Migrate(migrate::MigrateArgs),
     /// The log rows of a time range, read only from the partitions that hold it.
     Query(query::QueryArgs),
+    /// Keep the relayed tables in sync with other data centres through the binlog.
+    #[command(subcommand)]
+    Relay(relay::RelayCommand),
 }
 
 /// A mistake in how the command was called (exit code 2), as opposed to a failure of the work.
@@ -114,6 +118,7 @@ fn run(command: Command, sources: Sources) -> anyhow::Result<ExitCode> {
         Command::Bench(cmd) => bench::run(cmd, sources),
         Command::Migrate(args) => migrate::run(args, sources),
         Command::Query(args) => query::run(args, sources),
+        Command::Relay(cmd) => relay::run(cmd, sources),
     }
 }
 

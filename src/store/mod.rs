@@ -11,7 +11,7 @@ pub mod migrate;
 pub mod partition_plan;
 pub mod partitions;
 pub mod query;
-mod rows;
+pub(crate) mod rows;
 pub mod schema;
 pub mod writer;
 
