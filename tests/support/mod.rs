@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use logstamp::config::{MysqlUrl, Settings, Sources};
 use mysql_async::prelude::Queryable;
 
+pub mod mariadb;
+
 /// The server the tests use; `LOGSTAMP_TEST_MYSQL` points them elsewhere.
 pub fn server_url() -> String {
     std::env::var("LOGSTAMP_TEST_MYSQL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
