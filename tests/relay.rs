@@ -159,6 +159,27 @@ impl Dc {
         );
     }
 
+    /// `logstamp relay status` as JSON lines.
+    fn status(&self) -> Vec<serde_json::Value> {
+        let output = Command::new(env!("CARGO_BIN_EXE_logstamp"))
+            .arg("--config")
+            .arg(self.dir.path().join("relay.toml"))
+            .args(["relay", "status"])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        output
+            .stdout
+            .split(|b| *b == b'\n')
+            .filter(|line| !line.is_empty())
+            .map(|line| serde_json::from_slice(line).unwrap())
+            .collect()
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("relay.log")).unwrap_or_default()
     }
@@ -467,6 +488,27 @@ async fn two_dcs_writing_at_once(mode: LoopFilterMode) {
     let local = write_everywhere(&dcs, 120).await;
     wait_in_sync(&dcs, &local, "app.items").await;
     assert_exactly_once(&dcs, &local).await;
+    // `relay status` agrees: nothing behind, every transaction applied.
+    wait_until("status shows a caught up", || async {
+        let lines = dcs[0].status();
+        let capture = &lines[0];
+        let apply = &lines[1];
+        let caught_up = capture["part"] == "capture"
+            && capture["behind_transactions"] == 0
+            && capture["lag_seconds"] == 0
+            && apply["part"] == "apply"
+            && apply["source_dc"] == "b"
+            && apply["behind_messages"] == 0
+            && apply["lag_seconds"] == 0
+            && apply["applied_transactions"] == local[1]
+            && apply["last_error"].is_null();
+        if caught_up {
+            Ok(())
+        } else {
+            Err(format!("{lines:?}"))
+        }
+    })
+    .await;
     // The checkpoints count the same, and a stop is clean.
     for (i, dc) in dcs.iter_mut().enumerate() {
         dc.stop_relay().await;
@@ -750,4 +792,47 @@ async fn a_source_without_full_row_metadata_is_refused() {
         stderr.contains("BIGINT UNSIGNED decodes signed"),
         "{stderr}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_whose_columns_differ_waits_until_they_agree() {
+    let mut dcs = vec![
+        Dc::new("a", 1, &[ITEMS]).await,
+        Dc::new("b", 2, &[ITEMS]).await,
+    ];
+    start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
+    let mut a = dcs[0].conn().await;
+    a.query_drop("ALTER TABLE app.items ADD COLUMN extra INT NULL")
+        .await
+        .unwrap();
+    a.query_drop(
+        "INSERT INTO app.items (id, service, v, note, seen, extra) VALUES (1, 1, 0, 'new', NOW(6), 5)",
+    )
+    .await
+    .unwrap();
+    wait_until("b refuses the changed table", || async {
+        let mut b = dcs[1].conn().await;
+        let error: Option<Option<String>> = b
+            .query_first("SELECT last_error FROM logstamp.relay_applied WHERE source_dc = 'a'")
+            .await
+            .map_err(|e| e.to_string())?;
+        match error.flatten() {
+            Some(e) if e.contains("column extra (int) is in a but not here") => Ok(()),
+            other => Err(format!("last_error {other:?}")),
+        }
+    })
+    .await;
+    assert!(dcs[1].rows("app.items").await.is_empty(), "nothing applied");
+    assert!(dcs[0].log().contains("DDL in the binlog, not relayed"));
+    // The same DDL here, by hand: applying goes on.
+    let mut b = dcs[1].conn().await;
+    b.query_drop("ALTER TABLE app.items ADD COLUMN extra INT NULL")
+        .await
+        .unwrap();
+    wait_in_sync(&dcs, &[1, 0], "app.items").await;
+    let error: Option<Option<String>> = b
+        .query_first("SELECT last_error FROM logstamp.relay_applied WHERE source_dc = 'a'")
+        .await
+        .unwrap();
+    assert_eq!(error, Some(None), "the error is cleared");
 }

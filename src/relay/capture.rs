@@ -16,10 +16,10 @@ use tokio::sync::{mpsc, watch};
 use crate::config::LoopFilterMode;
 use crate::store::{StoreError, db};
 
-use super::change::{Change, TxnRef};
+use super::change::{Change, TxnRef, binlog_file_number};
 use super::checkpoint::{self, Checkpoint};
 use super::context::{RelayContext, RelayError};
-use super::events::{EventHandler, Transaction};
+use super::events::{EventHandler, Step, Transaction};
 use super::loop_filter::CacheKey;
 use super::table::Charsets;
 
@@ -130,6 +130,7 @@ pub async fn run_once(
                 file,
                 pos,
                 gtid_state,
+                gtid_from_position: false,
                 next_seq: 0,
                 commit_ts: 0,
                 published_transactions: 0,
@@ -226,11 +227,30 @@ pub async fn run_once(
                 }
                 Ok(Some(event)) => event.map_err(|e| source_error(e, relay.server_id))?,
             };
-            let Some(txn) = handler.handle(&event)? else {
-                continue;
+            let pending = match handler.handle(&event)? {
+                None => continue,
+                Some(Step::Transaction(txn)) => {
+                    publish(context, &producer, &topic, source_server_id, txn, &mut last).await?
+                }
+                Some(Step::Idle(position)) => {
+                    let done = binlog_file_number(&last.file).map(|n| (n, last.pos));
+                    if position.order().is_none() || position.order() <= done {
+                        continue;
+                    }
+                    // Everything up to here was read; the GTIDs of groups the server left
+                    // out are looked up when the checkpoint is saved.
+                    last = Checkpoint {
+                        file: position.file,
+                        pos: position.pos,
+                        gtid_from_position: true,
+                        ..last.clone()
+                    };
+                    Pending {
+                        deliveries: Vec::new(),
+                        checkpoint: last.clone(),
+                    }
+                }
             };
-            let pending =
-                publish(context, &producer, &topic, source_server_id, txn, &mut last).await?;
             if pending_tx.send(pending).await.is_err() {
                 return Err(ended_early((&mut acker).await));
             }
@@ -301,6 +321,7 @@ async fn publish(
         file: txn.end.file.clone(),
         pos: txn.end.pos,
         gtid_state: txn.gtid_state,
+        gtid_from_position: false,
         commit_ts: txn.commit_ts,
         ..last.clone()
     };
@@ -387,16 +408,32 @@ async fn acknowledge(
             }
             _ = ticker.tick() => {
                 if acked != saved {
-                    checkpoint::save(&mut conn, &dc, &acked).await?;
+                    save(&mut conn, &dc, &mut acked).await?;
                     saved = acked.clone();
                 }
             }
         }
     }
     if acked != saved {
-        checkpoint::save(&mut conn, &dc, &acked).await?;
+        save(&mut conn, &dc, &mut acked).await?;
     }
     let _ = conn.disconnect().await;
+    Ok(())
+}
+
+/// Saves a checkpoint, first reading the GTID state at its position if a heartbeat moved it.
+async fn save(
+    conn: &mut mysql_async::Conn,
+    dc: &str,
+    c: &mut Checkpoint,
+) -> Result<(), RelayError> {
+    if c.gtid_from_position {
+        if let Some(state) = checkpoint::gtid_at(conn, &c.file, c.pos).await? {
+            c.gtid_state = state;
+        }
+        c.gtid_from_position = false;
+    }
+    checkpoint::save(conn, dc, c).await?;
     Ok(())
 }
 

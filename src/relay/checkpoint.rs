@@ -20,6 +20,9 @@ pub struct Checkpoint {
     pub file: String,
     pub pos: u64,
     pub gtid_state: GtidState,
+    /// `gtid_state` may lag the position, which a heartbeat moved past groups the server did
+    /// not send; [`gtid_at`] tells the state there. Not stored.
+    pub gtid_from_position: bool,
     /// The sequence number the next published transaction gets.
     pub next_seq: u64,
     /// Commit time of the last transaction, Unix seconds (0 before the first).
@@ -62,6 +65,7 @@ pub async fn load(conn: &mut Conn, dc: &str) -> Result<Option<Checkpoint>, Relay
                 "the checkpoint of {dc} holds a bad GTID state: {e}"
             ))
         })?,
+        gtid_from_position: false,
         next_seq: take(&mut row, 3, "relay_checkpoints.next_seq")?,
         commit_ts: take(&mut row, 4, "relay_checkpoints.commit_ts")?,
         published_transactions: take(&mut row, 5, "relay_checkpoints.published_transactions")?,
@@ -96,6 +100,35 @@ pub async fn save(conn: &mut Conn, dc: &str, c: &Checkpoint) -> Result<(), Store
         "saving the checkpoint of {dc} at {}:{}",
         c.file, c.pos
     )))
+}
+
+/// The GTID state at a binlog position (MariaDB's `BINLOG_GTID_POS`, which reads the file up to
+/// there); `None` where the server has no such function or no answer.
+pub async fn gtid_at(
+    conn: &mut Conn,
+    file: &str,
+    pos: u64,
+) -> Result<Option<GtidState>, RelayError> {
+    let state: Option<Option<String>> = match conn
+        .exec_first("SELECT BINLOG_GTID_POS(?, ?)", (file, pos))
+        .await
+    {
+        Ok(state) => state,
+        // ER_SP_DOES_NOT_EXIST: not MariaDB.
+        Err(mysql_async::Error::Server(e)) if e.code == 1305 => return Ok(None),
+        Err(e) => {
+            return Err(
+                StoreError::mysql(format!("reading the GTID state at {file}:{pos}"))(e).into(),
+            );
+        }
+    };
+    state
+        .flatten()
+        .map(|s| {
+            s.parse()
+                .map_err(|e| RelayError::Refused(format!("BINLOG_GTID_POS({file}, {pos}): {e}")))
+        })
+        .transpose()
 }
 
 /// Where the server is writing its binlog now, and its GTID state.

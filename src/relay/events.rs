@@ -36,6 +36,16 @@ pub struct Transaction {
     pub skip_flagged: bool,
 }
 
+/// What an event tells capture.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// A committed event group.
+    Transaction(Transaction),
+    /// The server has sent everything up to this position and waits for more (a heartbeat).
+    /// Groups it left out (flagged skip_replication) lie before it.
+    Idle(Position),
+}
+
 /// What capture has counted since it started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EventStats {
@@ -103,8 +113,26 @@ impl EventHandler {
         self.stats
     }
 
-    /// Handles one event; returns the transaction it completed, if any.
-    pub fn handle(&mut self, event: &Event) -> Result<Option<Transaction>, RelayError> {
+    /// Handles one event; returns the transaction it completed, or the position a heartbeat
+    /// vouches for.
+    pub fn handle(&mut self, event: &Event) -> Result<Option<Step>, RelayError> {
+        Ok(self
+            .handle_event(event)?
+            .map(Step::Transaction)
+            .or_else(|| {
+                let heartbeat = event.header().event_type_raw() == EventType::HEARTBEAT_EVENT as u8;
+                // The server sends heartbeats only between event groups, but be sure.
+                (heartbeat && self.open.is_none()).then(|| {
+                    Step::Idle(Position {
+                        file: self.file.clone(),
+                        pos: u64::from(event.header().log_pos()),
+                        gtid: None,
+                    })
+                })
+            }))
+    }
+
+    fn handle_event(&mut self, event: &Event) -> Result<Option<Transaction>, RelayError> {
         let header = event.header();
         if header.flags_raw() & SKIP_REPLICATION_FLAG != 0
             && let Some(open) = &mut self.open
