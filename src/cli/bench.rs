@@ -25,6 +25,9 @@ use super::{UsageError, load_settings};
 pub enum BenchCommand {
     /// Rows per second through the store writer for each insert method, and the ceiling.
     Store(StoreArgs),
+    /// Changes per second through the relay's capture and apply, and its lag at a fixed rate,
+    /// beside MariaDB's own replication.
+    Relay(super::bench_relay::RelayArgs),
 }
 
 #[derive(Debug, Args)]
@@ -73,6 +76,10 @@ struct RunResult {
 pub fn run(command: BenchCommand, sources: Sources) -> anyhow::Result<ExitCode> {
     match command {
         BenchCommand::Store(args) => store(args, sources),
+        BenchCommand::Relay(args) => {
+            super::bench_relay::run(args, load_settings(&sources)?)?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

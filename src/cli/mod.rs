@@ -3,6 +3,7 @@
 //! Exit codes: 0 done, 1 the work failed, 2 bad usage or configuration.
 
 mod bench;
+mod bench_relay;
 mod db;
 mod id;
 mod migrate;
