@@ -10,8 +10,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, TxOpts};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
@@ -19,10 +19,12 @@ use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::watch;
 
 use crate::config::{LoopFilterMode, RemoteDc};
+use crate::store::encode::push_sql_string;
+use crate::store::lock::{lock_name, try_lock};
 use crate::store::rows::take;
 use crate::store::{StoreError, db};
 
-use super::change::{Change, Position};
+use super::change::{Change, Position, RowChange};
 use super::context::{APPLIED_TABLE, RelayContext, RelayError};
 use super::loop_filter::CacheKey;
 use super::sql::{self, LocalColumn};
@@ -106,6 +108,15 @@ pub async fn run_once(
                 "setting up the applier's session: {statement}"
             )))?;
     }
+    // One applier per source and database: the lock goes with the connection, also when the
+    // process dies.
+    let lock = lock_name(&["relay-apply", &context.state_database, &remote.dc]);
+    if !try_lock(&mut conn, &lock, 0).await? {
+        return Err(RelayError::Busy(format!(
+            "another relay applies {} here (it holds lock {lock})",
+            remote.dc
+        )));
+    }
     let mut applied = load_applied(&mut conn, &remote.dc, &topic).await?;
     let brokers = if remote.brokers.trim().is_empty() {
         &context.settings.kafka.brokers
@@ -122,6 +133,9 @@ pub async fn run_once(
         .set("enable.auto.offset.store", "false")
         // A stored offset the topic no longer has means changes were deleted unapplied: stop.
         .set("auto.offset.reset", "error")
+        // Caught up, a fetch waits this long for new messages; brokers answer as soon as one
+        // arrives, but a short wait bounds the delay where they do not.
+        .set("fetch.wait.max.ms", "100")
         .create()
         .map_err(RelayError::kafka("creating the Kafka consumer"))?;
     let mut assignment = TopicPartitionList::new();
@@ -202,7 +216,7 @@ pub async fn run_once(
                 Err(other) => return Err(other),
             }
         }
-        apply(context, &mut conn, &remote.dc, &txn, &applied, consumed).await?;
+        apply(context, &mut conn, &remote.dc, &txn, consumed).await?;
         applied = Applied {
             next_offset: consumed,
             source: position,
@@ -218,7 +232,6 @@ async fn apply(
     conn: &mut Conn,
     source_dc: &str,
     txn: &[Change],
-    applied: &Applied,
     next_offset: i64,
 ) -> Result<(), RelayError> {
     let keys: Vec<CacheKey> = match context.cache() {
@@ -234,7 +247,7 @@ async fn apply(
         }
         None => Vec::new(),
     };
-    let result = apply_in_transaction(conn, source_dc, txn, applied, next_offset).await;
+    let result = apply_in_transaction(conn, source_dc, txn, next_offset).await;
     if result.is_err()
         && let Some(mut cache) = context.cache()
     {
@@ -249,7 +262,6 @@ async fn apply_in_transaction(
     conn: &mut Conn,
     source_dc: &str,
     txn: &[Change],
-    applied: &Applied,
     next_offset: i64,
 ) -> Result<(), RelayError> {
     let last = &txn[txn.len() - 1];
@@ -259,59 +271,21 @@ async fn apply_in_transaction(
             last.txn.seq, last.position.file, last.position.pos
         )
     };
-    let mut statements = Vec::with_capacity(txn.len());
-    for change in txn {
-        if let Some(statement) = sql::statement(&change.row).map_err(|e| {
-            RelayError::Refused(format!(
-                "{}: {}.{}: {e}",
-                context(),
-                change.row.schema,
-                change.row.table
-            ))
-        })? {
-            statements.push(statement);
-        }
-    }
-    let mut tx = conn
-        .start_transaction(TxOpts::default())
-        .await
-        .map_err(StoreError::mysql(context()))?;
-    // The marker and the bookkeeping first: capture can tell an applied transaction from its
-    // first rows event, and a second applier of the same source finds the offset moved.
-    tx.exec_drop(
-        format!(
-            "UPDATE `{APPLIED_TABLE}` SET next_offset = ?, source_file = ?, source_pos = ?, \
-             source_gtid = ?, source_seq = ?, source_commit_ts = ?, \
-             applied_transactions = applied_transactions + 1, \
-             applied_changes = applied_changes + ?, last_error = NULL \
-             WHERE source_dc = ? AND next_offset = ?"
-        ),
-        (
-            next_offset,
-            last.position.file.as_str(),
-            last.position.pos,
-            last.position.gtid.as_deref().unwrap_or_default(),
-            last.txn.seq,
-            last.commit_ts,
-            txn.len() as u64,
-            source_dc,
-            applied.next_offset,
-        ),
-    )
-    .await
-    .map_err(StoreError::mysql(context()))?;
-    if tx.affected_rows() != 1 {
-        return Err(RelayError::Refused(format!(
-            "{}: the stored offset of {source_dc} is no longer {}: another relay applies the \
-             same source here",
-            context(),
-            applied.next_offset
-        )));
-    }
+    let rows: Vec<&RowChange> = txn.iter().map(|c| &c.row).collect();
+    let changes =
+        sql::statements(&rows).map_err(|e| RelayError::Refused(format!("{}: {e}", context())))?;
+    // The marker and the bookkeeping first, then the changes, then COMMIT: one round trip for
+    // a transaction that fits the budget. The server stops at the first failing statement, so a
+    // failure never reaches COMMIT, and the connection (dropped with the error) rolls back.
+    let mut statements = Vec::with_capacity(changes.len() + 3);
+    statements.push("START TRANSACTION".to_string());
+    statements.push(applied_update(source_dc, last, txn.len(), next_offset));
+    statements.extend(changes);
+    statements.push("COMMIT".to_string());
     let mut batch = String::new();
     for statement in statements {
         if !batch.is_empty() && batch.len() + statement.len() > STATEMENT_BUDGET {
-            tx.query_drop(std::mem::take(&mut batch))
+            conn.query_drop(std::mem::take(&mut batch))
                 .await
                 .map_err(StoreError::mysql(context()))?;
         }
@@ -320,13 +294,26 @@ async fn apply_in_transaction(
         }
         batch.push_str(&statement);
     }
-    if !batch.is_empty() {
-        tx.query_drop(batch)
-            .await
-            .map_err(StoreError::mysql(context()))?;
-    }
-    tx.commit().await.map_err(StoreError::mysql(context()))?;
+    conn.query_drop(batch)
+        .await
+        .map_err(StoreError::mysql(context()))?;
     Ok(())
+}
+
+/// Records the transaction in `relay_applied`: the marker, and where a restart resumes.
+fn applied_update(source_dc: &str, last: &Change, changes: usize, next_offset: i64) -> String {
+    let mut sql = format!(
+        "UPDATE `{APPLIED_TABLE}` SET next_offset = {next_offset}, source_pos = {}, \
+         source_seq = {}, source_commit_ts = {}, applied_transactions = applied_transactions + 1, \
+         applied_changes = applied_changes + {changes}, last_error = NULL, source_file = ",
+        last.position.pos, last.txn.seq, last.commit_ts
+    );
+    push_sql_string(&mut sql, &last.position.file);
+    sql.push_str(", source_gtid = ");
+    push_sql_string(&mut sql, last.position.gtid.as_deref().unwrap_or_default());
+    sql.push_str(" WHERE source_dc = ");
+    push_sql_string(&mut sql, source_dc);
+    sql
 }
 
 async fn load_applied(

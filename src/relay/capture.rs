@@ -14,6 +14,7 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use tokio::sync::{mpsc, watch};
 
 use crate::config::LoopFilterMode;
+use crate::store::lock::{lock_name, try_lock};
 use crate::store::{StoreError, db};
 
 use super::change::{Change, TxnRef, binlog_file_number};
@@ -114,6 +115,14 @@ pub async fn run_once(
     }
     let mut state = db::connect(context.url()).await?;
     checkpoint::unlogged(&mut state).await?;
+    // One capture per data centre and database; the lock lives as long as this connection,
+    // which records the checkpoints.
+    let lock = lock_name(&["relay-capture", &context.state_database, &dc]);
+    if !try_lock(&mut state, &lock, 0).await? {
+        return Err(RelayError::Busy(format!(
+            "another relay captures {dc} (it holds lock {lock})"
+        )));
+    }
     let vars = source_variables(&mut state).await?;
     let checksums = check_source(&vars, relay.server_id)?;
     let source_server_id: u32 = vars
@@ -444,6 +453,9 @@ fn producer(context: &RelayContext) -> Result<FutureProducer, RelayError> {
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("linger.ms", "5")
+        // Change messages repeat their column names and kinds: they shrink several times, which
+        // matters for topics read across data centres.
+        .set("compression.type", "lz4")
         .set("message.timeout.ms", DELIVERY_TIMEOUT)
         .create()
         .map_err(RelayError::kafka("creating the Kafka producer"))

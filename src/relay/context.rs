@@ -33,6 +33,9 @@ pub enum RelayError {
     /// A relayed table differs between data centres; applying waits until it no longer does.
     #[error("{0}")]
     SchemaMismatch(String),
+    /// Another process does the same work; it may go away.
+    #[error("{0}")]
+    Busy(String),
 }
 
 impl RelayError {
@@ -56,6 +59,7 @@ impl RelayError {
                         | RDKafkaErrorCode::AutoOffsetReset
                 )
             ),
+            RelayError::Busy(_) => true,
             RelayError::Refused(_) | RelayError::SchemaMismatch(_) => false,
         }
     }

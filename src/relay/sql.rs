@@ -55,48 +55,7 @@ pub fn push_literal(out: &mut String, value: Option<&Value>) {
 pub fn statement(change: &RowChange) -> Result<Option<String>, String> {
     let mut sql = String::with_capacity(128);
     match change.kind {
-        ChangeKind::Insert => {
-            sql.push_str("INSERT INTO ");
-            push_table(&mut sql, change)?;
-            sql.push_str(" (");
-            for (i, name) in change.values.keys().enumerate() {
-                if i > 0 {
-                    sql.push_str(", ");
-                }
-                push_ident(&mut sql, name)?;
-            }
-            sql.push_str(") VALUES (");
-            for (i, value) in change.values.values().enumerate() {
-                if i > 0 {
-                    sql.push_str(", ");
-                }
-                push_literal(&mut sql, value.as_ref());
-            }
-            sql.push_str(") ON DUPLICATE KEY UPDATE ");
-            let mut others = change
-                .values
-                .keys()
-                .filter(|name| !change.key.contains_key(*name))
-                .peekable();
-            if others.peek().is_none() {
-                // Only key columns: nothing to update, but the statement needs an assignment.
-                let Some(first) = change.key.keys().next() else {
-                    return Err("no primary key".into());
-                };
-                push_ident(&mut sql, first)?;
-                sql.push_str(" = ");
-                push_ident(&mut sql, first)?;
-            }
-            for (i, name) in others.enumerate() {
-                if i > 0 {
-                    sql.push_str(", ");
-                }
-                push_ident(&mut sql, name)?;
-                sql.push_str(" = VALUES(");
-                push_ident(&mut sql, name)?;
-                sql.push(')');
-            }
-        }
+        ChangeKind::Insert => return upsert(&[change]).map(Some),
         ChangeKind::Update => {
             if change.values.is_empty() {
                 return Ok(None);
@@ -114,6 +73,98 @@ pub fn statement(change: &RowChange) -> Result<Option<String>, String> {
         }
     }
     Ok(Some(sql))
+}
+
+/// The statements for a transaction's changes, in order. Consecutive inserts into the same
+/// table with the same columns become one multi-row upsert (the effect is the same, in one
+/// statement instead of many).
+pub fn statements(changes: &[&RowChange]) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < changes.len() {
+        let first = changes[i];
+        let mut end = i + 1;
+        if first.kind == ChangeKind::Insert {
+            while end < changes.len() && same_insert(first, changes[end]) {
+                end += 1;
+            }
+        }
+        if first.kind == ChangeKind::Insert {
+            out.push(upsert(&changes[i..end])?);
+        } else if let Some(statement) = statement(first)? {
+            out.push(statement);
+        }
+        i = end;
+    }
+    Ok(out)
+}
+
+fn same_insert(a: &RowChange, b: &RowChange) -> bool {
+    b.kind == ChangeKind::Insert
+        && a.schema == b.schema
+        && a.table == b.table
+        && a.values.keys().eq(b.values.keys())
+}
+
+/// `INSERT ... VALUES (..), (..) ON DUPLICATE KEY UPDATE` for inserts with the same columns.
+fn upsert(inserts: &[&RowChange]) -> Result<String, String> {
+    let first = inserts[0];
+    let mut sql = String::with_capacity(64 * inserts.len());
+    sql.push_str("INSERT INTO ");
+    push_table(&mut sql, first)?;
+    sql.push_str(" (");
+    for (i, name) in first.values.keys().enumerate() {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        push_ident(&mut sql, name)?;
+    }
+    sql.push_str(") VALUES ");
+    for (row, change) in inserts.iter().enumerate() {
+        if row > 0 {
+            sql.push_str(", ");
+        }
+        sql.push('(');
+        for (i, value) in change.values.values().enumerate() {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            push_literal(&mut sql, value.as_ref());
+        }
+        sql.push(')');
+    }
+    push_on_duplicate(&mut sql, first)?;
+    Ok(sql)
+}
+
+/// ` ON DUPLICATE KEY UPDATE` every non-key column from the new row (a replayed insert finds
+/// its row there).
+fn push_on_duplicate(sql: &mut String, change: &RowChange) -> Result<(), String> {
+    sql.push_str(" ON DUPLICATE KEY UPDATE ");
+    let mut others = change
+        .values
+        .keys()
+        .filter(|name| !change.key.contains_key(*name))
+        .peekable();
+    if others.peek().is_none() {
+        // Only key columns: nothing to update, but the statement needs an assignment.
+        let Some(first) = change.key.keys().next() else {
+            return Err("no primary key".into());
+        };
+        push_ident(sql, first)?;
+        sql.push_str(" = ");
+        return push_ident(sql, first);
+    }
+    for (i, name) in others.enumerate() {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        push_ident(sql, name)?;
+        sql.push_str(" = VALUES(");
+        push_ident(sql, name)?;
+        sql.push(')');
+    }
+    Ok(())
 }
 
 fn push_table(sql: &mut String, change: &RowChange) -> Result<(), String> {
@@ -304,6 +355,39 @@ mod tests {
         let null_key = row(&[("id", None)]);
         assert!(statement(&change(ChangeKind::Delete, Row::new(), null_key)).is_err());
         assert!(statement(&change(ChangeKind::Delete, Row::new(), Row::new())).is_err());
+    }
+
+    #[test]
+    fn consecutive_inserts_with_the_same_columns_become_one_statement() {
+        let insert = |id: u64, table: &str| RowChange {
+            table: table.into(),
+            ..change(
+                ChangeKind::Insert,
+                row(&[("id", Some(Value::Uint(id))), ("v", Some(Value::Int(1)))]),
+                row(&[("id", Some(Value::Uint(id)))]),
+            )
+        };
+        let delete = change(
+            ChangeKind::Delete,
+            Row::new(),
+            row(&[("id", Some(Value::Uint(1)))]),
+        );
+        let (a, b, c, d) = (
+            insert(1, "t"),
+            insert(2, "t"),
+            insert(3, "u"),
+            insert(4, "t"),
+        );
+        let statements = statements(&[&a, &b, &c, &delete, &d]).unwrap();
+        assert_eq!(
+            statements,
+            [
+                "INSERT INTO `app`.`t` (`id`, `v`) VALUES (1, 1), (2, 1) ON DUPLICATE KEY UPDATE `v` = VALUES(`v`)",
+                "INSERT INTO `app`.`u` (`id`, `v`) VALUES (3, 1) ON DUPLICATE KEY UPDATE `v` = VALUES(`v`)",
+                "DELETE FROM `app`.`t``x` WHERE `id` = 1",
+                "INSERT INTO `app`.`t` (`id`, `v`) VALUES (4, 1) ON DUPLICATE KEY UPDATE `v` = VALUES(`v`)",
+            ]
+        );
     }
 
     fn local(name: &str, data_type: &str, column_type: &str, charset: Option<&str>) -> LocalColumn {
