@@ -279,6 +279,11 @@ impl Drop for Dc {
     }
 }
 
+/// Data centres a and b, with `ddl` run in both.
+async fn two_dcs(ddl: &str) -> Vec<Dc> {
+    vec![Dc::new("a", 1, &[ddl]).await, Dc::new("b", 2, &[ddl]).await]
+}
+
 fn topic(dc: &str) -> String {
     format!("logstamp-relay-{dc}")
 }
@@ -480,10 +485,7 @@ async fn assert_exactly_once(dcs: &[Dc], local: &[u64]) {
 }
 
 async fn two_dcs_writing_at_once(mode: LoopFilterMode) {
-    let mut dcs = vec![
-        Dc::new("a", 1, &[ITEMS]).await,
-        Dc::new("b", 2, &[ITEMS]).await,
-    ];
+    let mut dcs = two_dcs(ITEMS).await;
     start_relays(&mut dcs, mode, "100ms").await;
     let local = write_everywhere(&dcs, 120).await;
     wait_in_sync(&dcs, &local, "app.items").await;
@@ -554,10 +556,7 @@ async fn three_data_centres_converge() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relays_killed_at_random_points_lose_and_repeat_nothing() {
-    let mut dcs = vec![
-        Dc::new("a", 1, &[ITEMS]).await,
-        Dc::new("b", 2, &[ITEMS]).await,
-    ];
+    let mut dcs = two_dcs(ITEMS).await;
     // Checkpoints far apart: a killed capture publishes much again.
     start_relays(&mut dcs, LoopFilterMode::Marker, "1s").await;
     let urls: Vec<String> = dcs.iter().map(|d| d.server.url("app")).collect();
@@ -607,10 +606,7 @@ async fn relays_killed_at_random_points_lose_and_repeat_nothing() {
 async fn a_row_changed_a_hundred_times_never_goes_back() {
     let table =
         "CREATE TABLE app.counter (id INT NOT NULL PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB";
-    let mut dcs = vec![
-        Dc::new("a", 1, &[table]).await,
-        Dc::new("b", 2, &[table]).await,
-    ];
+    let mut dcs = two_dcs(table).await;
     // B records every state its copy of the row goes through, in order.
     let mut b = dcs[1].conn().await;
     for statement in [
@@ -677,10 +673,7 @@ async fn values_survive_exactly() {
         l1 VARCHAR(8) CHARACTER SET latin1 NULL,
         b BLOB NULL, vb VARBINARY(8) NULL, bn BINARY(4) NULL
     ) ENGINE=InnoDB";
-    let mut dcs = vec![
-        Dc::new("a", 1, &[table]).await,
-        Dc::new("b", 2, &[table]).await,
-    ];
+    let mut dcs = two_dcs(table).await;
     start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
     let mut a = dcs[0].conn().await;
     // TIMESTAMP values are read and written in UTC by the relay; this session too.
@@ -796,10 +789,7 @@ async fn a_source_without_full_row_metadata_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_whose_columns_differ_waits_until_they_agree() {
-    let mut dcs = vec![
-        Dc::new("a", 1, &[ITEMS]).await,
-        Dc::new("b", 2, &[ITEMS]).await,
-    ];
+    let mut dcs = two_dcs(ITEMS).await;
     start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
     let mut a = dcs[0].conn().await;
     a.query_drop("ALTER TABLE app.items ADD COLUMN extra INT NULL")

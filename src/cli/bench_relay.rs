@@ -18,7 +18,7 @@ use tokio::sync::watch;
 
 use logstamp::config::{LoopFilterMode, MysqlUrl, RemoteDc, Settings};
 use logstamp::id::IdGenerator;
-use logstamp::relay::checkpoint::{self, Checkpoint};
+use logstamp::relay::checkpoint;
 use logstamp::relay::{RelayContext, apply, capture};
 use logstamp::store::encode::push_sql_string;
 use logstamp::store::migrate;
@@ -150,7 +150,7 @@ async fn bench(args: RelayArgs, settings: Settings) -> anyhow::Result<()> {
     if let Some(r) = &mut r {
         // After a failure the replica may not be replicating at all: do not wait for it.
         if result.is_ok() {
-            wait_replicated(&mut a, r).await?;
+            wait_replica(&mut a, r, Reached::Applied).await?;
         }
         r.query_drop("STOP SLAVE").await?;
         r.query_drop("RESET SLAVE ALL").await?;
@@ -200,7 +200,7 @@ async fn bench_in(
         conn.query_drop(format!("USE `{}`", scratch.data)).await?;
     }
     if let Some(r) = r.as_deref_mut() {
-        wait_replicated(a, r).await?;
+        wait_replica(a, r, Reached::Applied).await?;
         r.query_drop(&stamp).await?;
         r.query_drop(format!("USE `{}`", scratch.data)).await?;
     }
@@ -248,18 +248,7 @@ async fn bench_in(
     {
         let mut state = logstamp::store::db::connect(context_a.url()).await?;
         checkpoint::unlogged(&mut state).await?;
-        let (file, pos, gtid_state) = checkpoint::server_position(&mut state).await?;
-        let start = Checkpoint {
-            file,
-            pos,
-            gtid_state,
-            gtid_from_position: false,
-            next_seq: 0,
-            commit_ts: 0,
-            published_transactions: 0,
-            published_changes: 0,
-        };
-        checkpoint::save(&mut state, "a", &start).await?;
+        checkpoint::start_here(&mut state, "a").await?;
         state.disconnect().await?;
     }
     let ids = IdGenerator::new(settings.id.layout, 1)?;
@@ -273,37 +262,24 @@ async fn bench_in(
     })?;
     out.flush()?;
 
-    let capture_task = {
-        let (context, mut rx) = (context_a.clone(), stopped.clone());
-        tokio::spawn(async move { capture::run_once(&context, &mut rx).await })
-    };
-    let started = Instant::now();
-    let published = format!(
-        "SELECT published_changes FROM `{}`.relay_checkpoints WHERE dc = 'a'",
-        scratch.state
-    );
-    wait_for(a, &published, args.changes, &capture_task).await?;
-    throughput(&mut out, "relay_capture", args.changes, started)?;
-
-    let apply_task = {
-        let (context, mut rx) = (context_b.clone(), stopped.clone());
-        let remote = context_b.settings.relay.remotes[0].clone();
-        tokio::spawn(async move { apply::run_once(&context, &remote, &mut rx).await })
-    };
-    let started = Instant::now();
-    let applied = format!(
-        "SELECT applied_changes FROM `{}`.relay_applied WHERE source_dc = 'a'",
-        scratch.state
-    );
-    wait_for(b, &applied, args.changes, &apply_task).await?;
-    throughput(&mut out, "relay_apply", args.changes, started)?;
+    let capture_task = timed_part(&mut out, &stopped, &context_a, None, a, args.changes).await?;
+    let remote = context_b.settings.relay.remotes[0].clone();
+    let apply_task = timed_part(
+        &mut out,
+        &stopped,
+        &context_b,
+        Some(&remote),
+        b,
+        args.changes,
+    )
+    .await?;
 
     if let Some(r) = r.as_deref_mut() {
-        wait_received(a, r).await?;
+        wait_replica(a, r, Reached::Received).await?;
         let started = Instant::now();
         r.query_drop("START SLAVE SQL_THREAD").await?;
-        wait_replicated(a, r).await?;
-        throughput(&mut out, "native_replication_apply", args.changes, started)?;
+        wait_replica(a, r, Reached::Applied).await?;
+        report(&mut out, "native_replication_apply", args.changes, started)?;
     }
 
     // Lag: both paths running, changes offered at a steady rate.
@@ -313,10 +289,11 @@ async fn bench_in(
     let pace = Duration::from_secs_f64(args.txn_size as f64 / args.rate as f64);
     write(a, &ids, total, args.txn_size, Some(pace)).await?;
     let achieved = total as f64 / started.elapsed().as_secs_f64();
+    let applied = progress(&context_b, Some(&remote));
     wait_for(b, &applied, args.changes + total, &apply_task).await?;
     out.json(&lag(b, "relay", first, args.rate, achieved).await?)?;
     if let Some(r) = r {
-        wait_replicated(a, r).await?;
+        wait_replica(a, r, Reached::Applied).await?;
         out.json(&lag(r, "native_replication", first, args.rate, achieved).await?)?;
     }
     out.flush()?;
@@ -327,7 +304,7 @@ async fn bench_in(
     Ok(())
 }
 
-fn throughput(
+fn report(
     out: &mut Output,
     path: &'static str,
     changes: u64,
@@ -342,6 +319,52 @@ fn throughput(
     })?;
     out.flush()?;
     Ok(())
+}
+
+type Part = tokio::task::JoinHandle<Result<(), logstamp::relay::RelayError>>;
+
+/// Starts capture (`remote` `None`) or the applier of `remote`, to run until `stopped` is set,
+/// and reports how long it took to handle `changes` changes.
+async fn timed_part(
+    out: &mut Output,
+    stopped: &watch::Receiver<bool>,
+    context: &RelayContext,
+    remote: Option<&RemoteDc>,
+    conn: &mut Conn,
+    changes: u64,
+) -> anyhow::Result<Part> {
+    let (context, owned_remote, mut stopped) = (context.clone(), remote.cloned(), stopped.clone());
+    let query = progress(&context, remote);
+    let task = tokio::spawn(async move {
+        match owned_remote {
+            None => capture::run_once(&context, &mut stopped).await,
+            Some(remote) => apply::run_once(&context, &remote, &mut stopped).await,
+        }
+    });
+    let started = Instant::now();
+    wait_for(conn, &query, changes, &task).await?;
+    let path = if remote.is_none() {
+        "relay_capture"
+    } else {
+        "relay_apply"
+    };
+    report(out, path, changes, started)?;
+    Ok(task)
+}
+
+/// The query for how many changes capture published, or the applier of `remote` applied.
+fn progress(context: &RelayContext, remote: Option<&RemoteDc>) -> String {
+    match remote {
+        None => format!(
+            "SELECT published_changes FROM `{}`.relay_checkpoints WHERE dc = '{}'",
+            context.state_database,
+            context.dc()
+        ),
+        Some(remote) => format!(
+            "SELECT applied_changes FROM `{}`.relay_applied WHERE source_dc = '{}'",
+            context.state_database, remote.dc
+        ),
+    }
 }
 
 /// Inserts `changes` rows, `txn_size` per transaction, one transaction per `pace` if given.
@@ -478,45 +501,52 @@ async fn make_replica(
     Ok(())
 }
 
-/// Waits until the replica has applied everything the source has written.
-async fn wait_replicated(source: &mut Conn, replica: &mut Conn) -> anyhow::Result<()> {
-    let at: Option<String> = source
-        .query_first("SELECT @@GLOBAL.gtid_binlog_pos")
-        .await?;
-    let at = at.unwrap_or_default();
-    let deadline = Instant::now() + WAIT_LIMIT;
-    loop {
-        let done: Option<i64> = replica
-            .exec_first("SELECT MASTER_GTID_WAIT(?, 1)", (at.as_str(),))
-            .await?;
-        if done == Some(0) {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("the replica did not reach {at} in {WAIT_LIMIT:?}");
-        }
-    }
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reached {
+    /// The IO thread has everything in the relay log.
+    Received,
+    /// The SQL thread has applied everything.
+    Applied,
 }
 
-/// Waits until the replica's IO thread has received everything the source has written.
-async fn wait_received(source: &mut Conn, replica: &mut Conn) -> anyhow::Result<()> {
+/// Waits until the replica has received, or applied, everything the source has written.
+async fn wait_replica(
+    source: &mut Conn,
+    replica: &mut Conn,
+    reached: Reached,
+) -> anyhow::Result<()> {
     let at: Option<String> = source
         .query_first("SELECT @@GLOBAL.gtid_binlog_pos")
         .await?;
     let at = at.unwrap_or_default();
     let deadline = Instant::now() + WAIT_LIMIT;
     loop {
-        let status: Option<mysql_async::Row> = replica.query_first("SHOW SLAVE STATUS").await?;
-        let received: Option<String> = status
-            .and_then(|row| row.get_opt::<String, _>("Gtid_IO_Pos"))
-            .and_then(Result::ok);
-        if received.as_deref() == Some(at.as_str()) {
+        let done = match reached {
+            // Waits up to a second itself.
+            Reached::Applied => {
+                let waited: Option<i64> = replica
+                    .exec_first("SELECT MASTER_GTID_WAIT(?, 1)", (at.as_str(),))
+                    .await?;
+                waited == Some(0)
+            }
+            Reached::Received => {
+                let status: Option<mysql_async::Row> =
+                    replica.query_first("SHOW SLAVE STATUS").await?;
+                let received = status
+                    .and_then(|row| row.get_opt::<String, _>("Gtid_IO_Pos"))
+                    .and_then(Result::ok);
+                if received.as_deref() != Some(at.as_str()) {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                received.as_deref() == Some(at.as_str())
+            }
+        };
+        if done {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("the replica did not receive {at} in {WAIT_LIMIT:?}");
+            bail!("the replica has not {reached:?} {at} after {WAIT_LIMIT:?}");
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 

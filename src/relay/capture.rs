@@ -132,22 +132,8 @@ pub async fn run_once(
     let charsets = utf8_collations(&mut state).await?;
     let start = match checkpoint::load(&mut state, &dc).await? {
         Some(found) => found,
-        None => {
-            // First start: from now on. Rows already there must be copied by other means.
-            let (file, pos, gtid_state) = checkpoint::server_position(&mut state).await?;
-            let first = Checkpoint {
-                file,
-                pos,
-                gtid_state,
-                gtid_from_position: false,
-                next_seq: 0,
-                commit_ts: 0,
-                published_transactions: 0,
-                published_changes: 0,
-            };
-            checkpoint::save(&mut state, &dc, &first).await?;
-            first
-        }
+        // First start: from now on. Rows already there must be copied by other means.
+        None => checkpoint::start_here(&mut state, &dc).await?,
     };
     let topic = relay.topic(&dc);
     let producer = producer(context)?;

@@ -53,13 +53,25 @@ pub enum Kind {
 }
 
 impl fmt::Display for Kind {
+    /// The name messages use.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The serde name, which is also what messages and errors show.
-        let name = serde_json::to_value(self)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
-        f.write_str(&name)
+        f.write_str(match self {
+            Kind::Int => "int",
+            Kind::Uint => "uint",
+            Kind::Float => "float",
+            Kind::Double => "double",
+            Kind::Decimal => "decimal",
+            Kind::Date => "date",
+            Kind::Datetime => "datetime",
+            Kind::Timestamp => "timestamp",
+            Kind::Time => "time",
+            Kind::Year => "year",
+            Kind::Bit => "bit",
+            Kind::Enum => "enum",
+            Kind::Set => "set",
+            Kind::Text => "text",
+            Kind::Binary => "binary",
+        })
     }
 }
 
@@ -422,6 +434,19 @@ mod tests {
             assert!(Change::from_json(bad.as_bytes()).is_err(), "accepted {to}");
         }
         assert!(Change::from_json(b"{").is_err());
+    }
+
+    #[test]
+    fn kinds_display_as_messages_spell_them() {
+        for kind in [
+            Kind::Int,
+            Kind::Uint,
+            Kind::Datetime,
+            Kind::Binary,
+            Kind::Set,
+        ] {
+            assert_eq!(serde_json::to_value(kind).unwrap(), kind.to_string());
+        }
     }
 
     #[test]

@@ -102,6 +102,24 @@ pub async fn save(conn: &mut Conn, dc: &str, c: &Checkpoint) -> Result<(), Store
     )))
 }
 
+/// Records the server's current position as `dc`'s checkpoint, for a capture that has none
+/// yet: it relays what is written from now on.
+pub async fn start_here(conn: &mut Conn, dc: &str) -> Result<Checkpoint, RelayError> {
+    let (file, pos, gtid_state) = server_position(conn).await?;
+    let first = Checkpoint {
+        file,
+        pos,
+        gtid_state,
+        gtid_from_position: false,
+        next_seq: 0,
+        commit_ts: 0,
+        published_transactions: 0,
+        published_changes: 0,
+    };
+    save(conn, dc, &first).await?;
+    Ok(first)
+}
+
 /// The GTID state at a binlog position (MariaDB's `BINLOG_GTID_POS`, which reads the file up to
 /// there); `None` where the server has no such function or no answer.
 pub async fn gtid_at(
