@@ -501,6 +501,18 @@ impl<'a> Layered<'a> {
                 );
             }
         }
+        // Kafka topic names: ASCII letters, digits, `.`, `_` and `-`, at most 249 characters.
+        let topic_ok = relay
+            .topic_prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+            && relay.topic_prefix.len() <= 249 - 64;
+        if !topic_ok {
+            return Err(self.invalid(
+                "relay.topic_prefix",
+                "use ASCII letters, digits, ., _ and -, at most 185 characters",
+            ));
+        }
         for pattern in &relay.tables {
             crate::relay::TablePattern::parse(pattern)
                 .map_err(|e| self.invalid("relay.tables", e))?;

@@ -162,7 +162,7 @@ impl EventHandler {
             Some(EventData::TableMapEvent(tme)) => self.on_table_map(&tme),
             Some(EventData::RowsEvent(rows)) => self.on_rows(&rows),
             Some(EventData::XidEvent(_)) => {
-                return Ok(self.close(header.log_pos(), header.timestamp()));
+                return self.close(header.log_pos(), header.timestamp());
             }
             Some(EventData::QueryEvent(query)) => {
                 return self.on_query(
@@ -173,7 +173,7 @@ impl EventHandler {
                 );
             }
             Some(EventData::XaPrepareLogEvent(_)) => {
-                return self.on_xa_prepare(header.log_pos(), header.timestamp());
+                return self.close(header.log_pos(), header.timestamp());
             }
             Some(EventData::IncidentEvent(incident)) => Err(RelayError::Refused(format!(
                 "the source logged an incident ({:?}): its binlog may miss changes, so the relay \
@@ -355,19 +355,11 @@ impl EventHandler {
             // A group that changed non-transactional tables ends with COMMIT; one rolled back
             // still changed them, so it is relayed the same way.
             "COMMIT" | "ROLLBACK" if !statement.to_ascii_uppercase().starts_with("ROLLBACK TO") => {
-                return Ok(self.close(end, timestamp));
+                return self.close(end, timestamp);
             }
             "ROLLBACK" => return Ok(None),
-            "XA" => {
-                if let Some(open) = &self.open
-                    && !open.changes.is_empty()
-                {
-                    return Err(RelayError::Refused(
-                        "an XA transaction changed relayed tables: the relay does not follow XA"
-                            .into(),
-                    ));
-                }
-            }
+            // XA START/END inside a prepared group; XA COMMIT/ROLLBACK is a standalone group.
+            "XA" => {}
             _ => {
                 // DDL is not relayed: its order against other data centres' writes cannot be
                 // kept, so schema changes are rolled out by hand in every data centre, and an
@@ -378,36 +370,29 @@ impl EventHandler {
             }
         }
         let standalone = self.open.as_ref().is_some_and(|o| o.standalone);
-        Ok(if standalone {
+        if standalone {
             self.close(end, timestamp)
         } else {
-            None
-        })
-    }
-
-    fn on_xa_prepare(
-        &mut self,
-        end: u32,
-        timestamp: u32,
-    ) -> Result<Option<Transaction>, RelayError> {
-        if self.open.as_ref().is_some_and(|o| !o.changes.is_empty()) {
-            return Err(RelayError::Refused(
-                "an XA transaction changed relayed tables: the relay does not follow XA".into(),
-            ));
+            Ok(None)
         }
-        // A prepared XA group is logged now and committed by a later group: nothing to relay.
-        Ok(self.close(end, timestamp))
     }
 
     /// Ends the open group at `end`; a group without a GTID (none was open) ends nothing.
-    fn close(&mut self, end: u32, timestamp: u32) -> Option<Transaction> {
-        let open = self.open.take()?;
+    fn close(&mut self, end: u32, timestamp: u32) -> Result<Option<Transaction>, RelayError> {
+        let Some(open) = self.open.take() else {
+            return Ok(None);
+        };
+        // A prepared XA group is logged at XA PREPARE and committed or rolled back by a later
+        // group: its changes cannot be relayed in order with the rest.
+        if open.xa && !open.changes.is_empty() {
+            return Err(RelayError::Refused(format!(
+                "the XA transaction {} changed relayed tables: the relay does not follow XA",
+                open.gtid
+            )));
+        }
         self.gtid_state.update(open.gtid);
         self.stats.transactions += 1;
-        if open.xa && !open.changes.is_empty() {
-            tracing::warn!(gtid = %open.gtid, "XA event group with relayed changes skipped");
-        }
-        Some(Transaction {
+        Ok(Some(Transaction {
             end: Position {
                 file: self.file.clone(),
                 pos: u64::from(end),
@@ -415,10 +400,10 @@ impl EventHandler {
             },
             gtid_state: self.gtid_state.clone(),
             commit_ts: timestamp,
-            changes: if open.xa { Vec::new() } else { open.changes },
+            changes: open.changes,
             has_marker: open.has_marker,
             skip_flagged: open.skip_flagged,
-        })
+        }))
     }
 }
 

@@ -42,6 +42,9 @@ const LONGEST_RETRY: Duration = Duration::from_secs(10);
 /// every part and is returned.
 pub async fn run(context: RelayContext, shutdown: watch::Receiver<bool>) -> Result<(), RelayError> {
     check_migrated(&context).await?;
+    if context.tables.is_empty() {
+        tracing::warn!("relay.tables is empty: capture publishes nothing");
+    }
     let (stop, stopped) = watch::channel(false);
     let mut parts = tokio::task::JoinSet::new();
     {
