@@ -439,3 +439,181 @@ fn row_change(
         before,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use mysql_async::binlog::BinlogVersion;
+    use mysql_async::binlog::events::FormatDescriptionEvent;
+
+    use super::*;
+    use crate::config::Settings;
+
+    /// An event as the server sends it (v4 header, no checksum), read back as the stream does.
+    fn event(kind: u8, flags: u16, log_pos: u32, data: &[u8]) -> Event {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&1_700_000_000u32.to_le_bytes());
+        bytes.push(kind);
+        bytes.extend_from_slice(&11u32.to_le_bytes());
+        bytes.extend_from_slice(&(19 + data.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(&log_pos.to_le_bytes());
+        bytes.extend_from_slice(&flags.to_le_bytes());
+        bytes.extend_from_slice(data);
+        Event::read(
+            &FormatDescriptionEvent::new(BinlogVersion::Version4),
+            &bytes[..],
+        )
+        .unwrap()
+    }
+
+    fn gtid(seq: u64, flags2: u8) -> Event {
+        let mut data = seq.to_le_bytes().to_vec();
+        data.extend_from_slice(&0u32.to_le_bytes());
+        data.push(flags2);
+        data.extend_from_slice(&[0; 6]);
+        event(gtid::GTID_EVENT, 0, 0, &data)
+    }
+
+    fn query(text: &str, log_pos: u32) -> Event {
+        let schema = b"app";
+        let mut data = vec![0; 8];
+        data.push(schema.len() as u8);
+        data.extend_from_slice(&[0, 0, 0, 0]);
+        data.extend_from_slice(schema);
+        data.push(0);
+        data.extend_from_slice(text.as_bytes());
+        event(EventType::QUERY_EVENT as u8, 0, log_pos, &data)
+    }
+
+    fn xid(log_pos: u32) -> Event {
+        event(EventType::XID_EVENT as u8, 0, log_pos, &7u64.to_le_bytes())
+    }
+
+    fn handler(checksums: bool) -> EventHandler {
+        let context = RelayContext::new(Settings::defaults().unwrap()).unwrap();
+        EventHandler::new(
+            context,
+            Charsets::default(),
+            checksums,
+            "bin.000001".into(),
+            GtidState::default(),
+        )
+    }
+
+    fn transaction(step: Option<Step>) -> Transaction {
+        match step {
+            Some(Step::Transaction(t)) => t,
+            other => panic!("no transaction: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_xid_ends_a_transaction_at_its_position() {
+        let mut h = handler(false);
+        assert_eq!(h.handle(&gtid(5, 0x0c)).unwrap(), None);
+        let t = transaction(h.handle(&xid(900)).unwrap());
+        assert_eq!((t.end.file.as_str(), t.end.pos), ("bin.000001", 900));
+        assert_eq!(t.end.gtid.as_deref(), Some("0-11-5"));
+        assert_eq!(t.gtid_state.to_string(), "0-11-5");
+        assert_eq!(t.commit_ts, 1_700_000_000);
+        assert!(!t.has_marker && !t.skip_flagged && t.changes.is_empty());
+        assert_eq!(h.stats().transactions, 1);
+    }
+
+    #[test]
+    fn non_transactional_groups_end_with_commit_and_ddl_stands_alone() {
+        let mut h = handler(false);
+        h.handle(&gtid(1, 0x08)).unwrap();
+        assert_eq!(h.handle(&query("BEGIN", 100)).unwrap(), None);
+        assert_eq!(
+            transaction(h.handle(&query("COMMIT", 200)).unwrap())
+                .end
+                .pos,
+            200
+        );
+        // DDL: a standalone group of one statement, counted, not relayed.
+        h.handle(&gtid(2, 0x29)).unwrap();
+        let t = transaction(
+            h.handle(&query("ALTER TABLE app.t ADD c INT", 300))
+                .unwrap(),
+        );
+        assert!(t.changes.is_empty());
+        assert_eq!(t.gtid_state.to_string(), "0-11-2");
+        assert_eq!(h.stats().ddl, 1);
+        // A savepoint inside a transaction is neither an end nor DDL.
+        h.handle(&gtid(3, 0x0c)).unwrap();
+        assert_eq!(h.handle(&query("SAVEPOINT s1", 350)).unwrap(), None);
+        assert_eq!(h.handle(&query("ROLLBACK TO s1", 360)).unwrap(), None);
+        assert_eq!(transaction(h.handle(&xid(400)).unwrap()).end.pos, 400);
+        assert_eq!(h.stats().ddl, 1);
+    }
+
+    #[test]
+    fn skip_replication_flags_mark_the_group() {
+        let mut h = handler(false);
+        h.handle(&gtid(1, 0x0c)).unwrap();
+        let flagged = event(
+            EventType::XID_EVENT as u8,
+            SKIP_REPLICATION_FLAG,
+            500,
+            &[0; 8],
+        );
+        assert!(transaction(h.handle(&flagged).unwrap()).skip_flagged);
+    }
+
+    #[test]
+    fn the_first_rotate_loses_its_checksum_bytes() {
+        let mut name = 4u64.to_le_bytes().to_vec();
+        name.extend_from_slice(b"mariadb-bin.000007");
+        let mut with_checksum = name.clone();
+        with_checksum.extend_from_slice(&[0x62, 0x9f, 0xf8, 0xab]);
+        let mut h = handler(true);
+        h.handle(&event(
+            EventType::ROTATE_EVENT as u8,
+            0x20,
+            0,
+            &with_checksum,
+        ))
+        .unwrap();
+        assert_eq!(h.file, "mariadb-bin.000007");
+        // Without checksums on the server, the name is whole.
+        let mut h = handler(false);
+        h.handle(&event(EventType::ROTATE_EVENT as u8, 0x20, 0, &name))
+            .unwrap();
+        assert_eq!(h.file, "mariadb-bin.000007");
+    }
+
+    #[test]
+    fn heartbeats_vouch_for_positions_between_groups_only() {
+        let mut h = handler(false);
+        let beat = || event(EventType::HEARTBEAT_EVENT as u8, 0, 777, b"bin.000001");
+        assert_eq!(
+            h.handle(&beat()).unwrap(),
+            Some(Step::Idle(Position {
+                file: "bin.000001".into(),
+                pos: 777,
+                gtid: None
+            }))
+        );
+        h.handle(&gtid(1, 0x0c)).unwrap();
+        assert_eq!(h.handle(&beat()).unwrap(), None);
+    }
+
+    #[test]
+    fn compressed_events_are_refused_and_gtid_lists_set_the_state() {
+        let mut h = handler(false);
+        let compressed = event(166, 0, 100, &[0; 16]);
+        assert!(
+            h.handle(&compressed)
+                .unwrap_err()
+                .to_string()
+                .contains("log_bin_compress")
+        );
+        let list = {
+            let mut data = 1u32.to_le_bytes().to_vec();
+            data.extend_from_slice(&[0, 0, 0, 0, 11, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0]);
+            event(gtid::GTID_LIST_EVENT, 0x20, 100, &data)
+        };
+        h.handle(&list).unwrap();
+        assert_eq!(h.gtid_state.to_string(), "0-11-9");
+    }
+}
