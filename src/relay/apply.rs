@@ -16,7 +16,7 @@ use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use crate::config::{LoopFilterMode, RemoteDc};
 use crate::store::encode::push_sql_string;
@@ -44,6 +44,8 @@ const SESSION_SETUP: &[&str] = &[
 const SCHEMA_RECHECK: Duration = Duration::from_secs(5);
 /// How long applying waits before checking a mismatched table again.
 const MISMATCH_RETRY: Duration = Duration::from_secs(5);
+/// Transactions read and prepared ahead of the one being applied.
+const READY_AHEAD: usize = 64;
 /// Statements sent in one round trip, in bytes (well under any max_allowed_packet).
 const STATEMENT_BUDGET: usize = 1 << 20;
 
@@ -117,7 +119,41 @@ pub async fn run_once(
             remote.dc
         )));
     }
-    let mut applied = load_applied(&mut conn, &remote.dc, &topic).await?;
+    let applied = load_applied(&mut conn, &remote.dc, &topic).await?;
+    let consumer = consumer(context, remote, &topic, applied.next_offset)?;
+    tracing::info!(
+        dc = context.dc(),
+        source = remote.dc,
+        topic,
+        offset = applied.next_offset,
+        "apply started"
+    );
+    // Reading, decoding and writing the SQL of the next transactions overlaps with applying
+    // the current one.
+    let (ready_tx, ready_rx) = mpsc::channel(READY_AHEAD);
+    let mut stop_applying = shutdown.clone();
+    tokio::try_join!(
+        read(&consumer, &topic, remote, applied, shutdown, ready_tx),
+        apply_all(context, &mut conn, &remote.dc, ready_rx, &mut stop_applying),
+    )?;
+    let _ = conn.disconnect().await;
+    Ok(())
+}
+
+/// A transaction read and turned into SQL, waiting to be applied.
+struct Ready {
+    changes: Vec<Change>,
+    statements: Vec<String>,
+    /// The offset after its last message (and after any already applied ones before it).
+    next_offset: i64,
+}
+
+fn consumer(
+    context: &RelayContext,
+    remote: &RemoteDc,
+    topic: &str,
+    offset: i64,
+) -> Result<StreamConsumer, RelayError> {
     let brokers = if remote.brokers.trim().is_empty() {
         &context.settings.kafka.brokers
     } else {
@@ -140,25 +176,31 @@ pub async fn run_once(
         .map_err(RelayError::kafka("creating the Kafka consumer"))?;
     let mut assignment = TopicPartitionList::new();
     assignment
-        .add_partition_offset(&topic, 0, Offset::Offset(applied.next_offset))
+        .add_partition_offset(topic, 0, Offset::Offset(offset))
         .map_err(RelayError::kafka(format!("assigning {topic}")))?;
     consumer
         .assign(&assignment)
         .map_err(RelayError::kafka(format!("assigning {topic}")))?;
-    tracing::info!(
-        dc = context.dc(),
-        source = remote.dc,
-        topic,
-        offset = applied.next_offset,
-        "apply started"
-    );
+    Ok(consumer)
+}
+
+/// Reads the topic from the stored offset, gathers each transaction, skips those already
+/// applied, and hands the rest on with their SQL. Ends at shutdown, or when nobody applies.
+async fn read(
+    consumer: &StreamConsumer,
+    topic: &str,
+    remote: &RemoteDc,
+    applied: Applied,
+    shutdown: &mut watch::Receiver<bool>,
+    ready: mpsc::Sender<Ready>,
+) -> Result<(), RelayError> {
     let mut assembler = Assembler::default();
-    let mut schemas = SchemaCache::default();
-    // The offset after the last message read, which the next applied transaction records.
+    // The last source position handed on, and the offset after the last message read.
+    let mut done = applied.source;
     let mut consumed = applied.next_offset;
     loop {
         let message = tokio::select! {
-            _ = shutdown.changed() => break,
+            _ = shutdown.changed() => return Ok(()),
             message = consumer.recv() => message,
         };
         let message = match message {
@@ -189,11 +231,11 @@ pub async fn run_once(
             )));
         }
         consumed = offset + 1;
-        let Some(txn) = assembler.push(change) else {
+        let Some(changes) = assembler.push(change) else {
             continue;
         };
-        let position = txn[0].position.clone();
-        let already = match (position.order(), applied.source.order()) {
+        let position = changes[0].position.clone();
+        let already = match (position.order(), done.order()) {
             (Some(new), Some(done)) => new <= done,
             _ => false,
         };
@@ -202,12 +244,42 @@ pub async fn run_once(
             tracing::debug!(file = position.file, pos = position.pos, "already applied");
             continue;
         }
+        let rows: Vec<&RowChange> = changes.iter().map(|c| &c.row).collect();
+        let statements = sql::statements(&rows).map_err(|e| {
+            RelayError::Refused(format!(
+                "{topic} transaction {} ({}:{}): {e}",
+                changes[0].txn.seq, position.file, position.pos
+            ))
+        })?;
+        done = position;
+        let next = Ready {
+            changes,
+            statements,
+            next_offset: consumed,
+        };
+        if ready.send(next).await.is_err() {
+            // The applying half stopped; its result says why.
+            return Ok(());
+        }
+    }
+}
+
+/// Applies the transactions handed on, in order, each once its tables match here.
+async fn apply_all(
+    context: &RelayContext,
+    conn: &mut Conn,
+    source_dc: &str,
+    mut ready: mpsc::Receiver<Ready>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<(), RelayError> {
+    let mut schemas = SchemaCache::default();
+    while let Some(txn) = ready.recv().await {
         loop {
-            match check_schemas(&mut conn, &mut schemas, context, &txn, &remote.dc).await {
+            match check_schemas(conn, &mut schemas, context, &txn.changes, source_dc).await {
                 Ok(()) => break,
                 Err(RelayError::SchemaMismatch(message)) => {
-                    tracing::error!(source = remote.dc, "{message}");
-                    record_error(&mut conn, &remote.dc, &message).await?;
+                    tracing::error!(source = source_dc, "{message}");
+                    record_error(conn, source_dc, &message).await?;
                     tokio::select! {
                         _ = shutdown.changed() => return Ok(()),
                         _ = tokio::time::sleep(MISMATCH_RETRY) => {}
@@ -216,13 +288,8 @@ pub async fn run_once(
                 Err(other) => return Err(other),
             }
         }
-        apply(context, &mut conn, &remote.dc, &txn, consumed).await?;
-        applied = Applied {
-            next_offset: consumed,
-            source: position,
-        };
+        apply(context, conn, source_dc, &txn).await?;
     }
-    let _ = conn.disconnect().await;
     Ok(())
 }
 
@@ -231,13 +298,13 @@ async fn apply(
     context: &RelayContext,
     conn: &mut Conn,
     source_dc: &str,
-    txn: &[Change],
-    next_offset: i64,
+    txn: &Ready,
 ) -> Result<(), RelayError> {
     let keys: Vec<CacheKey> = match context.cache() {
         Some(mut cache) => {
             let now = Instant::now();
-            txn.iter()
+            txn.changes
+                .iter()
                 .map(|c| {
                     let key = CacheKey::of(&c.row);
                     cache.record(key, now);
@@ -247,7 +314,7 @@ async fn apply(
         }
         None => Vec::new(),
     };
-    let result = apply_in_transaction(conn, source_dc, txn, next_offset).await;
+    let result = apply_in_transaction(conn, source_dc, txn).await;
     if result.is_err()
         && let Some(mut cache) = context.cache()
     {
@@ -261,29 +328,28 @@ async fn apply(
 async fn apply_in_transaction(
     conn: &mut Conn,
     source_dc: &str,
-    txn: &[Change],
-    next_offset: i64,
+    txn: &Ready,
 ) -> Result<(), RelayError> {
-    let last = &txn[txn.len() - 1];
+    let last = &txn.changes[txn.changes.len() - 1];
     let context = || {
         format!(
             "applying transaction {} from {source_dc} ({}:{})",
             last.txn.seq, last.position.file, last.position.pos
         )
     };
-    let rows: Vec<&RowChange> = txn.iter().map(|c| &c.row).collect();
-    let changes =
-        sql::statements(&rows).map_err(|e| RelayError::Refused(format!("{}: {e}", context())))?;
     // The marker and the bookkeeping first, then the changes, then COMMIT: one round trip for
     // a transaction that fits the budget. The server stops at the first failing statement, so a
     // failure never reaches COMMIT, and the connection (dropped with the error) rolls back.
-    let mut statements = Vec::with_capacity(changes.len() + 3);
-    statements.push("START TRANSACTION".to_string());
-    statements.push(applied_update(source_dc, last, txn.len(), next_offset));
-    statements.extend(changes);
-    statements.push("COMMIT".to_string());
+    let bookkeeping = [
+        "START TRANSACTION".to_string(),
+        applied_update(source_dc, last, txn.changes.len(), txn.next_offset),
+    ];
     let mut batch = String::new();
-    for statement in statements {
+    for statement in bookkeeping
+        .iter()
+        .chain(&txn.statements)
+        .chain(std::iter::once(&"COMMIT".to_string()))
+    {
         if !batch.is_empty() && batch.len() + statement.len() > STATEMENT_BUDGET {
             conn.query_drop(std::mem::take(&mut batch))
                 .await
@@ -292,7 +358,7 @@ async fn apply_in_transaction(
         if !batch.is_empty() {
             batch.push_str(";\n");
         }
-        batch.push_str(&statement);
+        batch.push_str(statement);
     }
     conn.query_drop(batch)
         .await
