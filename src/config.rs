@@ -192,6 +192,8 @@ pub struct RelaySettings {
     pub cache_ttl: Duration,
     #[serde(with = "duration_text")]
     pub checkpoint_interval: Duration,
+    /// Source transactions an applier that is behind may commit together.
+    pub apply_batch: usize,
     /// The data centres whose changes are applied here.
     pub remotes: Vec<RemoteDc>,
 }
@@ -522,6 +524,9 @@ impl<'a> Layered<'a> {
         }
         if relay.checkpoint_interval.is_zero() {
             return Err(self.invalid("relay.checkpoint_interval", "must be longer than 0"));
+        }
+        if relay.apply_batch == 0 {
+            return Err(self.invalid("relay.apply_batch", "must be at least 1"));
         }
         Ok(())
     }

@@ -406,6 +406,7 @@ fn other_invalid_values() {
         ("relay.checkpoint_interval", "often", "\"often\""),
         ("relay.topic_prefix", "relay/", "\"relay/\""),
         ("relay.server_id", "-1", "-1"),
+        ("relay.apply_batch", "0", "0"),
     ] {
         check_bad_in_every_layer(key, value, toml_value);
     }

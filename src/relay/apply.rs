@@ -264,7 +264,9 @@ async fn read(
     }
 }
 
-/// Applies the transactions handed on, in order, each once its tables match here.
+/// Applies the transactions handed on, in order, each once its tables match here. When more
+/// are waiting, up to `relay.apply_batch` go into one local transaction: each source
+/// transaction stays whole, and one commit serves them all.
 async fn apply_all(
     context: &RelayContext,
     conn: &mut Conn,
@@ -273,9 +275,19 @@ async fn apply_all(
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), RelayError> {
     let mut schemas = SchemaCache::default();
-    while let Some(txn) = ready.recv().await {
+    let most = context.settings.relay.apply_batch;
+    let mut group: Vec<Ready> = Vec::with_capacity(most);
+    while let Some(first) = ready.recv().await {
+        group.push(first);
+        while group.len() < most {
+            match ready.try_recv() {
+                Ok(next) => group.push(next),
+                Err(_) => break,
+            }
+        }
+        let changes: Vec<&Change> = group.iter().flat_map(|t| &t.changes).collect();
         loop {
-            match check_schemas(conn, &mut schemas, context, &txn.changes, source_dc).await {
+            match check_schemas(conn, &mut schemas, context, &changes, source_dc).await {
                 Ok(()) => break,
                 Err(RelayError::SchemaMismatch(message)) => {
                     tracing::error!(source = source_dc, "{message}");
@@ -288,23 +300,25 @@ async fn apply_all(
                 Err(other) => return Err(other),
             }
         }
-        apply(context, conn, source_dc, &txn).await?;
+        apply(context, conn, source_dc, &group).await?;
+        group.clear();
     }
     Ok(())
 }
 
-/// Applies one transaction with its bookkeeping, in one MySQL transaction.
+/// Applies consecutive source transactions with their bookkeeping in one local transaction.
 async fn apply(
     context: &RelayContext,
     conn: &mut Conn,
     source_dc: &str,
-    txn: &Ready,
+    group: &[Ready],
 ) -> Result<(), RelayError> {
     let keys: Vec<CacheKey> = match context.cache() {
         Some(mut cache) => {
             let now = Instant::now();
-            txn.changes
+            group
                 .iter()
+                .flat_map(|t| &t.changes)
                 .map(|c| {
                     let key = CacheKey::of(&c.row);
                     cache.record(key, now);
@@ -314,7 +328,7 @@ async fn apply(
         }
         None => Vec::new(),
     };
-    let result = apply_in_transaction(conn, source_dc, txn).await;
+    let result = apply_in_transaction(conn, source_dc, group).await;
     if result.is_err()
         && let Some(mut cache) = context.cache()
     {
@@ -328,27 +342,32 @@ async fn apply(
 async fn apply_in_transaction(
     conn: &mut Conn,
     source_dc: &str,
-    txn: &Ready,
+    group: &[Ready],
 ) -> Result<(), RelayError> {
-    let last = &txn.changes[txn.changes.len() - 1];
+    let Some(newest) = group.last() else {
+        return Ok(());
+    };
+    let last = &newest.changes[newest.changes.len() - 1];
     let context = || {
         format!(
-            "applying transaction {} from {source_dc} ({}:{})",
-            last.txn.seq, last.position.file, last.position.pos
+            "applying transactions {} to {} from {source_dc} (up to {}:{})",
+            group[0].changes[0].txn.seq, last.txn.seq, last.position.file, last.position.pos
         )
     };
+    let changes: usize = group.iter().map(|t| t.changes.len()).sum();
     // The marker and the bookkeeping first, then the changes, then COMMIT: one round trip for
     // a transaction that fits the budget. The server stops at the first failing statement, so a
     // failure never reaches COMMIT, and the connection (dropped with the error) rolls back.
     let bookkeeping = [
         "START TRANSACTION".to_string(),
-        applied_update(source_dc, last, txn.changes.len(), txn.next_offset),
+        applied_update(source_dc, last, group.len(), changes, newest.next_offset),
     ];
+    let commit = ["COMMIT".to_string()];
     let mut batch = String::new();
     for statement in bookkeeping
         .iter()
-        .chain(&txn.statements)
-        .chain(std::iter::once(&"COMMIT".to_string()))
+        .chain(group.iter().flat_map(|t| &t.statements))
+        .chain(&commit)
     {
         if !batch.is_empty() && batch.len() + statement.len() > STATEMENT_BUDGET {
             conn.query_drop(std::mem::take(&mut batch))
@@ -367,10 +386,17 @@ async fn apply_in_transaction(
 }
 
 /// Records the transaction in `relay_applied`: the marker, and where a restart resumes.
-fn applied_update(source_dc: &str, last: &Change, changes: usize, next_offset: i64) -> String {
+fn applied_update(
+    source_dc: &str,
+    last: &Change,
+    transactions: usize,
+    changes: usize,
+    next_offset: i64,
+) -> String {
     let mut sql = format!(
         "UPDATE `{APPLIED_TABLE}` SET next_offset = {next_offset}, source_pos = {}, \
-         source_seq = {}, source_commit_ts = {}, applied_transactions = applied_transactions + 1, \
+         source_seq = {}, source_commit_ts = {}, \
+         applied_transactions = applied_transactions + {transactions}, \
          applied_changes = applied_changes + {changes}, last_error = NULL, source_file = ",
         last.position.pos, last.txn.seq, last.commit_ts
     );
@@ -455,10 +481,10 @@ async fn check_schemas(
     conn: &mut Conn,
     cache: &mut SchemaCache,
     context: &RelayContext,
-    txn: &[Change],
+    changes: &[&Change],
     source_dc: &str,
 ) -> Result<(), RelayError> {
-    for change in txn {
+    for change in changes {
         let row = &change.row;
         let name = (row.schema.clone(), row.table.clone());
         if let Some((at, columns)) = cache.checked.get(&name)
