@@ -1,8 +1,9 @@
 //! Apply: consumes a remote data centre's topic in order and applies each of its transactions
-//! to the local database as one transaction, which also records the consumed offset and the
-//! source position in `relay_applied`. A crash loses either the whole transaction and its
-//! offset or neither, so the replay after a restart is exact; a transaction published twice
-//! (capture restarted before its checkpoint) is recognised by its source position and skipped.
+//! whole, in a local transaction that also records the consumed offset and the source position
+//! in `relay_applied`. A crash loses either the whole transaction and its offset or neither, so
+//! the replay after a restart is exact; a transaction published twice (capture restarted before
+//! its checkpoint) is recognised by its source position and skipped. An applier that is behind
+//! puts up to `relay.apply_batch` consecutive source transactions in one local transaction.
 //!
 //! The consumer takes the topic's single partition by `assign` at the offset stored in MySQL;
 //! no consumer-group offsets are involved.
@@ -30,7 +31,8 @@ use super::loop_filter::CacheKey;
 use super::sql::{self, LocalColumn};
 
 /// The applier's session: strict, so a value that does not fit fails instead of being cut;
-/// no backslash-less literals; explicit zeros stay zeros in AUTO_INCREMENT columns; UTC for
+/// backslash escapes in literals (no NO_BACKSLASH_ESCAPES), which [`sql`] writes; explicit
+/// zeros stay zeros in AUTO_INCREMENT columns; UTC for
 /// TIMESTAMP values; foreign keys were checked where the change was made, and a parent row may
 /// still be on its way from another data centre.
 const SESSION_SETUP: &[&str] = &[
