@@ -4,7 +4,7 @@
 //! A bad value is one error naming the setting and the layer it came from. Secrets never reach a
 //! message: the MySQL URL's password is redacted wherever the URL is shown.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,6 +16,7 @@ use crate::id::{IdError, Layout};
 use crate::store::schema::ColumnSpec;
 use crate::store::{Ident, Period};
 use crate::time::{Zone, parse_time};
+use crate::transform::MessageFormat;
 
 /// The defaults, also shipped as `config/default.toml` for reference.
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
@@ -75,6 +76,7 @@ pub struct Settings {
     pub partitions: PartitionSettings,
     pub store: StoreSettings,
     pub batch: BatchSettings,
+    pub ingest: IngestSettings,
     pub telemetry: TelemetrySettings,
 }
 
@@ -90,6 +92,123 @@ pub struct KafkaSettings {
     pub brokers: String,
     pub group_id: String,
     pub topics: Vec<String>,
+    /// `group.instance.id` for static membership; empty for dynamic membership.
+    pub instance_id: String,
+    /// librdkafka settings passed through as they are.
+    pub properties: KafkaProperties,
+}
+
+/// librdkafka settings by their own names (`security.protocol`, `sasl.password`, ...). Written
+/// as a TOML table or as `LOGSTAMP__KAFKA__PROPERTIES__SASL__PASSWORD` (each `__` a dot), so
+/// nested tables are flattened to dotted names. Values that may be secrets are never shown.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KafkaProperties(pub BTreeMap<String, String>);
+
+/// Properties logstamp sets from its own settings or needs as they are.
+const RESERVED_PROPERTIES: &[(&str, &str)] = &[
+    ("bootstrap.servers", "set kafka.brokers"),
+    ("group.id", "set kafka.group_id"),
+    ("group.instance.id", "set kafka.instance_id"),
+    (
+        "enable.auto.commit",
+        "offsets are committed by logstamp after each MySQL commit",
+    ),
+    (
+        "enable.auto.offset.store",
+        "offsets are committed by logstamp after each MySQL commit",
+    ),
+];
+
+impl KafkaProperties {
+    /// Whether a property's value must not be shown: passwords, secrets, private keys.
+    pub fn is_secret(name: &str) -> bool {
+        ["password", "secret", "jaas", "key.pem", "keystore", "token"]
+            .iter()
+            .any(|s| name.contains(s))
+    }
+
+    fn check(&self) -> Result<(), (String, String)> {
+        for name in self.0.keys() {
+            if let Some((_, why)) = RESERVED_PROPERTIES.iter().find(|(r, _)| r == name) {
+                return Err((
+                    format!("kafka.properties.{name}"),
+                    format!("cannot be set here: {why}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<'de> Deserialize<'de> for KafkaProperties {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<KafkaProperties, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Given {
+            Bool(bool),
+            Int(i64),
+            Float(f64),
+            Text(String),
+            Table(BTreeMap<String, Given>),
+        }
+        fn flatten(prefix: &str, given: Given, out: &mut BTreeMap<String, String>) {
+            let value = match given {
+                Given::Bool(b) => b.to_string(),
+                Given::Int(i) => i.to_string(),
+                Given::Float(f) => f.to_string(),
+                Given::Text(t) => t,
+                Given::Table(table) => {
+                    for (key, value) in table {
+                        let name = if prefix.is_empty() {
+                            key
+                        } else {
+                            format!("{prefix}.{key}")
+                        };
+                        flatten(&name, value, out);
+                    }
+                    return;
+                }
+            };
+            out.insert(prefix.to_string(), value);
+        }
+        let table = BTreeMap::<String, Given>::deserialize(d)?;
+        let mut flat = BTreeMap::new();
+        flatten("", Given::Table(table), &mut flat);
+        Ok(KafkaProperties(flat))
+    }
+}
+
+impl Serialize for KafkaProperties {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(name, value)| {
+            let shown = if KafkaProperties::is_secret(name) {
+                "***"
+            } else {
+                value.as_str()
+            };
+            (name, shown)
+        }))
+    }
+}
+
+/// The ingest worker's own settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestSettings {
+    pub format: MessageFormat,
+    /// Larger messages go to the dead letters.
+    pub max_message_bytes: usize,
+    /// 0 for no limit.
+    pub max_records_per_second: u32,
+    /// Dead letters are also produced to this topic; empty for none.
+    pub dead_letter_topic: String,
+    #[serde(with = "duration_text")]
+    pub shutdown_timeout: Duration,
+    /// Message bytes held between Kafka and MySQL before the consumer pauses.
+    pub max_buffered_bytes: usize,
+    /// How often `partitions ensure` runs.
+    #[serde(with = "duration_text")]
+    pub maintenance_interval: Duration,
 }
 
 /// The ID settings, with the layout already checked.
@@ -198,6 +317,7 @@ struct RawSettings {
     partitions: PartitionSettings,
     store: StoreSettings,
     batch: BatchSettings,
+    ingest: IngestSettings,
     telemetry: TelemetrySettings,
 }
 
@@ -389,6 +509,19 @@ impl<'a> Layered<'a> {
         }
         at_least_one("batch.max_rows", raw.batch.max_rows as u64)?;
         at_least_one("batch.max_bytes", raw.batch.max_bytes as u64)?;
+        raw.kafka
+            .properties
+            .check()
+            .map_err(|(key, reason)| self.invalid(&key, reason))?;
+        at_least_one("ingest.max_message_bytes", raw.ingest.max_message_bytes as u64)?;
+        at_least_one(
+            "ingest.max_buffered_bytes",
+            raw.ingest.max_buffered_bytes as u64,
+        )?;
+        at_least_one(
+            "ingest.maintenance_interval",
+            raw.ingest.maintenance_interval.as_secs(),
+        )?;
         tracing_subscriber::EnvFilter::try_new(&raw.telemetry.log_level)
             .map_err(|e| self.invalid("telemetry.log_level", e))?;
         Ok(Settings {
@@ -402,6 +535,7 @@ impl<'a> Layered<'a> {
             partitions: raw.partitions,
             store: raw.store,
             batch: raw.batch,
+            ingest: raw.ingest,
             telemetry: raw.telemetry,
         })
     }
