@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod id;
+pub mod ingest;
 pub mod store;
 pub mod telemetry;
 pub mod time;

@@ -5,6 +5,7 @@
 mod bench;
 mod db;
 mod id;
+mod ingest;
 mod migrate;
 mod output;
 mod partitions;
@@ -49,6 +50,8 @@ enum Command {
     /// Measure throughput against a scratch database.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Run one ingest worker: Kafka to MySQL, exactly once, until SIGTERM or SIGINT.
+    Ingest(ingest::IngestArgs),
     /// Create the database, apply migrations, create or check the log table.
     Migrate(migrate::MigrateArgs),
     /// The log rows of a time range, read only from the partitions that hold it.
@@ -112,6 +115,7 @@ fn run(command: Command, sources: Sources) -> anyhow::Result<ExitCode> {
         Command::Partitions(cmd) => partitions::run(cmd, sources),
         Command::Plan(args) => plan::run(args),
         Command::Bench(cmd) => bench::run(cmd, sources),
+        Command::Ingest(args) => ingest::run(args, sources),
         Command::Migrate(args) => migrate::run(args, sources),
         Command::Query(args) => query::run(args, sources),
     }

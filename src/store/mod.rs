@@ -11,6 +11,7 @@ pub mod migrate;
 pub mod partition_plan;
 pub mod partitions;
 pub mod query;
+pub mod retry;
 mod rows;
 pub mod schema;
 pub mod writer;
