@@ -206,6 +206,9 @@ impl Dispatcher {
             }
             Event::Failed(e) => return Err(e),
         }
+        self.stats
+            .partitions
+            .store(self.partitions.len() as u64, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 

@@ -137,3 +137,95 @@ impl DeadLetterTopic {
         }
     }
 }
+
+/// A message to produce.
+#[derive(Debug, Clone, Default)]
+pub struct Outgoing {
+    /// `None`: the partitioner chooses (by key).
+    pub partition: Option<i32>,
+    pub key: Option<Vec<u8>>,
+    /// `None`: a tombstone.
+    pub payload: Option<Vec<u8>>,
+}
+
+/// Counts failed deliveries.
+#[derive(Default)]
+struct DeliveryCount {
+    failed: std::sync::atomic::AtomicU64,
+}
+
+impl rdkafka::ClientContext for DeliveryCount {}
+
+impl rdkafka::producer::ProducerContext for DeliveryCount {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            if self.failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0 {
+                tracing::warn!("a message was not delivered: {e}");
+            }
+        }
+    }
+}
+
+/// Produces `messages` to `topic` as fast as the brokers take them and waits until every one is
+/// acknowledged: for loading test data, the demo and benchmarks. Returns how many were sent.
+pub fn produce_all(
+    brokers: &str,
+    topic: &str,
+    messages: impl IntoIterator<Item = Outgoing>,
+) -> Result<u64, IngestError> {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let producer: BaseProducer<DeliveryCount> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("linger.ms", "5")
+        .set("batch.num.messages", "10000")
+        .set("queue.buffering.max.messages", "500000")
+        .create_with_context(DeliveryCount::default())
+        .map_err(client_error)?;
+    let mut sent = 0u64;
+    for message in messages {
+        let mut record = BaseRecord::to(topic);
+        if let Some(partition) = message.partition {
+            record = record.partition(partition);
+        }
+        if let Some(key) = &message.key {
+            record = record.key(key);
+        }
+        if let Some(payload) = &message.payload {
+            record = record.payload(payload);
+        }
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(code), back))
+                    if code == rdkafka::types::RDKafkaErrorCode::QueueFull =>
+                {
+                    // The local queue is full: serve deliveries until it drains a little.
+                    producer.poll(Duration::from_millis(10));
+                    record = back;
+                }
+                Err((e, _)) => return Err(IngestError::kafka(format!("producing to {topic}"), e)),
+            }
+        }
+        sent += 1;
+        if sent.is_multiple_of(10_000) {
+            producer.poll(Duration::ZERO);
+        }
+    }
+    producer
+        .flush(Duration::from_secs(120))
+        .map_err(|e| IngestError::kafka(format!("flushing messages to {topic}"), e))?;
+    let failed = producer
+        .context()
+        .failed
+        .load(std::sync::atomic::Ordering::Relaxed);
+    if failed > 0 {
+        return Err(IngestError::Undelivered {
+            topic: topic.to_string(),
+            failed,
+            sent,
+        });
+    }
+    Ok(sent)
+}

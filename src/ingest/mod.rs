@@ -65,6 +65,8 @@ pub enum IngestError {
         "shutdown took longer than ingest.shutdown_timeout ({timeout:?}): {unfinished} batches abandoned, not committed; their messages will be read again"
     )]
     ShutdownTimedOut { timeout: Duration, unfinished: usize },
+    #[error("{failed} of {sent} messages to {topic} were not delivered")]
+    Undelivered { topic: String, failed: u64, sent: u64 },
     #[error("the Kafka consumer thread ended unexpectedly")]
     ConsumerGone,
     #[error("starting the Kafka consumer thread: {0}")]
@@ -81,6 +83,7 @@ pub struct IngestStats {
     batches: AtomicU64,
     dead_letters_published: AtomicU64,
     dead_letters_unpublished: AtomicU64,
+    partitions: AtomicU64,
 }
 
 /// A snapshot of [`IngestStats`].
@@ -100,6 +103,8 @@ pub struct IngestCounts {
     pub dead_letters_published: u64,
     /// Dead letters the topic did not take (they are in the table all the same).
     pub dead_letters_unpublished: u64,
+    /// Partitions assigned to the worker now.
+    pub partitions: u64,
 }
 
 impl IngestStats {
@@ -113,6 +118,7 @@ impl IngestStats {
             batches: get(&self.batches),
             dead_letters_published: get(&self.dead_letters_published),
             dead_letters_unpublished: get(&self.dead_letters_unpublished),
+            partitions: get(&self.partitions),
         }
     }
 

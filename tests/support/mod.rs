@@ -2,6 +2,8 @@
 //! so tests run in parallel and leave nothing behind. A missing server fails the test loudly.
 #![allow(dead_code)]
 
+pub mod ingest;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 

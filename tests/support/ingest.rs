@@ -1,0 +1,260 @@
+//! Ingest test harness: an in-process Kafka cluster, a migrated database, workers run as tasks
+//! or as `logstamp ingest` processes, and the exactly-once check.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use logstamp::config::Settings;
+use logstamp::id::IdGenerator;
+use logstamp::ingest::kafka::{Outgoing, produce_all};
+use logstamp::ingest::local_cluster::LocalCluster;
+use logstamp::ingest::{self, IngestError, IngestStats};
+use logstamp::store::log_table::TableSpec;
+use logstamp::store::schema::{ColumnSpec, ColumnType};
+use logstamp::store::{db, migrate};
+use mysql_async::prelude::Queryable;
+use serde_json::json;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::TestDb;
+
+pub const TOPIC: &str = "logs";
+
+/// A database and a cluster with one topic of `partitions` partitions.
+pub struct Setup {
+    pub db: TestDb,
+    pub cluster: LocalCluster,
+    pub settings: Settings,
+}
+
+impl Setup {
+    pub async fn new(hint: &str, partitions: i32, overrides: &[(&str, &str)]) -> Setup {
+        // Logs of the workers, shown for failed tests (filter with RUST_LOG).
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let db = TestDb::create(hint).await;
+        let cluster = LocalCluster::start(1).unwrap();
+        cluster.create_topic(TOPIC, partitions).unwrap();
+        let brokers = cluster.bootstrap_servers();
+        let mut all = vec![
+            ("kafka.brokers", brokers.as_str()),
+            ("kafka.group_id", "ingest-test"),
+            ("batch.linger_ms", "50"),
+            // The mock coordinator completes a rebalance only when a session times out, so a
+            // short session keeps joins quick (the default 45 s would make each one that long).
+            ("kafka.properties.session.timeout.ms", "3000"),
+            ("kafka.properties.heartbeat.interval.ms", "300"),
+            ("store.give_up_after", "60s"),
+            ("ingest.shutdown_timeout", "60s"),
+        ];
+        all.extend_from_slice(overrides);
+        let mut settings = db.settings(&all);
+        settings.store.columns.push(ColumnSpec {
+            name: "seq".into(),
+            pointer: "/seq".into(),
+            column_type: ColumnType::Uint,
+            length: None,
+        });
+        db::create_database(&db.mysql_url()).await.unwrap();
+        let mut conn = db.conn().await;
+        migrate::run(
+            &mut conn,
+            &migrate::builtin().unwrap(),
+            &TableSpec::from_settings(&settings),
+            Utc::now(),
+            false,
+        )
+        .await
+        .unwrap();
+        conn.disconnect().await.unwrap();
+        Setup {
+            db,
+            cluster,
+            settings,
+        }
+    }
+
+    /// Produces log messages with sequence numbers `from..to`, round-robin over `partitions`.
+    pub fn produce(&self, from: u64, to: u64, partitions: i32) {
+        produce_logs(&self.cluster.bootstrap_servers(), from, to, partitions);
+    }
+
+    /// Produces sequence numbers `from..to` in chunks, each once the rows stored are at most
+    /// one chunk behind: the mock broker keeps only the last 5 MB of each partition, so a
+    /// backlog larger than that would be lost to its retention before the workers read it.
+    pub async fn feed(&self, from: u64, to: u64, partitions: i32) {
+        const CHUNK: u64 = 30_000;
+        let mut start = from;
+        while start < to {
+            let end = (start + CHUNK).min(to);
+            if start >= from + CHUNK {
+                let behind = start - from - CHUNK;
+                self.wait_until_at_least(COUNT_ALL, behind, Duration::from_secs(120))
+                    .await;
+            }
+            let brokers = self.cluster.bootstrap_servers();
+            tokio::task::spawn_blocking(move || produce_logs(&brokers, start, end, partitions))
+                .await
+                .unwrap();
+            start = end;
+        }
+    }
+
+    pub fn produce_raw(&self, messages: Vec<Outgoing>) {
+        produce_all(&self.cluster.bootstrap_servers(), TOPIC, messages).unwrap();
+    }
+
+    /// Starts a worker with service ID `service_id` as a task of this runtime.
+    pub fn start_worker(&self, service_id: u32) -> Worker {
+        Worker::start(&self.settings, service_id)
+    }
+
+    pub async fn count(&self, sql: &str) -> u64 {
+        let mut conn = self.db.conn().await;
+        let n: Option<u64> = conn.query_first(sql).await.unwrap();
+        conn.disconnect().await.unwrap();
+        n.unwrap_or(0)
+    }
+
+    /// Waits until `sql` counts at least `least`, failing after `within`.
+    pub async fn wait_until_at_least(&self, sql: &str, least: u64, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let n = self.count(sql).await;
+            if n >= least {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{sql} counted {n}, not yet {least}, after {within:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until `sql` counts `expected`, failing after `within`.
+    pub async fn wait_for(&self, sql: &str, expected: u64, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let n = self.count(sql).await;
+            if n == expected {
+                return;
+            }
+            assert!(
+                n < expected,
+                "{sql} counted {n}, more than the {expected} expected"
+            );
+            assert!(
+                Instant::now() < deadline,
+                "{sql} counted {n} of {expected} after {within:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Every sequence number in `0..n` is stored exactly once, IDs are unique, and each ID's
+    /// service ID is one of `service_ids`.
+    pub async fn assert_exactly_once(&self, n: u64, service_ids: &[u32]) {
+        let mut conn = self.db.conn().await;
+        let (rows, seqs, low, high, ids): (u64, u64, Option<u64>, Option<u64>, u64) = conn
+            .query_first(
+                "SELECT COUNT(*), COUNT(DISTINCT seq), MIN(seq), MAX(seq), COUNT(DISTINCT id) FROM logs",
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (rows, seqs, ids),
+            (n, n, n),
+            "rows, distinct sequence numbers, distinct IDs"
+        );
+        if n > 0 {
+            assert_eq!((low, high), (Some(0), Some(n - 1)));
+        }
+        let layout = self.settings.id.layout;
+        let services: Vec<u64> = conn
+            .query(format!(
+                "SELECT DISTINCT (id >> {}) & {} FROM logs",
+                layout.counter_bits(),
+                (1u64 << layout.service_bits()) - 1
+            ))
+            .await
+            .unwrap();
+        for s in &services {
+            assert!(
+                service_ids.contains(&(*s as u32)),
+                "service ID {s} is not one of {service_ids:?}"
+            );
+        }
+        conn.disconnect().await.unwrap();
+    }
+}
+
+pub const COUNT_ALL: &str = "SELECT COUNT(*) FROM logs";
+
+/// Produces log lines with sequence numbers `from..to`, round-robin over `partitions`.
+pub fn produce_logs(brokers: &str, from: u64, to: u64, partitions: i32) {
+    let messages = (from..to).map(|seq| Outgoing {
+        partition: Some((seq % partitions as u64) as i32),
+        key: None,
+        payload: Some(log_line(seq)),
+    });
+    produce_all(brokers, TOPIC, messages).unwrap();
+}
+
+/// A JSON log line carrying its sequence number.
+pub fn log_line(seq: u64) -> Vec<u8> {
+    let level = ["info", "warn", "error"][(seq % 3) as usize];
+    serde_json::to_vec(&json!({
+        "seq": seq,
+        "time": "2026-11-21T10:00:00.123Z",
+        "level": level,
+        "host": format!("host-{}", seq % 7),
+        "service": "checkout",
+        "message": format!("request {seq} served"),
+    }))
+    .unwrap()
+}
+
+/// A worker running as a task.
+pub struct Worker {
+    stop: Option<oneshot::Sender<()>>,
+    pub task: JoinHandle<Result<(), IngestError>>,
+    pub stats: Arc<IngestStats>,
+}
+
+impl Worker {
+    pub fn start(settings: &Settings, service_id: u32) -> Worker {
+        let mut settings = settings.clone();
+        settings.id.service_id = service_id;
+        let generator = Arc::new(IdGenerator::new(settings.id.layout, service_id).unwrap());
+        let stats = Arc::new(IngestStats::default());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn({
+            let stats = stats.clone();
+            async move {
+                ingest::run(&settings, generator, stats, async {
+                    let _ = stopped.await;
+                })
+                .await
+            }
+        });
+        Worker {
+            stop: Some(stop),
+            task,
+            stats,
+        }
+    }
+
+    /// Asks for a graceful shutdown and waits for it.
+    pub async fn stop(mut self) -> Result<(), IngestError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        (&mut self.task).await.unwrap()
+    }
+}
