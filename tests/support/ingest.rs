@@ -220,6 +220,112 @@ pub fn log_line(seq: u64) -> Vec<u8> {
     .unwrap()
 }
 
+/// A `logstamp ingest` process.
+pub struct Process {
+    pub child: std::process::Child,
+    pub log: std::path::PathBuf,
+}
+
+impl Setup {
+    /// A settings file for worker processes: this setup's database, cluster and columns.
+    pub fn config_file(&self, name: &str) -> std::path::PathBuf {
+        let s = &self.settings;
+        let mut text = format!(
+            "[mysql]\nurl = {:?}\n\n[kafka]\nbrokers = {:?}\ngroup_id = {:?}\n\n\
+             [kafka.properties]\n\"session.timeout.ms\" = \"3000\"\n\
+             \"heartbeat.interval.ms\" = \"300\"\n\n\
+             [batch]\nlinger_ms = {}\nmax_rows = {}\n\n\
+             [store]\ngive_up_after = \"60s\"\n",
+            s.mysql.url.expose(),
+            s.kafka.brokers,
+            s.kafka.group_id,
+            s.batch.linger_ms,
+            s.batch.max_rows,
+        );
+        for c in &s.store.columns {
+            text.push_str(&format!(
+                "\n[[store.columns]]\nname = {:?}\npointer = {:?}\ntype = {:?}\n",
+                c.name,
+                c.pointer,
+                serde_json::to_value(c.column_type).unwrap().as_str().unwrap()
+            ));
+            if let Some(length) = c.length {
+                text.push_str(&format!("length = {length}\n"));
+            }
+        }
+        let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(&self.db.name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{name}.toml"));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// Starts `logstamp ingest` with service ID `service_id`; its log goes to a file beside the
+    /// settings.
+    pub fn spawn_process(&self, service_id: u32, run: usize) -> Process {
+        let config = self.config_file("worker");
+        let log = config.with_file_name(format!("worker-{service_id}-{run}.log"));
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_logstamp"))
+            .arg("--config")
+            .arg(&config)
+            .args(["ingest", "--service-id", &service_id.to_string()])
+            .env("RUST_LOG", "logstamp=info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Process { child, log }
+    }
+}
+
+impl Process {
+    /// SIGTERM, then the exit status, within `within`.
+    pub fn terminate(mut self, within: Duration) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "worker did not exit within {within:?} of SIGTERM; log:\n{}",
+                    std::fs::read_to_string(&self.log).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until the log has a line containing `text`.
+    pub async fn wait_for_log(&self, text: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            if log.lines().any(|line| line.contains(text)) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no log line with {text:?} after {within:?}; log:\n{log}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGKILL: no chance to flush or commit.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
 /// A worker running as a task.
 pub struct Worker {
     stop: Option<oneshot::Sender<()>>,
