@@ -58,3 +58,85 @@ async fn a_worker_killed_at_random_points_loses_and_duplicates_nothing() {
     steady.stop().await.unwrap();
     setup.assert_exactly_once(n, &[1, 2]).await;
 }
+
+/// Workers joining and leaving mid-stream move partitions between them; nothing is lost or
+/// stored twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn workers_joining_and_leaving_mid_stream_rebalance_without_loss() {
+    let setup = Setup::new("ingest_rebalance", 6, &[("batch.max_rows", "1000")]).await;
+    let n = 120_000;
+    let first = setup.start_worker(1);
+    let second = setup.start_worker(2);
+    let changes = async {
+        setup
+            .wait_until_at_least(COUNT_ALL, n / 4, Duration::from_secs(60))
+            .await;
+        let third = setup.start_worker(3);
+        setup
+            .wait_until_at_least(COUNT_ALL, n / 2, Duration::from_secs(60))
+            .await;
+        second.stop().await.unwrap();
+        third
+    };
+    let ((), third) = tokio::join!(setup.feed(0, n, 6), changes);
+    setup.wait_for(COUNT_ALL, n, Duration::from_secs(120)).await;
+    let third_stats = third.stats.clone();
+    third.stop().await.unwrap();
+    first.stop().await.unwrap();
+    setup.assert_exactly_once(n, &[1, 2, 3]).await;
+    assert!(
+        third_stats.snapshot().stored > 0,
+        "the worker that joined took partitions over"
+    );
+}
+
+/// The broker goes away for a while and comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broker_outage_loses_and_duplicates_nothing() {
+    let setup = Setup::new("ingest_broker", 6, &[("batch.max_rows", "1000")]).await;
+    let n = 60_000;
+    let workers: Vec<_> = (1..=2).map(|s| setup.start_worker(s)).collect();
+    setup.feed(0, n / 2, 6).await;
+    setup
+        .wait_until_at_least(COUNT_ALL, n / 4, Duration::from_secs(60))
+        .await;
+    setup.cluster.broker_down(-1).unwrap();
+    // The outage lasts past the session timeout (3 s), so the group loses its members.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    setup.cluster.broker_up(-1).unwrap();
+    setup.feed(n / 2, n, 6).await;
+    setup.wait_for(COUNT_ALL, n, Duration::from_secs(120)).await;
+    for worker in workers {
+        worker.stop().await.unwrap();
+    }
+    setup.assert_exactly_once(n, &[1, 2]).await;
+}
+
+/// SIGTERM-like shutdown while messages are flowing: everything consumed is committed, rows
+/// and offsets agree, and a later worker goes on from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn graceful_shutdown_under_load_commits_everything_consumed() {
+    let setup = Setup::new("ingest_shutdown", 6, &[("batch.max_rows", "500")]).await;
+    let n = 60_000;
+    setup.produce(0, n, 6);
+    let worker = setup.start_worker(1);
+    setup
+        .wait_until_at_least(COUNT_ALL, 5_000, Duration::from_secs(60))
+        .await;
+    let stats = worker.stats.clone();
+    worker.stop().await.unwrap();
+    let counts = stats.snapshot();
+    let rows = setup.count(COUNT_ALL).await;
+    assert_eq!(counts.consumed, rows, "every message consumed is stored");
+    assert_eq!(counts.stored, rows);
+    // Offsets start at 0 with no gaps, so the stored next offsets add up to the rows.
+    let offsets = setup
+        .count("SELECT CAST(SUM(next_offset) AS UNSIGNED) FROM ingest_offsets")
+        .await;
+    assert_eq!(offsets, rows, "the offsets committed are those of the rows");
+
+    let next = setup.start_worker(2);
+    setup.wait_for(COUNT_ALL, n, Duration::from_secs(120)).await;
+    next.stop().await.unwrap();
+    setup.assert_exactly_once(n, &[1, 2]).await;
+}
