@@ -5,6 +5,7 @@
 mod bench;
 mod db;
 mod id;
+mod leases;
 mod migrate;
 mod output;
 mod partitions;
@@ -53,6 +54,9 @@ enum Command {
     Migrate(migrate::MigrateArgs),
     /// The log rows of a time range, read only from the partitions that hold it.
     Query(query::QueryArgs),
+    /// Service-ID leases: who holds which ID, and freeing the ID of a holder that died.
+    #[command(subcommand)]
+    Leases(leases::LeasesCommand),
 }
 
 /// A mistake in how the command was called (exit code 2), as opposed to a failure of the work.
@@ -114,6 +118,7 @@ fn run(command: Command, sources: Sources) -> anyhow::Result<ExitCode> {
         Command::Bench(cmd) => bench::run(cmd, sources),
         Command::Migrate(args) => migrate::run(args, sources),
         Command::Query(args) => query::run(args, sources),
+        Command::Leases(cmd) => leases::run(cmd, sources),
     }
 }
 
