@@ -380,3 +380,171 @@ async fn clean_shutdown_releases_and_a_missing_table_is_explained() {
     let e = HeldLease::acquire(&settings).await.unwrap_err();
     assert!(e.to_string().contains("logstamp migrate"), "{e}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// The binary: id gen under a clock an hour back, leases list and release
+// ---------------------------------------------------------------------------------------------
+
+const BIN: &str = env!("CARGO_BIN_EXE_logstamp");
+const FAKETIME: &str = "faketime";
+
+/// The binary, run with only `url`'s database configured (through `faketime` if `clock` is
+/// given, a faketime offset such as "-1h"), with stdout and stderr.
+fn run_logstamp(url: &str, clock: Option<&str>, args: &[&str]) -> std::process::Output {
+    let mut cmd = match clock {
+        None => std::process::Command::new(BIN),
+        Some(offset) => {
+            let mut cmd = std::process::Command::new(FAKETIME);
+            cmd.args(["-f", offset, BIN]);
+            cmd
+        }
+    };
+    cmd.env_clear()
+        .env("LOGSTAMP__MYSQL__URL", url)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("running {args:?} (clock {clock:?}) failed; the clock tests need faketime (Debian package faketime): {e}")
+        })
+}
+
+fn printed_ids(out: &std::process::Output) -> Vec<u64> {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            v["id"].as_u64().unwrap()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn id_gen_with_the_clock_an_hour_back_prints_ids_above_those_printed_before() {
+    let (test_db, mut conn) = migrated("lease_faketime").await;
+    let url = test_db.url.as_str();
+    let hour_back = Some("-1h");
+    // faketime really sets the binary's clock back: offline, IDs carry the time an hour ago.
+    let offline = printed_ids(&run_logstamp(url, hour_back, &["id", "gen", "--no-lease"]));
+    let behind = now() - second_of(offline[0]);
+    assert!((3_590..=3_610).contains(&behind), "{behind} s behind");
+
+    let before = printed_ids(&run_logstamp(url, None, &["id", "gen", "--count", "1000"]));
+    assert_eq!(before.len(), 1000);
+    let mark = row(&mut conn, 0).await.issued_seconds_mark;
+    assert_eq!(mark, second_of(*before.last().unwrap()));
+
+    let out = run_logstamp(url, hour_back, &["id", "gen", "--count", "1000"]);
+    let after = printed_ids(&out);
+    assert_eq!(after.len(), 1000);
+    assert!(after.windows(2).all(|w| w[0] < w[1]));
+    let (max_before, min_after) = (before.iter().max().unwrap(), after.iter().min().unwrap());
+    assert!(min_after > max_before, "{min_after} <= {max_before}");
+    assert_eq!(second_of(*min_after), mark + 1);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("ahead of this host's clock"), "{stderr}");
+    // Released again: the mark is the last second printed, and the lease is not live.
+    let row = row(&mut conn, 0).await;
+    assert_eq!(row.issued_seconds_mark, second_of(*after.last().unwrap()));
+    assert!(!row.live);
+}
+
+#[tokio::test]
+async fn leases_list_and_release_show_and_free_a_holders_id() {
+    let (test_db, _conn) = migrated("lease_cli").await;
+    let url = test_db.url.as_str();
+    let settings = test_db.settings(&[("id.service_id", "5"), ("id.lease_ttl", "2s")]);
+    let lease = HeldLease::acquire(&settings).await.unwrap();
+    let holder = lease.holder().clone();
+    let json = |out: &std::process::Output| -> Vec<serde_json::Value> {
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+
+    let listed = json(&run_logstamp(url, None, &["leases", "list"]));
+    assert_eq!(listed.len(), 1);
+    let shown = &listed[0];
+    assert_eq!(shown["service_id"], 5);
+    assert_eq!(shown["host"], holder.host.as_str());
+    assert_eq!(shown["pid"], holder.pid);
+    assert_eq!(shown["live"], true);
+    let mark = shown["issued_seconds_mark"].as_u64().unwrap();
+    assert_eq!(
+        shown["mark_time"],
+        chrono::DateTime::from_timestamp(mark as i64, 0)
+            .unwrap()
+            .format("%Y-%m-%dT%H:%M:%SZ")
+            .to_string()
+    );
+    assert!(shown["expires_at"].as_str().unwrap().ends_with('Z'));
+
+    let table = run_logstamp(url, None, &["leases", "list", "--format", "table"]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 2, "{table}");
+    assert!(lines[0].starts_with("service_id  state"), "{table}");
+    assert!(lines[1].starts_with("5           live"), "{table}");
+
+    // Another process with the same fixed ID refuses, with one line naming the holder.
+    let refused = run_logstamp(url, None, &["id", "gen", "--service-id", "5"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(refused.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    let error: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error")).collect();
+    assert_eq!(error.len(), 1, "{stderr}");
+    for needle in [
+        &format!("host {}", holder.host),
+        &format!("pid {}", holder.pid),
+    ] {
+        assert!(
+            error[0].contains(needle.as_str()),
+            "{needle} not in {stderr}"
+        );
+    }
+
+    // Release needs --force; with it the holder loses the lease and stops stamping.
+    let unforced = run_logstamp(url, None, &["leases", "release", "5"]);
+    assert_eq!(unforced.status.code(), Some(2));
+    let released = json(&run_logstamp(
+        url,
+        None,
+        &["leases", "release", "5", "--force"],
+    ));
+    assert_eq!(released[0]["action"], "released");
+    assert_eq!(released[0]["service_id"], 5);
+    assert_eq!(released[0]["pid"], holder.pid);
+    within("the loss to be noticed", lease.lost()).await;
+    assert!(matches!(
+        lease.generator().next_id(),
+        Err(IdError::LeaseLost { service_id: 5 })
+    ));
+    let again = json(&run_logstamp(
+        url,
+        None,
+        &["leases", "release", "5", "--force"],
+    ));
+    assert_eq!(
+        again[0],
+        serde_json::json!({"action": "not_held", "service_id": 5})
+    );
+    let listed = json(&run_logstamp(url, None, &["leases", "list"]));
+    assert_eq!(listed[0]["live"], false);
+    assert_eq!(listed[0]["issued_seconds_mark"], mark);
+    lease.release().await.unwrap();
+
+    // Offline generation needs a fixed service ID.
+    let offline = run_logstamp(url, None, &["id", "gen", "--no-lease"]);
+    assert!(offline.status.success());
+    let auto = std::process::Command::new(BIN)
+        .env_clear()
+        .env("LOGSTAMP__ID__SERVICE_ID", "auto")
+        .args(["id", "gen", "--no-lease"])
+        .output()
+        .unwrap();
+    assert_eq!(auto.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&auto.stderr).contains("--service-id"));
+}
