@@ -351,7 +351,7 @@ async fn the_mark_is_raised_ahead_of_the_clock_and_bounds_issuance_when_it_canno
     // Unlocked before the lease was given up: the raise goes through and issuance resumes.
     let resumed = eventually("issuance to resume", async || generator.next_id().ok()).await;
     assert_eq!(second_of(resumed), raised + 1);
-    assert!(row(&mut conn, 6).await.issued_seconds_mark >= raised + 1);
+    assert!(row(&mut conn, 6).await.issued_seconds_mark > raised);
     assert_eq!(lease.watch().borrow().clone(), LeaseStatus::Held);
     lease.release().await.unwrap();
 }
