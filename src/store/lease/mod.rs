@@ -392,8 +392,8 @@ async fn claim_fixed(
     // Each pass fails only if the row changed between two statements (created, or expired);
     // a few passes settle it.
     for _ in 0..CLAIM_ROUNDS {
-        if sql::try_create(conn, service_id, holder, ttl).await?
-            || sql::try_take_over(conn, service_id, holder, ttl).await?
+        if sql::try_claim(conn, Candidate::New(service_id), holder, ttl).await?
+            || sql::try_claim(conn, Candidate::Expired(service_id), holder, ttl).await?
         {
             return Ok(service_id);
         }
@@ -430,11 +430,7 @@ async fn claim_auto(
             return Err(LeaseError::NoFreeId { first, last });
         }
         for candidate in candidates {
-            let claimed = match candidate {
-                Candidate::New(id) => sql::try_create(conn, id, holder, ttl).await?,
-                Candidate::Expired(id) => sql::try_take_over(conn, id, holder, ttl).await?,
-            };
-            if claimed {
+            if sql::try_claim(conn, candidate, holder, ttl).await? {
                 return Ok(candidate.service_id());
             }
         }

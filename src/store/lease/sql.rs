@@ -5,11 +5,12 @@
 
 use std::time::Duration;
 
+use mysql_async::params;
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Error as MysqlError, Row};
+use mysql_async::{Conn, Error as MysqlError, Params, Row};
 use serde::Serialize;
 
-use super::rules::Seen;
+use super::rules::{Candidate, Seen};
 use crate::store::StoreError;
 use crate::store::rows::take;
 
@@ -123,54 +124,58 @@ pub async fn seen(conn: &mut Conn, first: u32, last: u32) -> Result<Vec<Seen>, S
         .collect()
 }
 
-/// Creates the row of an ID nobody ever held. False if another process created it first.
-pub async fn try_create(
+/// Runs a statement that changes at most one row; whether it changed one. The statements here
+/// move the expiry or the holder of any row they match (a release of a lease already ended may
+/// change nothing, and reports so), so the connection's found-rows option does not matter.
+async fn changed_one(
     conn: &mut Conn,
-    service_id: u32,
-    holder: &Holder,
-    ttl: Duration,
+    statement: &str,
+    params: impl Into<Params> + Send,
+    what: String,
 ) -> Result<bool, StoreError> {
-    // IGNORE turns only the duplicate key into "no row": the other values always fit.
-    conn.exec_drop(
-        "INSERT IGNORE INTO `service_leases` \
-         (`service_id`, `host`, `pid`, `instance_token`, `expires_at`, `issued_seconds_mark`) \
-         VALUES (?, ?, ?, ?, NOW(6) + INTERVAL ? MICROSECOND, 0)",
-        (
-            service_id,
-            holder.host.as_str(),
-            holder.pid,
-            holder.token.as_str(),
-            micros(ttl),
-        ),
-    )
-    .await
-    .map_err(failed(format!("claiming service ID {service_id}")))?;
+    conn.exec_drop(statement, params)
+        .await
+        .map_err(failed(what))?;
     Ok(conn.affected_rows() == 1)
 }
 
-/// Takes over the row of an ID whose lease expired. False if it is live (someone claimed it
-/// first) or has no row.
-pub async fn try_take_over(
+/// Claims a candidate ID: creates the row of an ID nobody ever held, or takes over the row of
+/// one whose lease expired. False if another process got there first (created the row, or
+/// claimed it since it was seen expired).
+pub async fn try_claim(
     conn: &mut Conn,
-    service_id: u32,
+    candidate: Candidate,
     holder: &Holder,
     ttl: Duration,
 ) -> Result<bool, StoreError> {
-    conn.exec_drop(
-        "UPDATE `service_leases` SET `host` = ?, `pid` = ?, `instance_token` = ?, \
-         `expires_at` = NOW(6) + INTERVAL ? MICROSECOND \
-         WHERE `service_id` = ? AND `expires_at` <= NOW(6)",
-        (
-            holder.host.as_str(),
-            holder.pid,
-            holder.token.as_str(),
-            micros(ttl),
-            service_id,
-        ),
+    let statement = match candidate {
+        // IGNORE turns only the duplicate key into "no row": the other values always fit.
+        Candidate::New(_) => {
+            "INSERT IGNORE INTO `service_leases` \
+             (`service_id`, `host`, `pid`, `instance_token`, `expires_at`, `issued_seconds_mark`) \
+             VALUES (:service_id, :host, :pid, :token, NOW(6) + INTERVAL :ttl MICROSECOND, 0)"
+        }
+        Candidate::Expired(_) => {
+            "UPDATE `service_leases` SET `host` = :host, `pid` = :pid, `instance_token` = :token, \
+             `expires_at` = NOW(6) + INTERVAL :ttl MICROSECOND \
+             WHERE `service_id` = :service_id AND `expires_at` <= NOW(6)"
+        }
+    };
+    let service_id = candidate.service_id();
+    let params = params! {
+        "service_id" => service_id,
+        "host" => holder.host.as_str(),
+        "pid" => holder.pid,
+        "token" => holder.token.as_str(),
+        "ttl" => micros(ttl),
+    };
+    changed_one(
+        conn,
+        statement,
+        params,
+        format!("claiming service ID {service_id}"),
     )
     .await
-    .map_err(failed(format!("claiming service ID {service_id}")))?;
-    Ok(conn.affected_rows() == 1)
 }
 
 /// Extends a live lease this holder has and raises its mark to at least `mark`. False if the
@@ -182,18 +187,15 @@ pub async fn renew(
     ttl: Duration,
     mark: u64,
 ) -> Result<bool, StoreError> {
-    conn.exec_drop(
+    changed_one(
+        conn,
         "UPDATE `service_leases` SET `expires_at` = NOW(6) + INTERVAL ? MICROSECOND, \
          `issued_seconds_mark` = GREATEST(`issued_seconds_mark`, ?) \
          WHERE `service_id` = ? AND `instance_token` = ? AND `expires_at` > NOW(6)",
         (micros(ttl), mark, service_id, holder.token.as_str()),
+        format!("renewing the lease of service ID {service_id}"),
     )
     .await
-    .map_err(failed(format!(
-        "renewing the lease of service ID {service_id}"
-    )))?;
-    // The expiry moves with NOW(6) at every call, so a matched row is a changed row.
-    Ok(conn.affected_rows() == 1)
 }
 
 /// The mark this holder found after claiming, before it raised it.
@@ -223,16 +225,14 @@ pub async fn release(
     holder: &Holder,
     mark: u64,
 ) -> Result<bool, StoreError> {
-    conn.exec_drop(
+    changed_one(
+        conn,
         "UPDATE `service_leases` SET `expires_at` = LEAST(`expires_at`, NOW(6)), \
          `issued_seconds_mark` = ? WHERE `service_id` = ? AND `instance_token` = ?",
         (mark, service_id, holder.token.as_str()),
+        format!("releasing the lease of service ID {service_id}"),
     )
     .await
-    .map_err(failed(format!(
-        "releasing the lease of service ID {service_id}"
-    )))?;
-    Ok(conn.affected_rows() == 1)
 }
 
 /// Ends whatever live lease the ID has, for an operator whose holder died. The mark is kept,
@@ -245,14 +245,13 @@ pub async fn force_release(
     let Some(before) = read(conn, service_id).await? else {
         return Ok(None);
     };
-    conn.exec_drop(
+    let ended = changed_one(
+        conn,
         "UPDATE `service_leases` SET `expires_at` = NOW(6) \
          WHERE `service_id` = ? AND `expires_at` > NOW(6)",
         (service_id,),
+        format!("releasing the lease of service ID {service_id}"),
     )
-    .await
-    .map_err(failed(format!(
-        "releasing the lease of service ID {service_id}"
-    )))?;
-    Ok((conn.affected_rows() == 1).then_some(before))
+    .await?;
+    Ok(ended.then_some(before))
 }
