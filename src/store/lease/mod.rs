@@ -100,15 +100,14 @@ pub struct Released {
 /// generator and leaves the lease to expire.
 #[derive(Debug)]
 pub struct HeldLease<C: Clock + 'static = SystemClock> {
-    generator: Arc<IdGenerator<C>>,
-    keeper: Keeper<C>,
+    keeper: Arc<Keeper<C>>,
     mark_at_claim: u64,
     status: watch::Receiver<LeaseStatus>,
     stop: watch::Sender<bool>,
     task: Option<JoinHandle<()>>,
 }
 
-/// What the renewal task needs; cloned into it.
+/// What the renewal task needs; shared with it.
 #[derive(Debug)]
 struct Keeper<C: Clock + 'static> {
     pool: Pool,
@@ -116,18 +115,6 @@ struct Keeper<C: Clock + 'static> {
     holder: Holder,
     timing: Timing,
     generator: Arc<IdGenerator<C>>,
-}
-
-impl<C: Clock + 'static> Clone for Keeper<C> {
-    fn clone(&self) -> Self {
-        Keeper {
-            pool: self.pool.clone(),
-            service_id: self.service_id,
-            holder: self.holder.clone(),
-            timing: self.timing,
-            generator: Arc::clone(&self.generator),
-        }
-    }
 }
 
 impl HeldLease<SystemClock> {
@@ -191,18 +178,17 @@ impl<C: Clock + 'static> HeldLease<C> {
             mark = mark_at_claim,
             "service ID leased"
         );
-        let keeper = Keeper {
+        let keeper = Arc::new(Keeper {
             pool,
             service_id,
             holder,
             timing,
-            generator: Arc::clone(&generator),
-        };
+            generator,
+        });
         let (status_tx, status) = watch::channel(LeaseStatus::Held);
         let (stop, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(keeper.clone().keep(claimed_at, status_tx, stop_rx));
+        let task = tokio::spawn(Arc::clone(&keeper).keep(claimed_at, status_tx, stop_rx));
         Ok(HeldLease {
-            generator,
             keeper,
             mark_at_claim,
             status,
@@ -223,7 +209,7 @@ impl<C: Clock + 'static> HeldLease<C> {
     /// is lost, [`IdError::Released`] after release, and [`IdError::PastMark`] (transient) if
     /// IDs got ahead of the persisted mark before the task could raise it.
     pub fn generator(&self) -> &Arc<IdGenerator<C>> {
-        &self.generator
+        &self.keeper.generator
     }
 
     /// Changes of the lease's status: `Held` until the lease is lost.
@@ -251,7 +237,7 @@ impl<C: Clock + 'static> HeldLease<C> {
     /// continues right above it instead of a window ahead. Waits at most one TTL for the
     /// database.
     pub async fn release(mut self) -> Result<Released, LeaseError> {
-        let last_issued = self.generator.halt(HaltReason::Released);
+        let last_issued = self.keeper.generator.halt(HaltReason::Released);
         let _ = self.stop.send(true);
         if let Some(task) = self.task.take() {
             // The task ends at its next tick, or after a write in flight (bounded by the TTL).
@@ -299,7 +285,7 @@ impl<C: Clock + 'static> HeldLease<C> {
 impl<C: Clock + 'static> Drop for HeldLease<C> {
     fn drop(&mut self) {
         if self.task.is_some() {
-            self.generator.halt(HaltReason::Released);
+            self.keeper.generator.halt(HaltReason::Released);
             let _ = self.stop.send(true);
         }
     }
@@ -308,7 +294,7 @@ impl<C: Clock + 'static> Drop for HeldLease<C> {
 impl<C: Clock + 'static> Keeper<C> {
     /// Renews the lease and raises the mark until stopped or until the lease is lost.
     async fn keep(
-        self,
+        self: Arc<Self>,
         mut renewed_at: Instant,
         status: watch::Sender<LeaseStatus>,
         mut stop: watch::Receiver<bool>,
