@@ -29,10 +29,9 @@ use crate::config::{ServiceIdSetting, Settings};
 use crate::id::{Clock, HaltReason, IdError, IdGenerator, SystemClock};
 use crate::store::{StoreError, db};
 
-pub use rules::Timing;
 pub use sql::{Holder, LeaseRow, force_release, list};
 
-use rules::Candidate;
+use rules::{Candidate, Timing};
 
 /// Connections of the lease's own pool: renewals never queue behind the writer's batches.
 const POOL_CONNECTIONS: usize = 2;
