@@ -202,9 +202,10 @@ impl<C: Clock> IdGenerator<C> {
     /// so a host clock behind it (stepped back, or wrong) cannot take IDs below it. The floor
     /// second counts as the clock's own, not as borrowed.
     pub fn with_floor(mut self, unix_seconds: u64) -> Result<Self, IdError> {
-        self.floor = match unix_seconds.checked_sub(self.layout.epoch_unix_seconds()) {
-            Some(_) => u64::from(self.layout.seconds_since_epoch(unix_seconds)?),
-            None => 0,
+        self.floor = if unix_seconds <= self.layout.epoch_unix_seconds() {
+            0
+        } else {
+            u64::from(self.layout.seconds_since_epoch(unix_seconds)?)
         };
         Ok(self)
     }
@@ -236,7 +237,8 @@ impl<C: Clock> IdGenerator<C> {
     pub fn frontier_unix_seconds(&self) -> u64 {
         let next = self.next.0.load(Ordering::Acquire) & !HALTED;
         let second = (next >> self.layout.counter_bits()).max(self.floor);
-        self.layout.epoch_unix_seconds() + second
+        // After the layout's very last ID the word points one second past the range.
+        self.layout.epoch_unix_seconds().saturating_add(second)
     }
 
     /// Stops issuance for good: every later call is refused with the reason's error. Returns the
