@@ -28,7 +28,8 @@ async fn three_workers_store_every_message_exactly_once() {
 }
 
 /// One worker runs throughout; another, a separate process, is killed with SIGKILL at random
-/// points while it holds partitions, and started again each time.
+/// points while it holds partitions, and started again each time. It leases its service ID
+/// (auto): each restart takes a free one while the killed process's lease runs out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_killed_at_random_points_loses_and_duplicates_nothing() {
     let setup = Setup::new("ingest_kill", 6, &[("batch.max_rows", "2000")]).await;
@@ -38,9 +39,12 @@ async fn a_worker_killed_at_random_points_loses_and_duplicates_nothing() {
     let killing = async {
         let mut rng = rand::rng();
         for run in 0..kills {
-            let process = setup.spawn_process(2, run);
+            let process = setup.spawn_process("auto", run);
             process
-                .wait_for_log("assigned; reading from the offsets stored in MySQL partitions=logs/", Duration::from_secs(60))
+                .wait_for_log(
+                    "assigned; reading from the offsets stored in MySQL partitions=logs/",
+                    Duration::from_secs(60),
+                )
                 .await;
             // Somewhere within the next few batches.
             let now = setup.count(COUNT_ALL).await;
@@ -52,11 +56,12 @@ async fn a_worker_killed_at_random_points_loses_and_duplicates_nothing() {
         }
     };
     tokio::join!(setup.feed(0, n, 6), killing);
-    let last = setup.spawn_process(2, kills);
+    let last = setup.spawn_process("auto", kills);
     setup.wait_for(COUNT_ALL, n, Duration::from_secs(120)).await;
     assert!(last.terminate(Duration::from_secs(60)).success());
     steady.stop().await.unwrap();
-    setup.assert_exactly_once(n, &[1, 2]).await;
+    let service_ids: Vec<u32> = (1..=20).collect();
+    setup.assert_exactly_once(n, &service_ids).await;
 }
 
 /// Workers joining and leaving mid-stream move partitions between them; nothing is lost or

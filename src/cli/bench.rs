@@ -246,7 +246,9 @@ async fn bench_in(settings: &Settings, plan: &Plan) -> anyhow::Result<()> {
 /// generator and mapped as the writer's caller would. Returns the batches and the message bytes.
 fn make_batches(settings: &Settings, plan: &Plan) -> anyhow::Result<(Vec<Vec<Batch>>, usize)> {
     let mapper = Mapper::new(&settings.store.columns);
-    let generator = IdGenerator::new(settings.id.layout, settings.id.service_id)?;
+    // Rows for a scratch database, dropped afterwards: these IDs need no lease.
+    let service_id = settings.id.service_id.fixed().unwrap_or(0);
+    let generator = IdGenerator::new(settings.id.layout, service_id)?;
     let mut partitions: Vec<Vec<Batch>> = vec![Vec::new(); plan.concurrency];
     let mut offsets = vec![0i64; plan.concurrency];
     let mut bytes = 0;

@@ -4,7 +4,10 @@ use std::future::Future;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
+use mysql_async::Conn;
 
+use logstamp::config::MysqlUrl;
+use logstamp::store::{StoreError, db};
 use logstamp::time::{Zone, parse_time};
 
 use super::UsageError;
@@ -16,6 +19,21 @@ pub fn block_on<F: Future>(work: F) -> anyhow::Result<F::Output> {
         .build()
         .context("starting the async runtime")?;
     Ok(runtime.block_on(work))
+}
+
+/// Runs `work` on a connection of its own to `url`, then closes it.
+pub fn with_conn<T>(
+    url: &MysqlUrl,
+    work: impl AsyncFnOnce(&mut Conn) -> Result<T, StoreError>,
+) -> anyhow::Result<T> {
+    let done = block_on(async {
+        let mut conn = db::connect(url).await?;
+        let done = work(&mut conn).await;
+        // Nothing is left open on the server; a failed goodbye changes nothing.
+        let _ = conn.disconnect().await;
+        done
+    })??;
+    Ok(done)
 }
 
 /// The time to act at: now, or the hidden `--now` flag, which lets tests pin the clock.

@@ -3,20 +3,20 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::Context;
+use anyhow::{Context, anyhow};
 use clap::Args;
 
 use logstamp::config::Sources;
-use logstamp::id::IdGenerator;
 use logstamp::ingest::{self, IngestError, IngestStats};
+use logstamp::store::lease::HeldLease;
 
 use super::{UsageError, load_settings};
 
 #[derive(Debug, Args)]
 pub struct IngestArgs {
-    /// This process's service ID [default: id.service_id].
-    #[arg(long, value_name = "N")]
-    service_id: Option<u32>,
+    /// This process's service ID, or auto [default: id.service_id].
+    #[arg(long, value_name = "N|auto")]
+    service_id: Option<String>,
 }
 
 pub fn run(args: IngestArgs, sources: Sources) -> anyhow::Result<ExitCode> {
@@ -25,23 +25,37 @@ pub fn run(args: IngestArgs, sources: Sources) -> anyhow::Result<ExitCode> {
         None => sources,
     };
     let settings = load_settings(&sources)?;
-    let id = &settings.id;
-    let generator = Arc::new(
-        IdGenerator::new(id.layout, id.service_id)?.with_max_borrow_seconds(id.max_borrow_seconds),
-    );
     let stats = Arc::new(IngestStats::default());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let result = runtime.block_on(ingest::run(
-        &settings,
-        generator,
-        stats.clone(),
-        termination(),
-    ));
+    let result = runtime.block_on(async {
+        // The worker stamps only under a lease of its service ID; losing it stops the worker
+        // at once, without flushing (stamping is refused from then on).
+        let lease = HeldLease::acquire(&settings).await?;
+        let worker = ingest::run(
+            &settings,
+            lease.generator().clone(),
+            stats.clone(),
+            termination(),
+        );
+        let result = tokio::select! {
+            result = worker => result,
+            reason = lease.lost() => {
+                return Err(anyhow!(
+                    "the lease of service ID {} was lost ({reason}); stopped without stamping further",
+                    lease.service_id()
+                ));
+            }
+        };
+        if let Err(e) = lease.release().await {
+            tracing::warn!("releasing the service-ID lease (it expires by itself): {e}");
+        }
+        Ok(result)
+    });
     tracing::info!(counts = ?stats.snapshot(), "ingest stopped");
-    match result {
+    match result? {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(IngestError::Config(reason)) => Err(UsageError(reason).into()),
         Err(e) => Err(e.into()),

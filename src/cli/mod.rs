@@ -6,6 +6,7 @@ mod bench;
 mod db;
 mod id;
 mod ingest;
+mod leases;
 mod migrate;
 mod output;
 mod partitions;
@@ -56,6 +57,9 @@ enum Command {
     Migrate(migrate::MigrateArgs),
     /// The log rows of a time range, read only from the partitions that hold it.
     Query(query::QueryArgs),
+    /// Service-ID leases: who holds which ID, and freeing the ID of a holder that died.
+    #[command(subcommand)]
+    Leases(leases::LeasesCommand),
 }
 
 /// A mistake in how the command was called (exit code 2), as opposed to a failure of the work.
@@ -118,6 +122,7 @@ fn run(command: Command, sources: Sources) -> anyhow::Result<ExitCode> {
         Command::Ingest(args) => ingest::run(args, sources),
         Command::Migrate(args) => migrate::run(args, sources),
         Command::Query(args) => query::run(args, sources),
+        Command::Leases(cmd) => leases::run(cmd, sources),
     }
 }
 

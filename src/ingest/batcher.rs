@@ -275,7 +275,10 @@ mod tests {
         assert!(b.take_next().is_none());
         b.push(6, row(), 6, now).unwrap();
         let batch = b.take_next().unwrap();
-        assert_eq!((batch.start_offset, batch.next_offset, batch.bytes), (5, 7, 12));
+        assert_eq!(
+            (batch.start_offset, batch.next_offset, batch.bytes),
+            (5, 7, 12)
+        );
     }
 
     #[test]
@@ -284,7 +287,8 @@ mod tests {
         let mut b = PartitionBatcher::new(limits(100, 1 << 20, 200), Some(0));
         assert_eq!(b.deadline(), None);
         b.push(0, row(), 1, start).unwrap();
-        b.push(1, row(), 1, start + Duration::from_millis(150)).unwrap();
+        b.push(1, row(), 1, start + Duration::from_millis(150))
+            .unwrap();
         assert_eq!(b.deadline(), Some(start + Duration::from_millis(200)));
         b.close_if_lingered(start + Duration::from_millis(199));
         assert!(b.take_next().is_none());

@@ -137,9 +137,10 @@ impl IngestContext {
 
     fn assign(&self, consumer: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
         let keys = keys(tpl);
-        let stored = self
-            .handle
-            .block_on(self.writer.stored_offsets(&self.group, &partition_refs(&keys)));
+        let stored = self.handle.block_on(
+            self.writer
+                .stored_offsets(&self.group, &partition_refs(&keys)),
+        );
         match stored {
             Ok(stored) => {
                 for (key, offset) in keys.iter().zip(&stored) {
@@ -350,7 +351,10 @@ impl Poller {
                 }
             }
         }
-        self.consumer.context().closing.store(true, Ordering::Relaxed);
+        self.consumer
+            .context()
+            .closing
+            .store(true, Ordering::Relaxed);
         // Dropping the consumer closes it: it leaves the group (unless it is a static member)
         // and serves the final revocation on this thread.
     }

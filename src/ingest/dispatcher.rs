@@ -206,9 +206,10 @@ impl Dispatcher {
             }
             Event::Failed(e) => return Err(e),
         }
-        self.stats
-            .partitions
-            .store(self.partitions.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        self.stats.partitions.store(
+            self.partitions.len() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         Ok(())
     }
 
@@ -449,7 +450,7 @@ async fn write(
         rows: Vec::new(),
         dead_letters,
     };
-    let outcome = match stamp(&generator, rows) {
+    let outcome = match stamp(&generator, rows).await {
         Ok(rows) => {
             batch.rows = rows;
             writer.write(&batch).await.map_err(IngestError::from)
@@ -467,9 +468,13 @@ async fn write(
     }
 }
 
+/// How long stamping waits before asking again after a transient refusal (the lease raises its
+/// high-water mark within about a second).
+const STAMP_RETRY: Duration = Duration::from_millis(50);
+
 /// Gives each row its ID, in offset order, taking blocks of consecutive IDs (a block ends at
 /// the end of a second, so a batch may take more than one).
-fn stamp(
+async fn stamp(
     generator: &IdGenerator,
     rows: Vec<super::batcher::PendingRow>,
 ) -> Result<Vec<Row>, IdError> {
@@ -478,7 +483,16 @@ fn stamp(
     let mut rows = rows.into_iter();
     while stamped.len() < total {
         let wanted = u32::try_from(total - stamped.len()).unwrap_or(u32::MAX);
-        for id in generator.next_block(wanted)? {
+        let block = match generator.next_block(wanted) {
+            Ok(block) => block,
+            Err(e) if e.is_transient() => {
+                tracing::debug!("stamping waits: {e}");
+                tokio::time::sleep(STAMP_RETRY).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        for id in block {
             let Some(row) = rows.next() else { break };
             stamped.push(Row {
                 id,

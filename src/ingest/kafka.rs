@@ -67,9 +67,9 @@ pub fn client_error(error: KafkaError) -> IngestError {
         KafkaError::ClientConfig(_, description, name, _) => {
             IngestError::Config(format!("kafka.properties.{name}: {description}"))
         }
-        KafkaError::ClientCreation(reason) => IngestError::Config(format!(
-            "librdkafka refused the Kafka settings: {reason}"
-        )),
+        KafkaError::ClientCreation(reason) => {
+            IngestError::Config(format!("librdkafka refused the Kafka settings: {reason}"))
+        }
         other => IngestError::kafka("creating a Kafka client", other),
     }
 }
@@ -160,10 +160,13 @@ impl rdkafka::producer::ProducerContext for DeliveryCount {
     type DeliveryOpaque = ();
 
     fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
-        if let Err((e, _)) = result {
-            if self.failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0 {
-                tracing::warn!("a message was not delivered: {e}");
-            }
+        if let Err((e, _)) = result
+            && self
+                .failed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                == 0
+        {
+            tracing::warn!("a message was not delivered: {e}");
         }
     }
 }
@@ -198,9 +201,10 @@ pub fn produce_all(
         loop {
             match producer.send(record) {
                 Ok(()) => break,
-                Err((KafkaError::MessageProduction(code), back))
-                    if code == rdkafka::types::RDKafkaErrorCode::QueueFull =>
-                {
+                Err((
+                    KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
+                    back,
+                )) => {
                     // The local queue is full: serve deliveries until it drains a little.
                     producer.poll(Duration::from_millis(10));
                     record = back;

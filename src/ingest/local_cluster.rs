@@ -18,10 +18,7 @@ pub enum LocalClusterError {
     #[error("starting the in-process Kafka cluster: {0}")]
     Start(String),
     #[error("in-process Kafka cluster: {what}: {code:?}")]
-    Operation {
-        what: String,
-        code: RDKafkaRespErr,
-    },
+    Operation { what: String, code: RDKafkaRespErr },
 }
 
 /// A running in-process cluster; it stops when dropped.
@@ -83,8 +80,9 @@ impl LocalCluster {
             code: RDKafkaRespErr::RD_KAFKA_RESP_ERR__INVALID_ARG,
         })?;
         // SAFETY: the cluster is live and `name` outlives the call.
-        let code =
-            unsafe { rdsys::rd_kafka_mock_topic_create(self.cluster, name.as_ptr(), partitions, 1) };
+        let code = unsafe {
+            rdsys::rd_kafka_mock_topic_create(self.cluster, name.as_ptr(), partitions, 1)
+        };
         check(code, || format!("creating topic {topic}"))
     }
 

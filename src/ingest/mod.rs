@@ -64,9 +64,16 @@ pub enum IngestError {
     #[error(
         "shutdown took longer than ingest.shutdown_timeout ({timeout:?}): {unfinished} batches abandoned, not committed; their messages will be read again"
     )]
-    ShutdownTimedOut { timeout: Duration, unfinished: usize },
+    ShutdownTimedOut {
+        timeout: Duration,
+        unfinished: usize,
+    },
     #[error("{failed} of {sent} messages to {topic} were not delivered")]
-    Undelivered { topic: String, failed: u64, sent: u64 },
+    Undelivered {
+        topic: String,
+        failed: u64,
+        sent: u64,
+    },
     #[error("the Kafka consumer thread ended unexpectedly")]
     ConsumerGone,
     #[error("starting the Kafka consumer thread: {0}")]

@@ -5,6 +5,7 @@ pub mod db;
 pub mod encode;
 pub mod error;
 pub mod ident;
+pub mod lease;
 pub mod lock;
 pub mod log_table;
 pub mod migrate;

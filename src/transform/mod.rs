@@ -86,7 +86,11 @@ impl Mapper {
     }
 
     /// Maps a message written in `format`.
-    pub fn map_message(&self, format: MessageFormat, message: &[u8]) -> Result<MappedRow, MapError> {
+    pub fn map_message(
+        &self,
+        format: MessageFormat,
+        message: &[u8],
+    ) -> Result<MappedRow, MapError> {
         match format {
             MessageFormat::Json => self.map(message),
             MessageFormat::Raw => {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use logstamp::config::Settings;
+use logstamp::config::{ServiceIdSetting, Settings};
 use logstamp::id::IdGenerator;
 use logstamp::ingest::kafka::{Outgoing, produce_all};
 use logstamp::ingest::local_cluster::LocalCluster;
@@ -235,6 +235,7 @@ impl Setup {
              [kafka.properties]\n\"session.timeout.ms\" = \"3000\"\n\
              \"heartbeat.interval.ms\" = \"300\"\n\n\
              [batch]\nlinger_ms = {}\nmax_rows = {}\n\n\
+             [id]\nlease_ttl = \"3s\"\nauto_range = \"2-20\"\n\n\
              [store]\ngive_up_after = \"60s\"\n",
             s.mysql.url.expose(),
             s.kafka.brokers,
@@ -247,7 +248,10 @@ impl Setup {
                 "\n[[store.columns]]\nname = {:?}\npointer = {:?}\ntype = {:?}\n",
                 c.name,
                 c.pointer,
-                serde_json::to_value(c.column_type).unwrap().as_str().unwrap()
+                serde_json::to_value(c.column_type)
+                    .unwrap()
+                    .as_str()
+                    .unwrap()
             ));
             if let Some(length) = c.length {
                 text.push_str(&format!("length = {length}\n"));
@@ -260,15 +264,15 @@ impl Setup {
         path
     }
 
-    /// Starts `logstamp ingest` with service ID `service_id`; its log goes to a file beside the
-    /// settings.
-    pub fn spawn_process(&self, service_id: u32, run: usize) -> Process {
+    /// Starts `logstamp ingest` with `--service-id service_id` (a number or auto, which leases
+    /// one of 2-20); its log goes to a file beside the settings.
+    pub fn spawn_process(&self, service_id: &str, run: usize) -> Process {
         let config = self.config_file("worker");
         let log = config.with_file_name(format!("worker-{service_id}-{run}.log"));
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_logstamp"))
             .arg("--config")
             .arg(&config)
-            .args(["ingest", "--service-id", &service_id.to_string()])
+            .args(["ingest", "--service-id", service_id])
             .env("RUST_LOG", "logstamp=info")
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -336,7 +340,7 @@ pub struct Worker {
 impl Worker {
     pub fn start(settings: &Settings, service_id: u32) -> Worker {
         let mut settings = settings.clone();
-        settings.id.service_id = service_id;
+        settings.id.service_id = ServiceIdSetting::Fixed(service_id);
         let generator = Arc::new(IdGenerator::new(settings.id.layout, service_id).unwrap());
         let stats = Arc::new(IngestStats::default());
         let (stop, stopped) = oneshot::channel::<()>();
