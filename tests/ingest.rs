@@ -145,3 +145,120 @@ async fn graceful_shutdown_under_load_commits_everything_consumed() {
     next.stop().await.unwrap();
     setup.assert_exactly_once(n, &[1, 2]).await;
 }
+
+/// Malformed, non-UTF-8, oversized, unmappable and tombstone messages mixed into a stream: each
+/// good one is stored, each bad one dead-lettered (table and topic) with its coordinates and
+/// reason, tombstones are skipped and counted, and every offset advances.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_messages_are_dead_lettered_and_the_stream_goes_on() {
+    let setup = Setup::new(
+        "ingest_bad",
+        3,
+        &[
+            ("ingest.max_message_bytes", "4096"),
+            ("ingest.dead_letter_topic", "logs-dead"),
+        ],
+    )
+    .await;
+    setup.cluster.create_topic("logs-dead", 1).unwrap();
+    let oversized =
+        serde_json::to_vec(&serde_json::json!({"seq": 0, "message": "x".repeat(5000)})).unwrap();
+    let bad: [(&str, Option<Vec<u8>>); 5] = [
+        ("message is not JSON", Some(b"{\"seq\": 1, broken".to_vec())),
+        ("not valid UTF-8", Some(vec![0xff, 0xfe, b'{'])),
+        ("over ingest.max_message_bytes", Some(oversized)),
+        ("column seq", Some(br#"{"seq": "not a number"}"#.to_vec())),
+        ("tombstone", None),
+    ];
+    let partitions = 3;
+    let mut messages = Vec::new();
+    // (partition, offset, expected reason) of each bad message; offsets per partition.
+    let mut expected_dead = Vec::new();
+    let mut offsets = [0i64; 3];
+    let mut tombstones = 0;
+    let mut good = 0u64;
+    for k in 0..3_000usize {
+        let partition = (k % partitions) as i32;
+        let offset = offsets[partition as usize];
+        offsets[partition as usize] += 1;
+        let payload = if k % 10 == 3 {
+            let (reason, payload) = &bad[(k / 10) % bad.len()];
+            match payload {
+                Some(_) => expected_dead.push((partition, offset, *reason)),
+                None => tombstones += 1,
+            }
+            payload.clone()
+        } else {
+            good += 1;
+            Some(support::ingest::log_line(good - 1))
+        };
+        messages.push(logstamp::ingest::kafka::Outgoing {
+            partition: Some(partition),
+            key: None,
+            payload,
+        });
+    }
+    setup.produce_raw(messages);
+    let worker = setup.start_worker(1);
+    setup
+        .wait_for(COUNT_ALL, good, Duration::from_secs(60))
+        .await;
+    setup
+        .wait_for(
+            "SELECT CAST(SUM(next_offset) AS UNSIGNED) FROM ingest_offsets",
+            3_000,
+            Duration::from_secs(60),
+        )
+        .await;
+    let dead = expected_dead.len() as u64;
+    let stats = worker.stats.clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while stats.snapshot().dead_letters_published < dead {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            stats.snapshot()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    worker.stop().await.unwrap();
+
+    setup.assert_exactly_once(good, &[1]).await;
+    let counts = stats.snapshot();
+    assert_eq!(counts.stored, good);
+    assert_eq!(counts.dead_lettered, dead);
+    assert_eq!(counts.tombstones, tombstones);
+    assert_eq!(counts.dead_letters_unpublished, 0);
+
+    let mut conn = setup.db.conn().await;
+    let stored: Vec<(i32, i64, String, Option<Vec<u8>>)> = mysql_async::prelude::Queryable::query(
+        &mut conn,
+        "SELECT kafka_partition, kafka_offset, reason, raw FROM dead_letters \
+         ORDER BY kafka_partition, kafka_offset",
+    )
+    .await
+    .unwrap();
+    expected_dead.sort();
+    assert_eq!(stored.len(), expected_dead.len());
+    for ((partition, offset, reason, raw), (p, o, r)) in stored.iter().zip(&expected_dead) {
+        assert_eq!((partition, offset), (p, o));
+        assert!(reason.contains(r), "{reason:?} does not say {r:?}");
+        assert!(
+            raw.as_ref()
+                .is_some_and(|raw| !raw.is_empty() && raw.len() <= 4096)
+        );
+    }
+    let topic_letters = support::ingest::read_topic(
+        &setup.cluster.bootstrap_servers(),
+        "logs-dead",
+        dead as usize,
+    );
+    assert_eq!(topic_letters.len(), expected_dead.len());
+    for (key, reason) in &topic_letters {
+        assert!(key.starts_with("logs/"), "{key}");
+        assert!(
+            bad.iter().any(|(r, _)| reason.contains(r)),
+            "unexpected reason {reason:?}"
+        );
+    }
+}

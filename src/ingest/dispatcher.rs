@@ -37,6 +37,7 @@ struct Written {
     start_offset: i64,
     next_offset: i64,
     rows: usize,
+    tombstones: usize,
     dead_letters: Vec<DeadLetter>,
     outcome: Result<WriteOutcome, IngestError>,
 }
@@ -270,6 +271,7 @@ impl Dispatcher {
             start_offset,
             next_offset,
             rows,
+            tombstones,
             dead_letters,
             outcome,
         } = written;
@@ -285,6 +287,7 @@ impl Dispatcher {
         match outcome {
             WriteOutcome::Committed(committed) => {
                 IngestStats::add(&self.stats.stored, committed.rows);
+                IngestStats::add(&self.stats.tombstones, tombstones);
                 IngestStats::add(&self.stats.dead_lettered, committed.dead_letters);
                 IngestStats::add(&self.stats.batches, 1);
                 if owned {
@@ -297,6 +300,7 @@ impl Dispatcher {
             WriteOutcome::OffsetMoved { stored } if stored == Some(next_offset) => {
                 // This batch's own earlier commit, whose acknowledgement was lost.
                 IngestStats::add(&self.stats.stored, rows);
+                IngestStats::add(&self.stats.tombstones, tombstones);
                 IngestStats::add(&self.stats.dead_lettered, dead_letters.len());
                 IngestStats::add(&self.stats.batches, 1);
             }
@@ -438,6 +442,7 @@ async fn write(
         next_offset,
         rows,
         dead_letters,
+        tombstones,
         ..
     } = pending;
     let row_count = rows.len();
@@ -463,6 +468,7 @@ async fn write(
         start_offset,
         next_offset,
         rows: row_count,
+        tombstones,
         dead_letters: batch.dead_letters,
         outcome,
     }

@@ -368,3 +368,35 @@ impl Worker {
         (&mut self.task).await.unwrap()
     }
 }
+
+/// The first `count` messages of partition 0 of `topic`: (key, `reason` header).
+pub fn read_topic(brokers: &str, topic: &str, count: usize) -> Vec<(String, String)> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::{Headers, Message};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "read-topic")
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut read = Vec::new();
+    while read.len() < count {
+        assert!(Instant::now() < deadline, "read {} of {count}", read.len());
+        if let Some(message) = consumer.poll(Duration::from_millis(100)) {
+            let message = message.unwrap();
+            let key = String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned();
+            let reason = message
+                .headers()
+                .and_then(|h| h.iter().find(|h| h.key == "reason"))
+                .and_then(|h| h.value)
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .unwrap_or_default();
+            read.push((key, reason));
+        }
+    }
+    read
+}
