@@ -105,10 +105,10 @@ async fn a_broker_outage_loses_and_duplicates_nothing() {
     setup
         .wait_until_at_least(COUNT_ALL, n / 4, Duration::from_secs(60))
         .await;
-    setup.cluster.broker_down(-1).unwrap();
+    setup.cluster().broker_down(-1).unwrap();
     // The outage lasts past the session timeout (3 s), so the group loses its members.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    setup.cluster.broker_up(-1).unwrap();
+    setup.cluster().broker_up(-1).unwrap();
     setup.feed(n / 2, n, 6).await;
     setup.wait_for(COUNT_ALL, n, Duration::from_secs(120)).await;
     for worker in workers {
@@ -160,7 +160,7 @@ async fn bad_messages_are_dead_lettered_and_the_stream_goes_on() {
         ],
     )
     .await;
-    setup.cluster.create_topic("logs-dead", 1).unwrap();
+    setup.cluster().create_topic("logs-dead", 1).unwrap();
     let oversized =
         serde_json::to_vec(&serde_json::json!({"seq": 0, "message": "x".repeat(5000)})).unwrap();
     let bad: [(&str, Option<Vec<u8>>); 5] = [
@@ -249,7 +249,7 @@ async fn bad_messages_are_dead_lettered_and_the_stream_goes_on() {
         );
     }
     let topic_letters = support::ingest::read_topic(
-        &setup.cluster.bootstrap_servers(),
+        &setup.cluster().bootstrap_servers(),
         "logs-dead",
         dead as usize,
     );

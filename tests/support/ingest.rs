@@ -25,23 +25,37 @@ pub const TOPIC: &str = "logs";
 /// A database and a cluster with one topic of `partitions` partitions.
 pub struct Setup {
     pub db: TestDb,
-    pub cluster: LocalCluster,
+    /// The in-process cluster, unless the brokers are another process.
+    local: Option<LocalCluster>,
+    pub brokers: String,
     pub settings: Settings,
 }
 
 impl Setup {
+    /// With an in-process cluster.
     pub async fn new(hint: &str, partitions: i32, overrides: &[(&str, &str)]) -> Setup {
+        let cluster = LocalCluster::start(1).unwrap();
+        cluster.create_topic(TOPIC, partitions).unwrap();
+        let brokers = cluster.bootstrap_servers();
+        let mut setup = Setup::with_brokers(hint, &brokers, overrides).await;
+        setup.local = Some(cluster);
+        setup
+    }
+
+    pub fn cluster(&self) -> &LocalCluster {
+        self.local.as_ref().expect("an in-process cluster")
+    }
+
+    /// With brokers that already hold the topic.
+    pub async fn with_brokers(hint: &str, brokers: &str, overrides: &[(&str, &str)]) -> Setup {
         // Logs of the workers, shown for failed tests (filter with RUST_LOG).
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
             .try_init();
         let db = TestDb::create(hint).await;
-        let cluster = LocalCluster::start(1).unwrap();
-        cluster.create_topic(TOPIC, partitions).unwrap();
-        let brokers = cluster.bootstrap_servers();
         let mut all = vec![
-            ("kafka.brokers", brokers.as_str()),
+            ("kafka.brokers", brokers),
             ("kafka.group_id", "ingest-test"),
             ("batch.linger_ms", "50"),
             // The mock coordinator completes a rebalance only when a session times out, so a
@@ -73,14 +87,15 @@ impl Setup {
         conn.disconnect().await.unwrap();
         Setup {
             db,
-            cluster,
+            local: None,
+            brokers: brokers.to_string(),
             settings,
         }
     }
 
     /// Produces log messages with sequence numbers `from..to`, round-robin over `partitions`.
     pub fn produce(&self, from: u64, to: u64, partitions: i32) {
-        produce_logs(&self.cluster.bootstrap_servers(), from, to, partitions);
+        produce_logs(&self.brokers, from, to, partitions);
     }
 
     /// Produces sequence numbers `from..to` in chunks, each once the rows stored are at most
@@ -96,7 +111,7 @@ impl Setup {
                 self.wait_until_at_least(COUNT_ALL, behind, Duration::from_secs(120))
                     .await;
             }
-            let brokers = self.cluster.bootstrap_servers();
+            let brokers = self.brokers.clone();
             tokio::task::spawn_blocking(move || produce_logs(&brokers, start, end, partitions))
                 .await
                 .unwrap();
@@ -105,7 +120,7 @@ impl Setup {
     }
 
     pub fn produce_raw(&self, messages: Vec<Outgoing>) {
-        produce_all(&self.cluster.bootstrap_servers(), TOPIC, messages).unwrap();
+        produce_all(&self.brokers, TOPIC, messages).unwrap();
     }
 
     /// Starts a worker with service ID `service_id` as a task of this runtime.
@@ -232,8 +247,6 @@ impl Setup {
         let s = &self.settings;
         let mut text = format!(
             "[mysql]\nurl = {:?}\n\n[kafka]\nbrokers = {:?}\ngroup_id = {:?}\n\n\
-             [kafka.properties]\n\"session.timeout.ms\" = \"3000\"\n\
-             \"heartbeat.interval.ms\" = \"300\"\n\n\
              [batch]\nlinger_ms = {}\nmax_rows = {}\n\n\
              [id]\nlease_ttl = \"3s\"\nauto_range = \"2-20\"\n\n\
              [store]\ngive_up_after = \"60s\"\n",
@@ -243,6 +256,10 @@ impl Setup {
             s.batch.linger_ms,
             s.batch.max_rows,
         );
+        text.push_str("\n[kafka.properties]\n");
+        for (name, value) in &s.kafka.properties.0 {
+            text.push_str(&format!("{name:?} = {value:?}\n"));
+        }
         for c in &s.store.columns {
             text.push_str(&format!(
                 "\n[[store.columns]]\nname = {:?}\npointer = {:?}\ntype = {:?}\n",
