@@ -10,6 +10,7 @@ use logstamp::config::Sources;
 use logstamp::ingest::{self, IngestError, IngestStats};
 use logstamp::store::lease::HeldLease;
 
+use super::output::Output;
 use super::{UsageError, load_settings};
 
 #[derive(Debug, Args)]
@@ -54,7 +55,10 @@ pub fn run(args: IngestArgs, sources: Sources) -> anyhow::Result<ExitCode> {
         }
         Ok(result)
     });
-    tracing::info!(counts = ?stats.snapshot(), "ingest stopped");
+    // The totals on stdout, one JSON line, for scripts and the ingest benchmark.
+    let mut out = Output::new();
+    out.json(&serde_json::json!({ "stopped": stats.snapshot() }))?;
+    out.finish()?;
     match result? {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(IngestError::Config(reason)) => Err(UsageError(reason).into()),

@@ -18,6 +18,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::KafkaError;
 use rdkafka::topic_partition_list::TopicPartitionList;
@@ -202,7 +203,31 @@ impl IngestContext {
     }
 }
 
-impl ClientContext for IngestContext {}
+impl ClientContext for IngestContext {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        // A commit refused during a rebalance (COMMITFAIL) is expected: Kafka's offsets only
+        // feed lag tools, and the next batch's commit supersedes it.
+        if facility == "COMMITFAIL" {
+            tracing::debug!(target: "librdkafka", "{facility} {message}");
+            return;
+        }
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(target: "librdkafka", "{facility} {message}")
+            }
+            RDKafkaLogLevel::Warning => {
+                tracing::warn!(target: "librdkafka", "{facility} {message}")
+            }
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(target: "librdkafka", "{facility} {message}")
+            }
+            RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", "{facility} {message}"),
+        }
+    }
+}
 
 impl ConsumerContext for IngestContext {
     fn rebalance(

@@ -40,6 +40,8 @@ struct Written {
     tombstones: usize,
     dead_letters: Vec<DeadLetter>,
     outcome: Result<WriteOutcome, IngestError>,
+    /// Time spent stamping and writing.
+    nanos: usize,
 }
 
 pub struct Dispatcher {
@@ -223,6 +225,7 @@ impl Dispatcher {
             return Ok(());
         }
         IngestStats::add(&self.stats.consumed, 1);
+        let started = Instant::now();
         let record = decode(
             &self.mapper,
             self.format,
@@ -231,6 +234,7 @@ impl Dispatcher {
             message.payload,
             message.size,
         );
+        IngestStats::add(&self.stats.decode_nanos, elapsed_nanos(started));
         partition
             .batcher
             .push(message.offset, record, message.size, Instant::now())
@@ -274,7 +278,9 @@ impl Dispatcher {
             tombstones,
             dead_letters,
             outcome,
+            nanos,
         } = written;
+        IngestStats::add(&self.stats.write_nanos, nanos);
         self.writing.remove(&key);
         let outcome = outcome?;
         let owned = self
@@ -445,6 +451,7 @@ async fn write(
         tombstones,
         ..
     } = pending;
+    let started = Instant::now();
     let row_count = rows.len();
     let mut batch = Batch {
         consumer_group,
@@ -471,7 +478,12 @@ async fn write(
         tombstones,
         dead_letters: batch.dead_letters,
         outcome,
+        nanos: elapsed_nanos(started),
     }
+}
+
+fn elapsed_nanos(since: Instant) -> usize {
+    usize::try_from(since.elapsed().as_nanos()).unwrap_or(usize::MAX)
 }
 
 /// How long stamping waits before asking again after a transient refusal (the lease raises its

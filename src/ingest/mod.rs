@@ -91,6 +91,8 @@ pub struct IngestStats {
     dead_letters_published: AtomicU64,
     dead_letters_unpublished: AtomicU64,
     partitions: AtomicU64,
+    decode_nanos: AtomicU64,
+    write_nanos: AtomicU64,
 }
 
 /// A snapshot of [`IngestStats`].
@@ -112,6 +114,11 @@ pub struct IngestCounts {
     pub dead_letters_unpublished: u64,
     /// Partitions assigned to the worker now.
     pub partitions: u64,
+    /// Time spent parsing and mapping messages, in milliseconds.
+    pub decode_ms: u64,
+    /// Time batches spent being stamped and written (summed over concurrent writes), in
+    /// milliseconds.
+    pub write_ms: u64,
 }
 
 impl IngestStats {
@@ -126,6 +133,8 @@ impl IngestStats {
             dead_letters_published: get(&self.dead_letters_published),
             dead_letters_unpublished: get(&self.dead_letters_unpublished),
             partitions: get(&self.partitions),
+            decode_ms: get(&self.decode_nanos) / 1_000_000,
+            write_ms: get(&self.write_nanos) / 1_000_000,
         }
     }
 
