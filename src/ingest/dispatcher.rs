@@ -521,3 +521,78 @@ async fn stamp(
     }
     Ok(stamped)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::schema::{ColumnSpec, ColumnType};
+
+    fn mapper() -> Mapper {
+        Mapper::new(&[ColumnSpec {
+            name: "n".into(),
+            pointer: "/n".into(),
+            column_type: ColumnType::Uint,
+            length: None,
+        }])
+    }
+
+    fn dead_reason(record: Record) -> (String, Vec<u8>) {
+        match record {
+            Record::Dead(letter) => (letter.reason, letter.raw),
+            other => panic!("not a dead letter: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_message_becomes_a_row_a_dead_letter_or_a_tombstone() {
+        let m = mapper();
+        let row = decode(
+            &m,
+            MessageFormat::Json,
+            100,
+            7,
+            Some(br#"{"n":3}"#.to_vec()),
+            7,
+        );
+        assert!(matches!(row, Record::Row(ref r) if r.document == r#"{"n":3}"#));
+        assert!(matches!(
+            decode(&m, MessageFormat::Json, 100, 7, None, 0),
+            Record::Tombstone
+        ));
+        let (reason, raw) = dead_reason(decode(
+            &m,
+            MessageFormat::Json,
+            100,
+            7,
+            Some(br#"{"n":"x"}"#.to_vec()),
+            9,
+        ));
+        assert!(reason.starts_with("column n:"), "{reason}");
+        assert_eq!(raw, br#"{"n":"x"}"#);
+        let raw_row = decode(
+            &m,
+            MessageFormat::Raw,
+            100,
+            7,
+            Some(b"plain text".to_vec()),
+            10,
+        );
+        assert!(matches!(raw_row, Record::Row(_)));
+    }
+
+    #[test]
+    fn an_oversized_message_keeps_its_first_bytes_and_says_how_large_it_was() {
+        // The consumer thread copies at most max_message_bytes + 1 bytes of a large message.
+        let (reason, raw) = dead_reason(decode(
+            &mapper(),
+            MessageFormat::Json,
+            4,
+            0,
+            Some(b"{\"n\":".to_vec()),
+            5000,
+        ));
+        assert_eq!(raw, b"{\"n\"");
+        assert!(reason.contains("5000 bytes"), "{reason}");
+        assert!(reason.contains("ingest.max_message_bytes (4)"), "{reason}");
+    }
+}
