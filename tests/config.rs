@@ -794,3 +794,87 @@ fn insert_methods_display_as_they_are_spelled_in_settings() {
         );
     }
 }
+
+#[test]
+fn kafka_properties_from_a_file_and_the_environment_are_flat_librdkafka_names() {
+    let file = toml_file(
+        "[kafka.properties]\n\"security.protocol\" = \"SASL_SSL\"\nsession.timeout.ms = 6000\n",
+    );
+    let s = load(
+        Some(&file),
+        &[
+            ("LOGSTAMP__KAFKA__PROPERTIES__SASL__MECHANISM", "PLAIN"),
+            ("LOGSTAMP__KAFKA__PROPERTIES__SASL__PASSWORD", SECRET),
+        ],
+        &[],
+    );
+    let flat: Vec<(&str, &str)> = s
+        .kafka
+        .properties
+        .0
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        flat,
+        [
+            ("sasl.mechanism", "PLAIN"),
+            ("sasl.password", SECRET),
+            ("security.protocol", "SASL_SSL"),
+            ("session.timeout.ms", "6000"),
+        ]
+    );
+    let shown = serde_json::to_string(&s).unwrap();
+    assert!(!shown.contains(SECRET), "{shown}");
+    assert!(shown.contains("\"sasl.password\":\"***\""), "{shown}");
+    assert!(shown.contains("\"sasl.mechanism\":\"PLAIN\""), "{shown}");
+}
+
+#[test]
+fn kafka_properties_logstamp_sets_itself_are_refused() {
+    for (var, key, says) in [
+        (
+            "LOGSTAMP__KAFKA__PROPERTIES__GROUP__ID",
+            "kafka.properties.group.id",
+            "kafka.group_id",
+        ),
+        (
+            "LOGSTAMP__KAFKA__PROPERTIES__ENABLE__AUTO__COMMIT",
+            "kafka.properties.enable.auto.commit",
+            "committed by logstamp",
+        ),
+        (
+            "LOGSTAMP__KAFKA__PROPERTIES__BOOTSTRAP__SERVERS",
+            "kafka.properties.bootstrap.servers",
+            "kafka.brokers",
+        ),
+    ] {
+        let e = load_err(None, &[(var, "x")], &[]);
+        assert_names(&e, key, var);
+        assert!(e.to_string().contains(says), "{e}");
+    }
+}
+
+#[test]
+fn ingest_settings_are_checked() {
+    let s = load(
+        None,
+        &[
+            ("LOGSTAMP__INGEST__FORMAT", "raw"),
+            ("LOGSTAMP__INGEST__SHUTDOWN_TIMEOUT", "90s"),
+        ],
+        &[],
+    );
+    assert_eq!(s.ingest.format, logstamp::transform::MessageFormat::Raw);
+    assert_eq!(s.ingest.shutdown_timeout, Duration::from_secs(90));
+    for (key, value) in [
+        ("ingest.format", "xml"),
+        ("ingest.max_message_bytes", "0"),
+        ("ingest.max_buffered_bytes", "0"),
+        ("ingest.maintenance_interval", "0s"),
+        ("ingest.shutdown_timeout", "soon"),
+    ] {
+        let e = load_err(None, &[], &[(key, value)]);
+        assert_names(&e, key, "the command line");
+    }
+}

@@ -262,3 +262,27 @@ async fn bad_messages_are_dead_lettered_and_the_stream_goes_on() {
         );
     }
 }
+
+/// `ingest.max_records_per_second` holds a worker to that rate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_rate_limit_holds_the_worker_back() {
+    let setup = Setup::new(
+        "ingest_rate",
+        2,
+        &[("ingest.max_records_per_second", "2000")],
+    )
+    .await;
+    let n = 6_000;
+    setup.produce(0, n, 2);
+    let started = std::time::Instant::now();
+    let worker = setup.start_worker(1);
+    setup.wait_for(COUNT_ALL, n, Duration::from_secs(60)).await;
+    let elapsed = started.elapsed();
+    worker.stop().await.unwrap();
+    // A burst of one second's worth, then 2,000 a second: at least 2 s for 6,000.
+    assert!(
+        elapsed >= Duration::from_millis(1900),
+        "6,000 messages in {elapsed:?} at 2,000 a second"
+    );
+    setup.assert_exactly_once(n, &[1]).await;
+}
