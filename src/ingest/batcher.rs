@@ -135,13 +135,12 @@ impl PartitionBatcher {
         }
     }
 
-    /// Closes the open batch if it has lingered long enough.
+    /// Closes the open batch if it has lingered long enough, unless the partition's previous
+    /// batch is still being written: then the open one keeps growing (up to the row and byte
+    /// limits) until that write is done, so a slow database gets fewer, larger batches instead
+    /// of a queue of small ones.
     pub fn close_if_lingered(&mut self, now: Instant) {
-        if self
-            .open
-            .as_ref()
-            .is_some_and(|(_, opened)| now.saturating_duration_since(*opened) >= self.limits.linger)
-        {
+        if self.deadline().is_some_and(|deadline| now >= deadline) {
             self.close();
         }
     }
@@ -154,8 +153,12 @@ impl PartitionBatcher {
         }
     }
 
-    /// When the open batch must be closed.
+    /// When the open batch must be closed: `None` while there is none, or while the previous
+    /// batch is being written.
     pub fn deadline(&self) -> Option<Instant> {
+        if self.in_flight.is_some() {
+            return None;
+        }
         self.open
             .as_ref()
             .map(|(_, opened)| *opened + self.limits.linger)
@@ -296,6 +299,26 @@ mod tests {
         let batch = b.take_next().unwrap();
         assert_eq!(batch.rows.len(), 2);
         assert_eq!(b.deadline(), None);
+    }
+
+    #[test]
+    fn a_batch_lingers_on_while_the_previous_one_is_written() {
+        let start = Instant::now();
+        let mut b = PartitionBatcher::new(limits(2, 1 << 20, 100), Some(0));
+        b.push(0, row(), 1, start).unwrap();
+        b.push(1, row(), 1, start).unwrap();
+        let writing = b.take_next().unwrap();
+        assert_eq!(writing.next_offset, 2);
+        b.push(2, row(), 1, start).unwrap();
+        let late = start + Duration::from_millis(500);
+        assert_eq!(b.deadline(), None);
+        b.close_if_lingered(late);
+        b.written();
+        assert_eq!(b.deadline(), Some(start + Duration::from_millis(100)));
+        assert!(b.take_next().is_none(), "still open until the dispatcher closes it");
+        b.close_if_lingered(late);
+        let next = b.take_next().unwrap();
+        assert_eq!((next.start_offset, next.next_offset), (2, 3));
     }
 
     #[test]
