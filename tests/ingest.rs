@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use rand::Rng;
 
+use support::TestDb;
 use support::ingest::{COUNT_ALL, Setup};
+use support::mariadb::MariaDb;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_workers_store_every_message_exactly_once() {
@@ -285,4 +287,43 @@ async fn the_rate_limit_holds_the_worker_back() {
         "6,000 messages in {elapsed:?} at 2,000 a second"
     );
     setup.assert_exactly_once(n, &[1]).await;
+}
+
+/// MariaDB goes away for a while (a private server, stopped and started again) while messages
+/// keep coming: the workers retry their batches and go on; nothing is lost or stored twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_database_outage_loses_and_duplicates_nothing() {
+    let mut server = MariaDb::start(71, &[]).await;
+    let db = TestDb::create_on(
+        &format!("mysql://root@127.0.0.1:{}", server.port),
+        "ingest_db",
+    )
+    .await;
+    let setup = Setup::local(
+        db,
+        6,
+        &[("batch.max_rows", "1000"), ("store.give_up_after", "120s")],
+    )
+    .await;
+    let n = 60_000;
+    let workers: Vec<_> = (1..=2).map(|s| setup.start_worker(s)).collect();
+    setup.feed(0, n / 2, 6).await;
+    setup
+        .wait_until_at_least(COUNT_ALL, n / 4, Duration::from_secs(60))
+        .await;
+    server.stop().await;
+    // Messages keep arriving while the database is down.
+    setup.produce(n / 2, 3 * n / 4, 6);
+    let stored_before = workers
+        .iter()
+        .map(|w| w.stats.snapshot().stored)
+        .sum::<u64>();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    server.restart().await;
+    setup.feed(3 * n / 4, n, 6).await;
+    setup.wait_for(COUNT_ALL, n, Duration::from_secs(120)).await;
+    for worker in workers {
+        worker.stop().await.unwrap();
+    }
+    setup.assert_exactly_once(n, &[1, 2]).await;
 }

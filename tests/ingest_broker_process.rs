@@ -92,7 +92,8 @@ impl Drop for Broker {
 async fn three_worker_processes_against_a_broker_process_store_exactly_once() {
     let broker = Broker::start();
     broker.create_topic(TOPIC, 6).await;
-    let setup = Setup::with_brokers("ingest_nisshi", &broker.address, &[]).await;
+    let db = support::TestDb::create("ingest_nisshi").await;
+    let setup = Setup::with_brokers(db, &broker.address, &[]).await;
     let n = 300_000;
     let brokers = broker.address.clone();
     tokio::task::spawn_blocking(move || support::ingest::produce_logs(&brokers, 0, n, 6))

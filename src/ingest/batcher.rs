@@ -315,7 +315,10 @@ mod tests {
         b.close_if_lingered(late);
         b.written();
         assert_eq!(b.deadline(), Some(start + Duration::from_millis(100)));
-        assert!(b.take_next().is_none(), "still open until the dispatcher closes it");
+        assert!(
+            b.take_next().is_none(),
+            "still open until the dispatcher closes it"
+        );
         b.close_if_lingered(late);
         let next = b.take_next().unwrap();
         assert_eq!((next.start_offset, next.next_offset), (2, 3));

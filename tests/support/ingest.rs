@@ -32,12 +32,17 @@ pub struct Setup {
 }
 
 impl Setup {
-    /// With an in-process cluster.
+    /// With an in-process cluster and a database of the shared server.
     pub async fn new(hint: &str, partitions: i32, overrides: &[(&str, &str)]) -> Setup {
+        Setup::local(TestDb::create(hint).await, partitions, overrides).await
+    }
+
+    /// With an in-process cluster and `db`.
+    pub async fn local(db: TestDb, partitions: i32, overrides: &[(&str, &str)]) -> Setup {
         let cluster = LocalCluster::start(1).unwrap();
         cluster.create_topic(TOPIC, partitions).unwrap();
         let brokers = cluster.bootstrap_servers();
-        let mut setup = Setup::with_brokers(hint, &brokers, overrides).await;
+        let mut setup = Setup::with_brokers(db, &brokers, overrides).await;
         setup.local = Some(cluster);
         setup
     }
@@ -47,13 +52,12 @@ impl Setup {
     }
 
     /// With brokers that already hold the topic.
-    pub async fn with_brokers(hint: &str, brokers: &str, overrides: &[(&str, &str)]) -> Setup {
+    pub async fn with_brokers(db: TestDb, brokers: &str, overrides: &[(&str, &str)]) -> Setup {
         // Logs of the workers, shown for failed tests (filter with RUST_LOG).
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
             .try_init();
-        let db = TestDb::create(hint).await;
         let mut all = vec![
             ("kafka.brokers", brokers),
             ("kafka.group_id", "ingest-test"),
