@@ -314,10 +314,6 @@ async fn a_database_outage_loses_and_duplicates_nothing() {
     server.stop().await;
     // Messages keep arriving while the database is down.
     setup.produce(n / 2, 3 * n / 4, 6);
-    let stored_before = workers
-        .iter()
-        .map(|w| w.stats.snapshot().stored)
-        .sum::<u64>();
     tokio::time::sleep(Duration::from_secs(3)).await;
     server.restart().await;
     setup.feed(3 * n / 4, n, 6).await;
