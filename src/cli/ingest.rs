@@ -32,6 +32,7 @@ pub fn run(args: IngestArgs, sources: Sources) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the async runtime")?;
     let result = runtime.block_on(async {
+        let stop = termination()?;
         // The worker stamps only under a lease of its service ID; losing it stops the worker
         // at once, without flushing (stamping is refused from then on).
         let lease = HeldLease::acquire(&settings).await?;
@@ -39,7 +40,7 @@ pub fn run(args: IngestArgs, sources: Sources) -> anyhow::Result<ExitCode> {
             &settings,
             lease.generator().clone(),
             stats.clone(),
-            termination(),
+            stop,
         );
         let result = tokio::select! {
             result = worker => result,
@@ -66,26 +67,17 @@ pub fn run(args: IngestArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Resolves on SIGTERM or SIGINT (Ctrl-C).
-async fn termination() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(e) => {
-                tracing::warn!("cannot watch SIGTERM, only SIGINT: {e}");
-                let _ = tokio::signal::ctrl_c().await;
-            }
+/// Watches SIGTERM and SIGINT (Ctrl-C) from now on and resolves on the first. Registering at
+/// once, before the slow start-up work, means a signal during start-up is a clean stop too,
+/// not the default action (death).
+fn termination() -> anyhow::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("watching SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("watching SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = interrupt.recv() => {}
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
+    })
 }

@@ -252,7 +252,7 @@ impl Setup {
         let mut text = format!(
             "[mysql]\nurl = {:?}\n\n[kafka]\nbrokers = {:?}\ngroup_id = {:?}\n\n\
              [batch]\nlinger_ms = {}\nmax_rows = {}\n\n\
-             [id]\nlease_ttl = \"3s\"\nauto_range = \"2-20\"\n\n\
+             [id]\nlease_ttl = \"10s\"\nauto_range = \"2-20\"\n\n\
              [store]\ngive_up_after = \"60s\"\n",
             s.mysql.url.expose(),
             s.kafka.brokers,
