@@ -21,6 +21,9 @@ use crate::id::{IdError, IdGenerator};
 use crate::store::{Batch, DeadLetter, Row, StoreError, WriteOutcome, Writer};
 use crate::transform::{Mapper, MessageFormat};
 
+/// Events handled in one round of the dispatcher's loop at most.
+const EVENTS_PER_ROUND: usize = 256;
+
 /// An owned partition.
 struct Partition {
     batcher: PartitionBatcher,
@@ -128,7 +131,17 @@ impl Dispatcher {
                 }
                 () = &mut shutdown, if self.stopping.is_none() => self.stop(),
                 event = events.recv() => match event {
-                    Some(event) => self.on_event(event)?,
+                    Some(event) => {
+                        self.on_event(event)?;
+                        // Take what else is waiting before the bookkeeping below, which looks
+                        // at every partition: once per round, not once per message.
+                        for _ in 1..EVENTS_PER_ROUND {
+                            match events.try_recv() {
+                                Ok(event) => self.on_event(event)?,
+                                Err(_) => break,
+                            }
+                        }
+                    }
                     None => return Err(IngestError::ConsumerGone),
                 },
                 () = sleep_until(linger), if linger.is_some() => {
