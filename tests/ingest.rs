@@ -141,6 +141,17 @@ async fn graceful_shutdown_under_load_commits_everything_consumed() {
         .count("SELECT CAST(SUM(next_offset) AS UNSIGNED) FROM ingest_offsets")
         .await;
     assert_eq!(offsets, rows, "the offsets committed are those of the rows");
+    // Kafka has the same offsets, for lag tools.
+    let mut conn = setup.db.conn().await;
+    let in_mysql: Vec<(i32, i64)> = mysql_async::prelude::Queryable::query(
+        &mut conn,
+        "SELECT kafka_partition, next_offset FROM ingest_offsets ORDER BY kafka_partition",
+    )
+    .await
+    .unwrap();
+    let in_kafka = support::ingest::committed_in_kafka(&setup.brokers, "ingest-test", 6);
+    let in_kafka: Vec<(i32, i64)> = in_kafka.into_iter().filter(|(_, o)| *o > 0).collect();
+    assert_eq!(in_kafka, in_mysql);
 
     let next = setup.start_worker(2);
     setup.wait_for(COUNT_ALL, n, Duration::from_secs(120)).await;
@@ -322,4 +333,49 @@ async fn a_database_outage_loses_and_duplicates_nothing() {
         worker.stop().await.unwrap();
     }
     setup.assert_exactly_once(n, &[1, 2]).await;
+}
+
+/// MariaDB stays away longer than `store.give_up_after`: the worker stops with the database's
+/// error, and what it committed before is whole (every stored offset matches its rows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_database_gone_past_give_up_after_stops_the_worker_with_nothing_partial() {
+    let mut server = MariaDb::start(72, &[]).await;
+    let db = TestDb::create_on(
+        &format!("mysql://root@127.0.0.1:{}", server.port),
+        "ingest_give_up",
+    )
+    .await;
+    let setup = Setup::local(
+        db,
+        3,
+        &[
+            ("batch.max_rows", "500"),
+            ("store.give_up_after", "2s"),
+            // Slow enough that messages are still waiting when the database goes.
+            ("ingest.max_records_per_second", "5000"),
+        ],
+    )
+    .await;
+    let n = 30_000;
+    setup.produce(0, n, 3);
+    let worker = setup.start_worker(1);
+    setup
+        .wait_until_at_least(COUNT_ALL, 1_000, Duration::from_secs(60))
+        .await;
+    server.stop().await;
+    let stopped = tokio::time::timeout(Duration::from_secs(60), worker.task)
+        .await
+        .expect("the worker gives up within a minute")
+        .unwrap();
+    match stopped {
+        Err(logstamp::ingest::IngestError::Store(e)) => assert!(e.is_transient(), "{e}"),
+        other => panic!("expected the database's error, got {other:?}"),
+    }
+    server.restart().await;
+    let rows = setup.count(COUNT_ALL).await;
+    let offsets = setup
+        .count("SELECT CAST(SUM(next_offset) AS UNSIGNED) FROM ingest_offsets")
+        .await;
+    assert_eq!(rows, offsets, "rows and offsets were committed together");
+    assert!(rows < n);
 }

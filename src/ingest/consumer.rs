@@ -10,6 +10,7 @@
 //! assignment before the partition's first message and every message of a partition before its
 //! revocation.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -311,6 +312,8 @@ struct Poller {
     /// Seeks not done yet: librdkafka refuses to seek a partition whose fetcher is not running
     /// yet, so a failed seek is tried again on the next round.
     seeks: Vec<Seek>,
+    /// The latest offset committed to Kafka per partition.
+    committed: HashMap<PartitionKey, i64>,
 }
 
 struct Seek {
@@ -329,6 +332,7 @@ impl Poller {
                 .map(|n| RateLimiter::direct(Quota::per_second(n))),
             stopped: false,
             seeks: Vec::new(),
+            committed: HashMap::new(),
         }
     }
 
@@ -376,6 +380,7 @@ impl Poller {
                 }
             }
         }
+        self.commit_final();
         self.consumer
             .context()
             .closing
@@ -431,6 +436,42 @@ impl Poller {
         });
     }
 
+    fn commit(&self, offsets: &[(PartitionKey, i64)], mode: CommitMode) {
+        let mut tpl = TopicPartitionList::new();
+        for (key, next) in offsets {
+            if let Err(e) =
+                tpl.add_partition_offset(&key.topic, key.partition, Offset::Offset(*next))
+            {
+                tracing::debug!(partition = %key, "committing offset {next}: {e}");
+            }
+        }
+        if let Err(e) = self.consumer.commit(&tpl, mode) {
+            tracing::debug!("committing offsets to Kafka: {e}");
+        }
+    }
+
+    /// Commits the latest offsets of the partitions still assigned and waits for Kafka, so
+    /// lag tools see where this worker stopped (the asynchronous commits may still be on
+    /// their way when the consumer closes).
+    fn commit_final(&self) {
+        let Ok(assignment) = self.consumer.assignment() else {
+            return;
+        };
+        let owned: Vec<(PartitionKey, i64)> = self
+            .committed
+            .iter()
+            .filter(|(key, _)| {
+                assignment
+                    .find_partition(&key.topic, key.partition)
+                    .is_some()
+            })
+            .map(|(key, next)| (key.clone(), *next))
+            .collect();
+        if !owned.is_empty() {
+            self.commit(&owned, CommitMode::Sync);
+        }
+    }
+
     fn carry_out(&mut self, request: Request) {
         let consumer = &self.consumer;
         let assignment = || consumer.assignment();
@@ -463,17 +504,8 @@ impl Poller {
                 self.seek_pending();
             }
             Request::Commit(offsets) => {
-                let mut tpl = TopicPartitionList::new();
-                for (key, next) in &offsets {
-                    if let Err(e) =
-                        tpl.add_partition_offset(&key.topic, key.partition, Offset::Offset(*next))
-                    {
-                        tracing::debug!(partition = %key, "committing offset {next}: {e}");
-                    }
-                }
-                if let Err(e) = consumer.commit(&tpl, CommitMode::Async) {
-                    tracing::debug!("committing offsets to Kafka: {e}");
-                }
+                self.commit(&offsets, CommitMode::Async);
+                self.committed.extend(offsets);
             }
             Request::Close => {}
         }

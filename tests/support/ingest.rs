@@ -421,3 +421,29 @@ pub fn read_topic(brokers: &str, topic: &str, count: usize) -> Vec<(String, Stri
     }
     read
 }
+
+/// The offsets `group` committed to Kafka for partitions `0..partitions` of the topic, in
+/// partition order; 0 where none.
+pub fn committed_in_kafka(brokers: &str, group: &str, partitions: i32) -> Vec<(i32, i64)> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(TOPIC, p);
+    }
+    let committed = consumer
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .unwrap();
+    committed
+        .elements()
+        .iter()
+        .map(|e| match e.offset() {
+            rdkafka::Offset::Offset(o) => (e.partition(), o),
+            _ => (e.partition(), 0),
+        })
+        .collect()
+}
