@@ -6,9 +6,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use support::TestDb;
 use support::ingest::{COUNT_ALL, Setup};
-use support::mariadb::MariaDb;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_workers_store_every_message_exactly_once() {
@@ -101,17 +99,27 @@ async fn workers_joining_and_leaving_mid_stream_rebalance_without_loss() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_broker_outage_loses_and_duplicates_nothing() {
     let setup = Setup::new("ingest_broker", 6, &[("batch.max_rows", "1000")]).await;
-    let n = 60_000;
+    through_an_outage(&setup, 60_000, async |setup, n| {
+        setup.cluster().broker_down(-1).unwrap();
+        // The outage lasts past the session timeout (3 s), so the group loses its members.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        setup.cluster().broker_up(-1).unwrap();
+        n / 2
+    })
+    .await;
+}
+
+/// Two workers take messages `0..n`: the first half is fed, and once a quarter is stored
+/// `outage` runs (given `n`; it may produce from `n / 2` on meanwhile, and returns where feeding
+/// goes on); then the rest. At the end every message is stored exactly once.
+async fn through_an_outage(setup: &Setup, n: u64, outage: impl AsyncFnOnce(&Setup, u64) -> u64) {
     let workers: Vec<_> = (1..=2).map(|s| setup.start_worker(s)).collect();
     setup.feed(0, n / 2, 6).await;
     setup
         .wait_until_at_least(COUNT_ALL, n / 4, Duration::from_secs(60))
         .await;
-    setup.cluster().broker_down(-1).unwrap();
-    // The outage lasts past the session timeout (3 s), so the group loses its members.
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    setup.cluster().broker_up(-1).unwrap();
-    setup.feed(n / 2, n, 6).await;
+    let next = outage(setup, n).await;
+    setup.feed(next, n, 6).await;
     setup.wait_for(COUNT_ALL, n, Duration::from_secs(120)).await;
     for worker in workers {
         worker.stop().await.unwrap();
@@ -304,49 +312,31 @@ async fn the_rate_limit_holds_the_worker_back() {
 /// keep coming: the workers retry their batches and go on; nothing is lost or stored twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_database_outage_loses_and_duplicates_nothing() {
-    let mut server = MariaDb::start(71, &[]).await;
-    let db = TestDb::create_on(
-        &format!("mysql://root@127.0.0.1:{}", server.port),
+    let (mut server, setup) = Setup::on_private_server(
+        71,
         "ingest_db",
-    )
-    .await;
-    let setup = Setup::local(
-        db,
         6,
         &[("batch.max_rows", "1000"), ("store.give_up_after", "120s")],
     )
     .await;
-    let n = 60_000;
-    let workers: Vec<_> = (1..=2).map(|s| setup.start_worker(s)).collect();
-    setup.feed(0, n / 2, 6).await;
-    setup
-        .wait_until_at_least(COUNT_ALL, n / 4, Duration::from_secs(60))
-        .await;
-    server.stop().await;
-    // Messages keep arriving while the database is down.
-    setup.produce(n / 2, 3 * n / 4, 6);
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    server.restart().await;
-    setup.feed(3 * n / 4, n, 6).await;
-    setup.wait_for(COUNT_ALL, n, Duration::from_secs(120)).await;
-    for worker in workers {
-        worker.stop().await.unwrap();
-    }
-    setup.assert_exactly_once(n, &[1, 2]).await;
+    through_an_outage(&setup, 60_000, async |setup, n| {
+        server.stop().await;
+        // Messages keep arriving while the database is down.
+        setup.produce(n / 2, 3 * n / 4, 6);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        server.restart().await;
+        3 * n / 4
+    })
+    .await;
 }
 
 /// MariaDB stays away longer than `store.give_up_after`: the worker stops with the database's
 /// error, and what it committed before is whole (every stored offset matches its rows).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_database_gone_past_give_up_after_stops_the_worker_with_nothing_partial() {
-    let mut server = MariaDb::start(72, &[]).await;
-    let db = TestDb::create_on(
-        &format!("mysql://root@127.0.0.1:{}", server.port),
+    let (mut server, setup) = Setup::on_private_server(
+        72,
         "ingest_give_up",
-    )
-    .await;
-    let setup = Setup::local(
-        db,
         3,
         &[
             ("batch.max_rows", "500"),

@@ -19,6 +19,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::TestDb;
+use super::mariadb::MariaDb;
 
 pub const TOPIC: &str = "logs";
 
@@ -45,6 +46,20 @@ impl Setup {
         let mut setup = Setup::with_brokers(db, &brokers, overrides).await;
         setup.local = Some(cluster);
         setup
+    }
+
+    /// With an in-process cluster and a private MariaDB server (see `mariadb`), which the test
+    /// may stop and start.
+    pub async fn on_private_server(
+        server_id: u32,
+        hint: &str,
+        partitions: i32,
+        overrides: &[(&str, &str)],
+    ) -> (MariaDb, Setup) {
+        let server = MariaDb::start(server_id, &[]).await;
+        let db = TestDb::create_on(&format!("mysql://root@127.0.0.1:{}", server.port), hint).await;
+        let setup = Setup::local(db, partitions, overrides).await;
+        (server, setup)
     }
 
     pub fn cluster(&self) -> &LocalCluster {
