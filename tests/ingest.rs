@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use support::ingest::{COUNT_ALL, Setup};
+use support::ingest::{COUNT_ALL, SUM_OFFSETS, Setup};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_workers_store_every_message_exactly_once() {
@@ -145,9 +145,7 @@ async fn graceful_shutdown_under_load_commits_everything_consumed() {
     assert_eq!(counts.consumed, rows, "every message consumed is stored");
     assert_eq!(counts.stored, rows);
     // Offsets start at 0 with no gaps, so the stored next offsets add up to the rows.
-    let offsets = setup
-        .count("SELECT CAST(SUM(next_offset) AS UNSIGNED) FROM ingest_offsets")
-        .await;
+    let offsets = setup.count(SUM_OFFSETS).await;
     assert_eq!(offsets, rows, "the offsets committed are those of the rows");
     // Kafka has the same offsets, for lag tools.
     let mut conn = setup.db.conn().await;
@@ -225,11 +223,7 @@ async fn bad_messages_are_dead_lettered_and_the_stream_goes_on() {
         .wait_for(COUNT_ALL, good, Duration::from_secs(60))
         .await;
     setup
-        .wait_for(
-            "SELECT CAST(SUM(next_offset) AS UNSIGNED) FROM ingest_offsets",
-            3_000,
-            Duration::from_secs(60),
-        )
+        .wait_for(SUM_OFFSETS, 3_000, Duration::from_secs(60))
         .await;
     let dead = expected_dead.len() as u64;
     let stats = worker.stats.clone();
@@ -363,9 +357,7 @@ async fn a_database_gone_past_give_up_after_stops_the_worker_with_nothing_partia
     }
     server.restart().await;
     let rows = setup.count(COUNT_ALL).await;
-    let offsets = setup
-        .count("SELECT CAST(SUM(next_offset) AS UNSIGNED) FROM ingest_offsets")
-        .await;
+    let offsets = setup.count(SUM_OFFSETS).await;
     assert_eq!(rows, offsets, "rows and offsets were committed together");
     assert!(rows < n);
 }

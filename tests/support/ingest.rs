@@ -230,6 +230,10 @@ impl Setup {
 
 pub const COUNT_ALL: &str = "SELECT COUNT(*) FROM logs";
 
+/// The next offsets stored in MySQL, summed: with offsets from 0 and no gaps, the messages
+/// committed (rows, dead letters and tombstones).
+pub const SUM_OFFSETS: &str = "SELECT CAST(SUM(next_offset) AS UNSIGNED) FROM ingest_offsets";
+
 /// Produces log lines with sequence numbers `from..to`, round-robin over `partitions`.
 pub fn produce_logs(brokers: &str, from: u64, to: u64, partitions: i32) {
     let messages = (from..to).map(|seq| Outgoing {
