@@ -4,6 +4,7 @@
 
 mod bench;
 mod db;
+mod demo;
 mod id;
 mod ingest;
 mod leases;
@@ -40,6 +41,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// See it work: an in-process Kafka, log lines, several workers, into MySQL, checked.
+    Demo(demo::DemoArgs),
     /// Make, decode and range IDs.
     #[command(subcommand)]
     Id(id::IdCommand),
@@ -115,6 +118,7 @@ pub fn main() -> ExitCode {
 
 fn run(command: Command, sources: Sources) -> anyhow::Result<ExitCode> {
     match command {
+        Command::Demo(args) => demo::run(args, sources),
         Command::Id(cmd) => id::run(cmd, sources),
         Command::Partitions(cmd) => partitions::run(cmd, sources),
         Command::Plan(args) => plan::run(args),

@@ -63,6 +63,22 @@ impl LocalCluster {
         })
     }
 
+    /// Partitions a topic needs for this cluster to hold `messages` messages of about
+    /// `message_bytes` each: it keeps only the last 5 MB (and 100,000 messages) of each
+    /// partition. At least 6, so several workers have partitions to share.
+    pub fn partitions_to_hold(messages: u64, message_bytes: u64) -> i32 {
+        const BYTES_PER_PARTITION: u64 = 4 << 20;
+        const MESSAGES_PER_PARTITION: u64 = 90_000;
+        // 64 bytes of record overhead per message.
+        let by_bytes = messages
+            .saturating_mul(message_bytes + 64)
+            .div_ceil(BYTES_PER_PARTITION);
+        let by_count = messages.div_ceil(MESSAGES_PER_PARTITION);
+        i32::try_from(by_bytes.max(by_count))
+            .unwrap_or(i32::MAX)
+            .max(6)
+    }
+
     /// `host:port,...` for `bootstrap.servers`.
     pub fn bootstrap_servers(&self) -> String {
         // SAFETY: the cluster is live; the returned string is owned by it and copied at once.

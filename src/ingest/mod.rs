@@ -11,6 +11,7 @@ mod consumer;
 mod dispatcher;
 pub mod kafka;
 pub mod local_cluster;
+pub mod sample;
 
 use std::future::Future;
 use std::num::NonZeroU32;
