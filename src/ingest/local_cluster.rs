@@ -102,6 +102,30 @@ impl LocalCluster {
         check(code, || format!("creating topic {topic}"))
     }
 
+    /// Makes the cluster's metadata name `host:port` as broker `broker_id`'s address, for
+    /// clients that reach it through a forwarder: the broker still listens where it did.
+    pub fn advertise(
+        &self,
+        broker_id: i32,
+        host: &str,
+        port: u16,
+    ) -> Result<(), LocalClusterError> {
+        let host = CString::new(host).map_err(|_| LocalClusterError::Operation {
+            what: format!("host {host:?} holds a NUL byte"),
+            code: RDKafkaRespErr::RD_KAFKA_RESP_ERR__INVALID_ARG,
+        })?;
+        // SAFETY: the cluster is live and `host` outlives the call (the mock copies it).
+        unsafe {
+            rdsys::rd_kafka_mock_broker_set_host_port(
+                self.cluster,
+                broker_id,
+                host.as_ptr(),
+                i32::from(port),
+            )
+        };
+        Ok(())
+    }
+
     /// Disconnects a broker (-1: all) and refuses new connections until [`Self::broker_up`].
     pub fn broker_down(&self, broker_id: i32) -> Result<(), LocalClusterError> {
         // SAFETY: the cluster is live.

@@ -156,6 +156,8 @@ fn spawn_worker(
         .env(env_var("kafka.properties.session.timeout.ms"), "3000")
         .env(env_var("kafka.properties.heartbeat.interval.ms"), "300")
         .env(env_var("telemetry.log_level"), "warn")
+        // Several workers on one host: each serves its metrics on a port of its own.
+        .env(env_var("telemetry.listen"), "127.0.0.1:0")
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
