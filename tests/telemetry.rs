@@ -66,6 +66,14 @@ async fn poll(
     }
 }
 
+/// Polls `/health/ready` until it answers `status`; returns the body.
+async fn readiness_becomes(address: &str, status: u16) -> String {
+    let within = Duration::from_secs(30);
+    poll(address, "/health/ready", within, |got, _| got == status)
+        .await
+        .1
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_serves_its_totals_and_readiness_follows_kafka() {
     const N: u64 = 2_000;
@@ -112,30 +120,22 @@ async fn a_worker_serves_its_totals_and_readiness_follows_kafka() {
         batches
     );
 
-    poll(
-        &address,
-        "/health/ready",
-        Duration::from_secs(30),
-        |status, _| status == 200,
-    )
+    // Every partition caught up, once the offsets committed to Kafka reach the next
+    // statistics report (every 5 s).
+    let lag_of = |partition: i32| {
+        format!("logstamp_ingest_consumer_lag{{topic=\"logs\",partition=\"{partition}\"}}")
+    };
+    poll(&address, "/metrics", Duration::from_secs(30), |_, body| {
+        (0..3).all(|p| sample(body, &lag_of(p)) == Some(0.0))
+    })
     .await;
+
+    readiness_becomes(&address, 200).await;
     setup.cluster().broker_down(-1).unwrap();
-    let (_, body) = poll(
-        &address,
-        "/health/ready",
-        Duration::from_secs(30),
-        |status, _| status == 503,
-    )
-    .await;
+    let body = readiness_becomes(&address, 503).await;
     assert!(body.contains("Kafka"), "{body}");
     setup.cluster().broker_up(-1).unwrap();
-    poll(
-        &address,
-        "/health/ready",
-        Duration::from_secs(30),
-        |status, _| status == 200,
-    )
-    .await;
+    readiness_becomes(&address, 200).await;
 
     let status = worker.terminate(Duration::from_secs(60));
     assert!(status.success(), "{status}");

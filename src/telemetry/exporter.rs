@@ -103,8 +103,30 @@ impl Exporter {
         let held = *worker.lease.borrow() == LeaseStatus::Held;
         metrics::gauge!("logstamp_lease_held").set(if held { 1.0 } else { 0.0 });
         metrics::gauge!("logstamp_service_id").set(f64::from(worker.generator.service_id()));
-        self.handle.render()
+        let mut text = self.handle.render();
+        // Rendered here rather than recorded: a revoked partition's series must disappear, and
+        // the recorder keeps every series it was given.
+        text.push_str(
+            "# HELP logstamp_ingest_consumer_lag Messages between a partition's high watermark and the offset committed to Kafka, per partition assigned to this worker (librdkafka statistics).\n\
+             # TYPE logstamp_ingest_consumer_lag gauge\n",
+        );
+        for lag in worker.stats.consumer_lag() {
+            text.push_str(&format!(
+                "logstamp_ingest_consumer_lag{{topic=\"{}\",partition=\"{}\"}} {}\n",
+                label_value(&lag.topic),
+                lag.partition,
+                lag.messages
+            ));
+        }
+        text
     }
+}
+
+/// A Prometheus label value, escaped.
+fn label_value(text: &str) -> String {
+    text.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 fn describe() {
