@@ -58,6 +58,22 @@ async fn demo_stores_every_record_once_and_says_what_to_try_next() {
     assert_eq!(figure(&stdout, "stored"), 20000, "{stdout}");
     assert_eq!(figure(&stdout, "duplicates"), 0, "{stdout}");
     assert!(stdout.contains("partitions read: p"), "{stdout}");
+    // "service IDs  0 (12000 rows), 1 (8000 rows)": the rows of each worker add up.
+    let per_service: u64 = stdout
+        .lines()
+        .find(|l| l.starts_with("service IDs"))
+        .unwrap_or_else(|| panic!("no service IDs line in {stdout}"))
+        .split('(')
+        .skip(1)
+        .map(|part| {
+            part.split_whitespace()
+                .next()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(per_service, 20000, "{stdout}");
     assert!(
         stdout.contains("cargo run --release -- query --from"),
         "{stdout}"

@@ -46,6 +46,8 @@ pub struct DemoArgs {
 const TOPIC: &str = "logs";
 /// The log lines' own times cover this many days before now (their IDs carry ingest time).
 const DAYS: i64 = 3;
+/// The demo gives up when no record was stored for this long after the last was produced.
+const STALL: Duration = Duration::from_secs(120);
 /// Workers the demo starts at most; more would only wait for partitions.
 const MAX_WORKERS: usize = 64;
 
@@ -93,7 +95,12 @@ async fn demo(mut settings: Settings, args: &DemoArgs) -> anyhow::Result<()> {
         url.redacted()
     );
     let produced = Arc::new(AtomicU64::new(0));
-    let producer = produce(&settings.kafka.brokers, args.records, produced.clone());
+    let producer = produce(
+        &settings.kafka.brokers,
+        args.records,
+        partitions,
+        produced.clone(),
+    );
     let (stop, stopped) = watch::channel(false);
     let mut workers = Vec::with_capacity(args.workers);
     let mut service_ids = Vec::with_capacity(args.workers);
@@ -164,10 +171,13 @@ async fn fresh_database(url: &MysqlUrl, spec: &TableSpec) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// Produces `records` log lines timed over the last few days, on a thread of its own.
+/// Produces `records` log lines timed over the last few days, round-robin over
+/// `partition_count` partitions,,
+/// on a thread of its own.
 fn produce(
     brokers: &str,
     records: u64,
+    partition_count: i32,
     produced: Arc<AtomicU64>,
 ) -> JoinHandle<anyhow::Result<()>> {
     let brokers = brokers.to_string();
@@ -177,7 +187,9 @@ fn produce(
         let messages = (0..records).map(|n| {
             produced.fetch_add(1, Ordering::Relaxed);
             Outgoing {
-                partition: None,
+                // Round-robin: librdkafka's sticky partitioning of keyless messages would fill
+                // some partitions past what the in-process cluster keeps.
+                partition: Some((n % partition_count as u64) as i32),
                 key: None,
                 payload: Some(log_message(n, spread(start, span, n, records)).into_bytes()),
             }
@@ -223,6 +235,7 @@ async fn watch_progress(
             .progress_chars("=> "),
     );
     let mut producing = true;
+    let (mut last_done, mut last_change) = (0, Instant::now());
     let mut every = tokio::time::interval(Duration::from_millis(200));
     loop {
         tokio::select! {
@@ -249,6 +262,14 @@ async fn watch_progress(
         if done >= records {
             bar.finish();
             return Ok(seconds);
+        }
+        if done != last_done {
+            (last_done, last_change) = (done, Instant::now());
+        } else if !producing && last_change.elapsed() > STALL {
+            bar.abandon();
+            return Err(anyhow!(
+                "no progress for {STALL:?} with {done} of {records} records in; run again with RUST_LOG=logstamp=info to see why"
+            ));
         }
         if workers.iter().any(|(task, _)| task.is_finished()) {
             bar.abandon();
@@ -301,7 +322,7 @@ async fn summarize(
     );
     let per_service: Vec<(u32, u64)> = conn
         .query(format!(
-            "SELECT (id >> {}) & {} AS service, COUNT(*) FROM {table} GROUP BY service",
+            "SELECT (id >> {}) & {}, COUNT(*) FROM {table} GROUP BY 1",
             spec.layout.counter_bits(),
             spec.layout.max_service_id()
         ))
