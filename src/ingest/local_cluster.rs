@@ -65,18 +65,14 @@ impl LocalCluster {
 
     /// Partitions a topic needs for this cluster to hold `messages` messages of about
     /// `message_bytes` each: it keeps only the last 5 MB (and 100,000 messages) of each
-    /// partition. At least 6, so several workers have partitions to share.
+    /// partition. Budgeting 4 MiB and 64 bytes of overhead a message keeps under both (at most
+    /// 65,000 messages a partition). At least 6, so several workers have partitions to share.
     pub fn partitions_to_hold(messages: u64, message_bytes: u64) -> i32 {
         const BYTES_PER_PARTITION: u64 = 4 << 20;
-        const MESSAGES_PER_PARTITION: u64 = 90_000;
-        // 64 bytes of record overhead per message.
-        let by_bytes = messages
+        let needed = messages
             .saturating_mul(message_bytes + 64)
             .div_ceil(BYTES_PER_PARTITION);
-        let by_count = messages.div_ceil(MESSAGES_PER_PARTITION);
-        i32::try_from(by_bytes.max(by_count))
-            .unwrap_or(i32::MAX)
-            .max(6)
+        i32::try_from(needed).unwrap_or(i32::MAX).max(6)
     }
 
     /// `host:port,...` for `bootstrap.servers`.
@@ -152,5 +148,19 @@ impl Drop for LocalCluster {
     fn drop(&mut self) {
         // SAFETY: created in `start`, destroyed once, before the client it belongs to.
         unsafe { rdsys::rd_kafka_mock_cluster_destroy(self.cluster) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LocalCluster;
+
+    #[test]
+    fn partitions_hold_the_backlog_in_bytes_and_in_count() {
+        // 1,000,000 messages of 300 bytes: 364 MB at 4 MiB a partition.
+        assert_eq!(LocalCluster::partitions_to_hold(1_000_000, 300), 87);
+        // Tiny messages: the overhead keeps them under the count limit.
+        assert_eq!(LocalCluster::partitions_to_hold(1_000_000, 1), 16);
+        assert_eq!(LocalCluster::partitions_to_hold(10, 300), 6);
     }
 }

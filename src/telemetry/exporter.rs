@@ -184,3 +184,14 @@ fn describe() {
     );
     describe_gauge!("logstamp_service_id", "This process's service ID.");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::label_value;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(label_value("logs.eu-1"), "logs.eu-1");
+        assert_eq!(label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}
