@@ -12,6 +12,13 @@ use logstamp::time::{Zone, parse_time};
 
 use super::UsageError;
 
+/// `url` with its database replaced by `database`.
+pub fn with_database(url: &MysqlUrl, database: &str) -> anyhow::Result<MysqlUrl> {
+    let mut changed = url::Url::parse(url.expose()).context("mysql.url")?;
+    changed.set_path(&format!("/{database}"));
+    MysqlUrl::try_from(changed.to_string()).map_err(|e| anyhow::anyhow!("database {database}: {e}"))
+}
+
 /// Runs one command's MySQL work to completion on a single-threaded runtime.
 pub fn block_on<F: Future>(work: F) -> anyhow::Result<F::Output> {
     let runtime = tokio::runtime::Builder::new_current_thread()

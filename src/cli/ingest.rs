@@ -9,6 +9,8 @@ use clap::Args;
 use logstamp::config::Sources;
 use logstamp::ingest::{self, IngestError, IngestStats};
 use logstamp::store::lease::HeldLease;
+use logstamp::telemetry::exporter::{Exporter, WorkerView};
+use logstamp::telemetry::server;
 
 use super::output::Output;
 use super::{UsageError, load_settings};
@@ -35,7 +37,18 @@ pub fn run(args: IngestArgs, sources: Sources) -> anyhow::Result<ExitCode> {
         let stop = termination()?;
         // The worker stamps only under a lease of its service ID; losing it stops the worker
         // at once, without flushing (stamping is refused from then on).
+        // The address first: one in use is a mistake to report before anything starts.
+        let listener = server::bind(settings.telemetry.listen).await?;
+        if let Ok(address) = listener.local_addr() {
+            tracing::info!(%address, "serving /metrics, /health/live and /health/ready");
+        }
         let lease = HeldLease::acquire(&settings).await?;
+        let view = WorkerView {
+            stats: stats.clone(),
+            generator: lease.generator().clone(),
+            lease: lease.watch(),
+        };
+        let telemetry = server::serve(listener, Exporter::install()?, view, &settings);
         let worker = ingest::run(
             &settings,
             lease.generator().clone(),
@@ -51,6 +64,7 @@ pub fn run(args: IngestArgs, sources: Sources) -> anyhow::Result<ExitCode> {
                 ));
             }
         };
+        telemetry.abort();
         if let Err(e) = lease.release().await {
             tracing::warn!("releasing the service-ID lease (it expires by itself): {e}");
         }
@@ -70,7 +84,7 @@ pub fn run(args: IngestArgs, sources: Sources) -> anyhow::Result<ExitCode> {
 /// Watches SIGTERM and SIGINT (Ctrl-C) from now on and resolves on the first. Registering at
 /// once, before the slow start-up work, means a signal during start-up is a clean stop too,
 /// not the default action (death).
-fn termination() -> anyhow::Result<impl Future<Output = ()>> {
+pub(super) fn termination() -> anyhow::Result<impl Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("watching SIGTERM")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("watching SIGINT")?;

@@ -4,6 +4,8 @@
 
 mod bench;
 mod db;
+mod demo;
+mod dev_broker;
 mod id;
 mod ingest;
 mod leases;
@@ -40,6 +42,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// See it work: an in-process Kafka, log lines, several workers, into MySQL, checked.
+    Demo(demo::DemoArgs),
+    /// Serve an in-process Kafka-protocol broker over TCP until SIGINT or SIGTERM.
+    DevBroker(dev_broker::DevBrokerArgs),
     /// Make, decode and range IDs.
     #[command(subcommand)]
     Id(id::IdCommand),
@@ -115,6 +121,8 @@ pub fn main() -> ExitCode {
 
 fn run(command: Command, sources: Sources) -> anyhow::Result<ExitCode> {
     match command {
+        Command::Demo(args) => demo::run(args, sources),
+        Command::DevBroker(args) => dev_broker::run(args, sources),
         Command::Id(cmd) => id::run(cmd, sources),
         Command::Partitions(cmd) => partitions::run(cmd, sources),
         Command::Plan(args) => plan::run(args),

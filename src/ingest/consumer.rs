@@ -24,11 +24,11 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Reb
 use rdkafka::error::KafkaError;
 use rdkafka::topic_partition_list::TopicPartitionList;
 use rdkafka::types::RDKafkaRespErr;
-use rdkafka::{ClientContext, Message, Offset};
+use rdkafka::{ClientContext, Message, Offset, Statistics};
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
 
-use super::IngestError;
+use super::{IngestError, IngestStats, PartitionLag};
 use crate::store::Writer;
 
 /// How long one `poll` waits for a message; also how soon a request is carried out.
@@ -118,15 +118,24 @@ pub struct IngestContext {
     paused: AtomicBool,
     /// Set once the consumer is closing: revocations no longer wait for the dispatcher.
     closing: AtomicBool,
+    /// Where the consumer lag from librdkafka's statistics goes.
+    stats: Arc<IngestStats>,
 }
 
 impl IngestContext {
-    pub fn new(handle: Handle, events: mpsc::Sender<Event>, writer: Writer, group: String) -> Self {
+    pub fn new(
+        handle: Handle,
+        events: mpsc::Sender<Event>,
+        writer: Writer,
+        group: String,
+        stats: Arc<IngestStats>,
+    ) -> Self {
         IngestContext {
             handle,
             events,
             writer,
             group,
+            stats,
             paused: AtomicBool::new(false),
             closing: AtomicBool::new(false),
         }
@@ -205,6 +214,28 @@ impl IngestContext {
 }
 
 impl ClientContext for IngestContext {
+    fn stats(&self, statistics: Statistics) {
+        let mut lag = Vec::new();
+        for (topic, t) in &statistics.topics {
+            for p in t.partitions.values() {
+                // Partition -1 is librdkafka's own; a negative lag is not known yet (nothing
+                // committed to Kafka); partitions not desired are not assigned to this worker.
+                let Ok(messages) = u64::try_from(p.consumer_lag) else {
+                    continue;
+                };
+                if p.partition >= 0 && p.desired {
+                    lag.push(PartitionLag {
+                        topic: topic.clone(),
+                        partition: p.partition,
+                        messages,
+                    });
+                }
+            }
+        }
+        lag.sort();
+        self.stats.set_consumer_lag(lag);
+    }
+
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
         // A commit refused during a rebalance (COMMITFAIL) is expected: Kafka's offsets only
         // feed lag tools, and the next batch's commit supersedes it.

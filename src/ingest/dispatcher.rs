@@ -19,6 +19,7 @@ use super::{IngestError, IngestStats};
 use crate::config::Settings;
 use crate::id::{IdError, IdGenerator};
 use crate::store::{Batch, DeadLetter, Row, StoreError, WriteOutcome, Writer};
+use crate::telemetry::exporter;
 use crate::transform::{Mapper, MessageFormat};
 
 /// Events handled in one round of the dispatcher's loop at most.
@@ -309,6 +310,8 @@ impl Dispatcher {
                 IngestStats::add(&self.stats.tombstones, tombstones);
                 IngestStats::add(&self.stats.dead_lettered, committed.dead_letters);
                 IngestStats::add(&self.stats.batches, 1);
+                metrics::histogram!(exporter::BATCH_SECONDS).record(nanos as f64 / 1e9);
+                metrics::histogram!(exporter::BATCH_ROWS).record(committed.rows as f64);
                 if owned {
                     self.request(Request::Commit(vec![(key.clone(), next_offset)]));
                 }

@@ -11,14 +11,19 @@ use super::IngestError;
 use crate::config::{KafkaProperties, Settings};
 use crate::store::DeadLetter;
 
+/// How often librdkafka reports statistics to an ingest consumer (consumer lag comes from them).
+pub const STATISTICS_INTERVAL_MS: &str = "5000";
+
 /// Defaults for an ingest consumer, before `kafka.properties`: cooperative rebalancing moves
 /// only the partitions that change hands; a partition neither MySQL nor Kafka has an offset for
-/// is read from its start, since a log pipeline should not skip what is already there; and the
-/// prefetch is kept to 16 MiB per process (librdkafka's default is 64 MiB) to bound memory.
+/// is read from its start, since a log pipeline should not skip what is already there; the
+/// prefetch is kept to 16 MiB per process (librdkafka's default is 64 MiB) to bound memory; and
+/// statistics are reported for the consumer-lag metric.
 const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     ("partition.assignment.strategy", "cooperative-sticky"),
     ("auto.offset.reset", "earliest"),
     ("queued.max.messages.kbytes", "16384"),
+    ("statistics.interval.ms", STATISTICS_INTERVAL_MS),
 ];
 
 /// The consumer's settings: logstamp's defaults, then `kafka.properties`, then what logstamp

@@ -63,6 +63,18 @@ impl LocalCluster {
         })
     }
 
+    /// Partitions a topic needs for this cluster to hold `messages` messages of about
+    /// `message_bytes` each: it keeps only the last 5 MB (and 100,000 messages) of each
+    /// partition. Budgeting 4 MiB and 64 bytes of overhead a message keeps under both (at most
+    /// 65,000 messages a partition). At least 6, so several workers have partitions to share.
+    pub fn partitions_to_hold(messages: u64, message_bytes: u64) -> i32 {
+        const BYTES_PER_PARTITION: u64 = 4 << 20;
+        let needed = messages
+            .saturating_mul(message_bytes + 64)
+            .div_ceil(BYTES_PER_PARTITION);
+        i32::try_from(needed).unwrap_or(i32::MAX).max(6)
+    }
+
     /// `host:port,...` for `bootstrap.servers`.
     pub fn bootstrap_servers(&self) -> String {
         // SAFETY: the cluster is live; the returned string is owned by it and copied at once.
@@ -84,6 +96,30 @@ impl LocalCluster {
             rdsys::rd_kafka_mock_topic_create(self.cluster, name.as_ptr(), partitions, 1)
         };
         check(code, || format!("creating topic {topic}"))
+    }
+
+    /// Makes the cluster's metadata name `host:port` as broker `broker_id`'s address, for
+    /// clients that reach it through a forwarder: the broker still listens where it did.
+    pub fn advertise(
+        &self,
+        broker_id: i32,
+        host: &str,
+        port: u16,
+    ) -> Result<(), LocalClusterError> {
+        let host = CString::new(host).map_err(|_| LocalClusterError::Operation {
+            what: format!("host {host:?} holds a NUL byte"),
+            code: RDKafkaRespErr::RD_KAFKA_RESP_ERR__INVALID_ARG,
+        })?;
+        // SAFETY: the cluster is live and `host` outlives the call (the mock copies it).
+        unsafe {
+            rdsys::rd_kafka_mock_broker_set_host_port(
+                self.cluster,
+                broker_id,
+                host.as_ptr(),
+                i32::from(port),
+            )
+        };
+        Ok(())
     }
 
     /// Disconnects a broker (-1: all) and refuses new connections until [`Self::broker_up`].
@@ -112,5 +148,19 @@ impl Drop for LocalCluster {
     fn drop(&mut self) {
         // SAFETY: created in `start`, destroyed once, before the client it belongs to.
         unsafe { rdsys::rd_kafka_mock_cluster_destroy(self.cluster) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LocalCluster;
+
+    #[test]
+    fn partitions_hold_the_backlog_in_bytes_and_in_count() {
+        // 1,000,000 messages of 300 bytes: 364 MB at 4 MiB a partition.
+        assert_eq!(LocalCluster::partitions_to_hold(1_000_000, 300), 87);
+        // Tiny messages: the overhead keeps them under the count limit.
+        assert_eq!(LocalCluster::partitions_to_hold(1_000_000, 1), 16);
+        assert_eq!(LocalCluster::partitions_to_hold(10, 300), 6);
     }
 }

@@ -11,6 +11,7 @@ mod consumer;
 mod dispatcher;
 pub mod kafka;
 pub mod local_cluster;
+pub mod sample;
 
 use std::future::Future;
 use std::num::NonZeroU32;
@@ -93,6 +94,18 @@ pub struct IngestStats {
     partitions: AtomicU64,
     decode_nanos: AtomicU64,
     write_nanos: AtomicU64,
+    /// Per assigned partition, from librdkafka's statistics; replaced whole at each report, so
+    /// revoked partitions drop out.
+    consumer_lag: std::sync::Mutex<Vec<PartitionLag>>,
+}
+
+/// How far a worker's partition is behind: its high watermark less the offset committed to
+/// Kafka (which follows the MySQL commit).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PartitionLag {
+    pub topic: String,
+    pub partition: i32,
+    pub messages: u64,
 }
 
 /// A snapshot of [`IngestStats`].
@@ -136,6 +149,22 @@ impl IngestStats {
             decode_ms: get(&self.decode_nanos) / 1_000_000,
             write_ms: get(&self.write_nanos) / 1_000_000,
         }
+    }
+
+    /// The consumer lag of each assigned partition at the last statistics report (every
+    /// [`kafka::STATISTICS_INTERVAL_MS`]); partitions whose lag is not known yet are left out.
+    pub fn consumer_lag(&self) -> Vec<PartitionLag> {
+        self.consumer_lag
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    fn set_consumer_lag(&self, lag: Vec<PartitionLag>) {
+        *self
+            .consumer_lag
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = lag;
     }
 
     fn add(counter: &AtomicU64, n: usize) {
@@ -224,6 +253,7 @@ pub async fn run(
         events_in,
         writer.clone(),
         settings.kafka.group_id.clone(),
+        stats.clone(),
     );
     let consumer: BaseConsumer<IngestContext> = kafka::consumer_config(settings)
         .create_with_context(context)

@@ -272,7 +272,8 @@ impl Setup {
             "[mysql]\nurl = {:?}\n\n[kafka]\nbrokers = {:?}\ngroup_id = {:?}\n\n\
              [batch]\nlinger_ms = {}\nmax_rows = {}\n\n\
              [id]\nlease_ttl = \"10s\"\nauto_range = \"2-20\"\n\n\
-             [store]\ngive_up_after = \"60s\"\n",
+             [store]\ngive_up_after = \"60s\"\n\n\
+             [telemetry]\nlisten = \"127.0.0.1:0\"\n",
             s.mysql.url.expose(),
             s.kafka.brokers,
             s.kafka.group_id,

@@ -40,9 +40,6 @@ pub struct IngestArgs {
     partitions: Option<i32>,
 }
 
-/// The in-process cluster keeps the last 5 MB of each partition; stay under that.
-const BYTES_PER_PARTITION: u64 = 4 << 20;
-
 /// Rows the ceiling loads per `LOAD DATA` statement, to bound this process's memory.
 const CEILING_CHUNK: u64 = 500_000;
 
@@ -64,10 +61,9 @@ pub fn ingest(args: IngestArgs, sources: Sources) -> anyhow::Result<ExitCode> {
 async fn bench(settings: &Settings, args: &IngestArgs, sources: &Sources) -> anyhow::Result<()> {
     let mut out = Output::new();
     let message_bytes = log_message(0).len() as u64;
-    let partitions = args.partitions.unwrap_or_else(|| {
-        let needed = (args.messages * (message_bytes + 64)).div_ceil(BYTES_PER_PARTITION);
-        i32::try_from(needed).unwrap_or(i32::MAX).max(6)
-    });
+    let partitions = args
+        .partitions
+        .unwrap_or_else(|| LocalCluster::partitions_to_hold(args.messages, message_bytes));
     let cluster = LocalCluster::start(1)?;
     let topic = format!("logstamp-bench-{}", std::process::id());
     cluster.create_topic(&topic, partitions)?;
@@ -79,7 +75,7 @@ async fn bench(settings: &Settings, args: &IngestArgs, sources: &Sources) -> any
         let all = (0..messages).map(|n| Outgoing {
             partition: Some((n % partitions as u64) as i32),
             key: None,
-            payload: Some(log_message(n as usize).into_bytes()),
+            payload: Some(log_message(n).into_bytes()),
         });
         produce_all(&brokers_, &topic_, all)
     })
@@ -160,6 +156,8 @@ fn spawn_worker(
         .env(env_var("kafka.properties.session.timeout.ms"), "3000")
         .env(env_var("kafka.properties.heartbeat.interval.ms"), "300")
         .env(env_var("telemetry.log_level"), "warn")
+        // Several workers on one host: each serves its metrics on a port of its own.
+        .env(env_var("telemetry.listen"), "127.0.0.1:0")
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -270,7 +268,7 @@ async fn ceiling(settings: &Settings, messages: u64) -> anyhow::Result<f64> {
         let mut rows = Vec::with_capacity(count as usize);
         for n in made..made + count {
             let mapped = mapper
-                .map(log_message(n as usize).as_bytes())
+                .map(log_message(n).as_bytes())
                 .map_err(|e| anyhow::anyhow!("the benchmark's own message did not map: {e}"))?;
             rows.push(Row {
                 id: generator.next_id()?,

@@ -247,7 +247,7 @@ fn make_batches(settings: &Settings, plan: &Plan) -> anyhow::Result<(Vec<Vec<Bat
             ids.extend(generator.next_block(want)?.iter());
         }
         for (k, id) in ids.into_iter().enumerate() {
-            let message = log_message(made + k);
+            let message = log_message((made + k) as u64);
             bytes += message.len();
             let mapped = mapper
                 .map(message.as_bytes())

@@ -1,5 +1,9 @@
-//! Logging: `tracing` to stderr, filtered by `RUST_LOG` or `telemetry.log_level`, as text or JSON.
-//! Stdout is left to commands' own output.
+//! Logging: `tracing` to stderr, filtered by `RUST_LOG` or `telemetry.log_level`, as text or JSON
+//! (stdout is left to commands' own output); Prometheus metrics and health checks over HTTP on
+//! `telemetry.listen` (`exporter`, `server`).
+
+pub mod exporter;
+pub mod server;
 
 use std::io::IsTerminal;
 
