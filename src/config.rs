@@ -26,7 +26,7 @@ pub const ENV_PREFIX: &str = "LOGSTAMP";
 const ENV_SEPARATOR: &str = "__";
 
 /// Settings whose environment value is a comma-separated list.
-const LIST_KEYS: &[&str] = &["kafka.topics"];
+const LIST_KEYS: &[&str] = &["kafka.topics", "relay.tables"];
 
 /// Where settings are read from, beyond the built-in defaults.
 #[derive(Debug, Clone, Default)]
@@ -78,6 +78,7 @@ pub struct Settings {
     pub batch: BatchSettings,
     pub ingest: IngestSettings,
     pub telemetry: TelemetrySettings,
+    pub relay: RelaySettings,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -413,6 +414,66 @@ impl BatchSettings {
     }
 }
 
+/// The cross-data-centre relay of this data centre: its capture and the remote appliers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelaySettings {
+    /// This data centre's name: it names the capture's topic and the rows of the relay tables.
+    pub dc: String,
+    /// The replica server_id the capture presents to the local server; 0 means unset.
+    pub server_id: u32,
+    /// Relayed tables, `schema.table` or `schema.*`.
+    pub tables: Vec<String>,
+    /// A data centre's topic is this prefix followed by its name.
+    pub topic_prefix: String,
+    pub loop_filter: LoopFilterMode,
+    #[serde(with = "duration_text")]
+    pub cache_ttl: Duration,
+    #[serde(with = "duration_text")]
+    pub checkpoint_interval: Duration,
+    /// Source transactions an applier that is behind may commit together.
+    pub apply_batch: usize,
+    /// The data centres whose changes are applied here.
+    pub remotes: Vec<RemoteDc>,
+}
+
+impl RelaySettings {
+    /// The topic a data centre's capture publishes to.
+    pub fn topic(&self, dc: &str) -> String {
+        format!("{}{dc}", self.topic_prefix)
+    }
+}
+
+/// A remote data centre whose topic this relay applies.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteDc {
+    pub dc: String,
+    /// Kafka holding that data centre's topic; empty means `kafka.brokers`.
+    #[serde(default)]
+    pub brokers: String,
+}
+
+/// How the relay keeps changes it applied from being captured and sent back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoopFilterMode {
+    Marker,
+    SkipReplication,
+    Cache,
+}
+
+impl fmt::Display for LoopFilterMode {
+    /// The setting's own spelling.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LoopFilterMode::Marker => "marker",
+            LoopFilterMode::SkipReplication => "skip_replication",
+            LoopFilterMode::Cache => "cache",
+        })
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TelemetrySettings {
@@ -439,6 +500,7 @@ struct RawSettings {
     batch: BatchSettings,
     ingest: IngestSettings,
     telemetry: TelemetrySettings,
+    relay: RelaySettings,
 }
 
 impl Settings {
@@ -669,6 +731,7 @@ impl<'a> Layered<'a> {
         )?;
         tracing_subscriber::EnvFilter::try_new(&raw.telemetry.log_level)
             .map_err(|e| self.invalid("telemetry.log_level", e))?;
+        self.validate_relay(&raw.relay)?;
         Ok(Settings {
             mysql: raw.mysql,
             kafka: raw.kafka,
@@ -685,7 +748,69 @@ impl<'a> Layered<'a> {
             batch: raw.batch,
             ingest: raw.ingest,
             telemetry: raw.telemetry,
+            relay: raw.relay,
         })
+    }
+
+    fn validate_relay(&self, relay: &RelaySettings) -> Result<(), ConfigError> {
+        // Names end up in topic names and in relay tables' keys: keep them to what both take.
+        let dc_name = |key: &str, name: &str| {
+            let valid = !name.is_empty()
+                && name.len() <= 64
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if valid {
+                Ok(())
+            } else {
+                Err(self.invalid(
+                    key,
+                    format!("{name:?} is not a data centre name: use 1 to 64 ASCII letters, digits, _ and -"),
+                ))
+            }
+        };
+        dc_name("relay.dc", &relay.dc)?;
+        let mut seen = std::collections::HashSet::new();
+        for remote in &relay.remotes {
+            dc_name("relay.remotes", &remote.dc)?;
+            if remote.dc == relay.dc {
+                return Err(self.invalid(
+                    "relay.remotes",
+                    format!("{:?} is this data centre (relay.dc)", remote.dc),
+                ));
+            }
+            if !seen.insert(remote.dc.as_str()) {
+                return Err(
+                    self.invalid("relay.remotes", format!("{:?} is listed twice", remote.dc))
+                );
+            }
+        }
+        // Kafka topic names: ASCII letters, digits, `.`, `_` and `-`, at most 249 characters.
+        let topic_ok = relay
+            .topic_prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+            && relay.topic_prefix.len() <= 249 - 64;
+        if !topic_ok {
+            return Err(self.invalid(
+                "relay.topic_prefix",
+                "use ASCII letters, digits, ., _ and -, at most 185 characters",
+            ));
+        }
+        for pattern in &relay.tables {
+            crate::relay::TablePattern::parse(pattern)
+                .map_err(|e| self.invalid("relay.tables", e))?;
+        }
+        if relay.cache_ttl.is_zero() {
+            return Err(self.invalid("relay.cache_ttl", "must be longer than 0"));
+        }
+        if relay.checkpoint_interval.is_zero() {
+            return Err(self.invalid("relay.checkpoint_interval", "must be longer than 0"));
+        }
+        if relay.apply_batch == 0 {
+            return Err(self.invalid("relay.apply_batch", "must be at least 1"));
+        }
+        Ok(())
     }
 }
 

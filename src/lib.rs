@@ -1,11 +1,13 @@
 //! logstamp: Kafka log records into MySQL, each stamped with a compact, time-ordered 64-bit ID.
 //!
 //! Modules follow the data: `id` makes IDs, `transform` maps messages to rows, `store` keeps them
-//! in MySQL; `config`, `telemetry` and `time` serve every command.
+//! in MySQL, `relay` keeps tables in sync between data centres; `config`, `telemetry` and `time`
+//! serve every command.
 
 pub mod config;
 pub mod id;
 pub mod ingest;
+pub mod relay;
 pub mod store;
 pub mod telemetry;
 pub mod time;

@@ -12,8 +12,8 @@ use chrono::{TimeZone, Utc};
 use serde_json::Value;
 
 use logstamp::config::{
-    AutoRange, ConfigError, DEFAULT_TOML, InsertMethod, LogFormat, Retention, ServiceIdSetting,
-    Settings, Sources, env_var,
+    AutoRange, ConfigError, DEFAULT_TOML, InsertMethod, LogFormat, LoopFilterMode, Retention,
+    ServiceIdSetting, Settings, Sources, env_var,
 };
 use logstamp::store::Period;
 use logstamp::time::Zone;
@@ -482,8 +482,80 @@ fn other_invalid_values() {
         ("telemetry.log_level", "info,[", "\"info,[\""),
         ("kafka.brokers", " ", "\" \""),
         ("kafka.group_id", " ", "\" \""),
+        ("relay.dc", "dc 1", "\"dc 1\""),
+        ("relay.loop_filter", "telepathy", "\"telepathy\""),
+        ("relay.cache_ttl", "0s", "\"0s\""),
+        ("relay.checkpoint_interval", "often", "\"often\""),
+        ("relay.topic_prefix", "relay/", "\"relay/\""),
+        ("relay.server_id", "-1", "-1"),
+        ("relay.apply_batch", "0", "0"),
     ] {
         check_bad_in_every_layer(key, value, toml_value);
+    }
+}
+
+#[test]
+fn relay_settings() {
+    let s = Settings::defaults().unwrap();
+    assert_eq!(s.relay.loop_filter, LoopFilterMode::Marker);
+    assert_eq!(s.relay.server_id, 0);
+    assert!(s.relay.tables.is_empty() && s.relay.remotes.is_empty());
+    assert_eq!(s.relay.topic("dc1"), "logstamp-relay-dc1");
+    let s = load(
+        None,
+        &[
+            ("LOGSTAMP__RELAY__TABLES", "app.*,billing.invoices"),
+            ("LOGSTAMP__RELAY__LOOP_FILTER", "skip_replication"),
+        ],
+        &[],
+    );
+    assert_eq!(s.relay.tables, ["app.*", "billing.invoices"]);
+    assert_eq!(s.relay.loop_filter, LoopFilterMode::SkipReplication);
+    let file = toml_file(
+        "[relay]\ndc = \"east\"\nserver_id = 4001\n\
+         [[relay.remotes]]\ndc = \"west\"\nbrokers = \"k.west:9092\"\n\
+         [[relay.remotes]]\ndc = \"north\"\n",
+    );
+    let s = load(Some(&file), &[], &[]);
+    assert_eq!(s.relay.dc, "east");
+    assert_eq!(s.relay.server_id, 4001);
+    let remotes: Vec<(&str, &str)> = s
+        .relay
+        .remotes
+        .iter()
+        .map(|r| (r.dc.as_str(), r.brokers.as_str()))
+        .collect();
+    assert_eq!(remotes, [("west", "k.west:9092"), ("north", "")]);
+}
+
+#[test]
+fn relay_tables_and_remotes_are_checked() {
+    let e = load_err(None, &[("LOGSTAMP__RELAY__TABLES", "app.t,nodot")], &[]);
+    assert_names(
+        &e,
+        "relay.tables",
+        "environment variable LOGSTAMP__RELAY__TABLES",
+    );
+    assert!(
+        e.to_string()
+            .contains("\"nodot\" is not schema.table or schema.*"),
+        "{e}"
+    );
+    for (remotes, why) in [
+        ("[[relay.remotes]]\ndc = \"dc1\"\n", "is this data centre"),
+        (
+            "[[relay.remotes]]\ndc = \"b\"\n[[relay.remotes]]\ndc = \"b\"\n",
+            "listed twice",
+        ),
+        (
+            "[[relay.remotes]]\ndc = \"b c\"\n",
+            "not a data centre name",
+        ),
+    ] {
+        let file = toml_file(remotes);
+        let e = load_err(Some(&file), &[], &[]);
+        assert_names(&e, "relay.remotes", &format!("file {}", file.display()));
+        assert!(e.to_string().contains(why), "{e}");
     }
 }
 

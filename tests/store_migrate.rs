@@ -133,10 +133,12 @@ async fn a_fresh_database_gets_every_migration_and_the_log_table() {
             (1, "ingest_offsets"),
             (2, "dead_letters"),
             (3, "service_leases"),
-            (4, "logstamp_tables")
+            (4, "logstamp_tables"),
+            (5, "relay_checkpoints"),
+            (6, "relay_applied")
         ]
     );
-    assert_eq!(report.schema_version, 4);
+    assert_eq!(report.schema_version, 6);
     let recorded: Vec<(u32, String, String)> = conn
         .query("SELECT version, name, checksum FROM schema_migrations ORDER BY version")
         .await
@@ -257,7 +259,7 @@ async fn concurrent_runs_take_turns() {
     let (ra, rb) = tokio::join!(run(&mut a, &spec, false), run(&mut b, &spec, false));
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
     // One applied the migrations and created the table; the other found them done.
-    assert_eq!(ra.applied.len() + rb.applied.len(), 4);
+    assert_eq!(ra.applied.len() + rb.applied.len(), 6);
     let mut outcomes = [ra.table, rb.table].map(|t| match t {
         TableOutcome::TableCreated { .. } => "created",
         TableOutcome::TableUnchanged { .. } => "unchanged",
@@ -527,11 +529,11 @@ async fn migrate_command_creates_the_database_and_says_what_it_did() {
 
     let first = migrate(&[], &[]).success();
     let first = lines(&first.get_output().stdout);
-    assert_eq!(first.len(), 5, "{first:?}");
+    assert_eq!(first.len(), 7, "{first:?}");
     assert_eq!(first[0]["action"], "migration_applied");
     assert_eq!(first[0]["name"], "ingest_offsets");
     assert_eq!(
-        first[4],
+        first[6],
         serde_json::json!({"action": "table_created", "table": "logs",
             "partitions": ["p20400305", "p20400306", "p20400307", "pmax"]})
     );
@@ -540,7 +542,7 @@ async fn migrate_command_creates_the_database_and_says_what_it_did() {
     assert_eq!(
         lines(&second.get_output().stdout),
         [
-            serde_json::json!({"action": "migrations_up_to_date", "schema_version": 4}),
+            serde_json::json!({"action": "migrations_up_to_date", "schema_version": 6}),
             serde_json::json!({"action": "table_unchanged", "table": "logs"}),
         ]
     );

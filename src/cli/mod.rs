@@ -14,6 +14,7 @@ mod output;
 mod partitions;
 mod plan;
 mod query;
+mod relay;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -66,6 +67,9 @@ enum Command {
     /// Service-ID leases: who holds which ID, and freeing the ID of a holder that died.
     #[command(subcommand)]
     Leases(leases::LeasesCommand),
+    /// Keep the relayed tables in sync with other data centres through the binlog.
+    #[command(subcommand)]
+    Relay(relay::RelayCommand),
 }
 
 /// A mistake in how the command was called (exit code 2), as opposed to a failure of the work.
@@ -131,6 +135,7 @@ fn run(command: Command, sources: Sources) -> anyhow::Result<ExitCode> {
         Command::Migrate(args) => migrate::run(args, sources),
         Command::Query(args) => query::run(args, sources),
         Command::Leases(cmd) => leases::run(cmd, sources),
+        Command::Relay(cmd) => relay::run(cmd, sources),
     }
 }
 

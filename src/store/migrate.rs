@@ -41,6 +41,14 @@ const BUILTIN: &[(&str, &str)] = &[
         "0004_logstamp_tables.sql",
         include_str!("../../migrations/0004_logstamp_tables.sql"),
     ),
+    (
+        "0005_relay_checkpoints.sql",
+        include_str!("../../migrations/0005_relay_checkpoints.sql"),
+    ),
+    (
+        "0006_relay_applied.sql",
+        include_str!("../../migrations/0006_relay_applied.sql"),
+    ),
 ];
 
 /// The bookkeeping table. Created by the runner itself: it must exist before the first file

@@ -13,7 +13,7 @@ pub mod partition_plan;
 pub mod partitions;
 pub mod query;
 pub mod retry;
-mod rows;
+pub(crate) mod rows;
 pub mod schema;
 pub mod writer;
 

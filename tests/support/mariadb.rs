@@ -193,10 +193,16 @@ fn template() -> &'static Path {
             .arg("--version")
             .output()
             .unwrap_or_else(|e| panic!("these tests need MariaDB's mariadbd: {e}"));
-        let version: String = String::from_utf8_lossy(&version.stdout)
+        // "mariadbd  Ver 10.11.19-MariaDB-0+deb12u1 for ...": the word after "Ver".
+        let text = String::from_utf8_lossy(&version.stdout).to_string();
+        let version: String = text
+            .split_whitespace()
+            .skip_while(|w| *w != "Ver")
+            .nth(1)
+            .unwrap_or("unknown")
             .chars()
             .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '.' {
+                if c.is_ascii_alphanumeric() || ".-".contains(c) {
                     c
                 } else {
                     '_'
@@ -204,7 +210,7 @@ fn template() -> &'static Path {
             })
             .collect();
         let scratch = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        let dir = scratch.join(format!("mariadb-template-{}", version.trim_matches('_')));
+        let dir = scratch.join(format!("mariadb-template-{version}"));
         if dir.is_dir() {
             return dir;
         }

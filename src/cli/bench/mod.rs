@@ -2,6 +2,7 @@
 //! created and dropped by the command.
 
 mod ingest;
+mod relay;
 mod store;
 
 use std::process::ExitCode;
@@ -18,6 +19,7 @@ use logstamp::store::log_table::TableSpec;
 use logstamp::store::{db, migrate};
 
 use super::db::with_database;
+use super::load_settings;
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
@@ -26,12 +28,19 @@ pub enum BenchCommand {
     /// Records per second from Kafka to MySQL through ingest workers, against the LOAD DATA
     /// ceiling of the same rows, with the workers' peak memory.
     Ingest(ingest::IngestArgs),
+    /// Changes per second through the relay's capture and apply, and its lag at a fixed rate,
+    /// beside MariaDB's own replication.
+    Relay(relay::RelayArgs),
 }
 
 pub fn run(command: BenchCommand, sources: Sources) -> anyhow::Result<ExitCode> {
     match command {
         BenchCommand::Store(args) => store::store(args, sources),
         BenchCommand::Ingest(args) => ingest::ingest(args, sources),
+        BenchCommand::Relay(args) => {
+            relay::run(args, load_settings(&sources)?)?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

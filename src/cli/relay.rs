@@ -1,0 +1,139 @@
+//! `logstamp relay run | status`.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use tokio::sync::watch;
+
+use logstamp::config::Sources;
+use logstamp::relay::status::{self, ApplyStatus, CaptureStatus};
+use logstamp::relay::{self, RelayContext};
+
+use super::load_settings;
+use super::output::{Format, Output, aligned, ignore_closed_pipe};
+
+#[derive(Debug, Subcommand)]
+pub enum RelayCommand {
+    /// Run this data centre's capture and the appliers of relay.remotes until SIGINT or SIGTERM.
+    Run,
+    /// Capture's position and each applier's offset, and how far behind they are.
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// json (one object per line) or table.
+    #[arg(long, value_enum, default_value = "json")]
+    format: Format,
+}
+
+pub fn run(command: RelayCommand, sources: Sources) -> anyhow::Result<ExitCode> {
+    match command {
+        RelayCommand::Run => run_relay(sources),
+        RelayCommand::Status(args) => show_status(args, sources),
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+fn run_relay(sources: Sources) -> anyhow::Result<ExitCode> {
+    let settings = load_settings(&sources)?;
+    let context = RelayContext::new(settings)?;
+    runtime()?.block_on(async {
+        let (stop, shutdown) = watch::channel(false);
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("stopping the relay");
+            let _ = stop.send(true);
+        });
+        relay::run(context, shutdown).await
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// SIGINT or SIGTERM; if signals cannot be watched, never (the process is then stopped by
+/// a kill).
+async fn wait_for_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!("cannot watch SIGTERM: {e}");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate => {}
+    }
+}
+
+#[derive(Serialize)]
+#[serde(tag = "part", rename_all = "snake_case")]
+enum StatusLine<'a> {
+    Capture(&'a CaptureStatus),
+    Apply(&'a ApplyStatus),
+}
+
+fn show_status(args: StatusArgs, sources: Sources) -> anyhow::Result<ExitCode> {
+    let settings = load_settings(&sources)?;
+    let context = RelayContext::new(settings)?;
+    let now = chrono::Utc::now();
+    let (capture, appliers) = runtime()?.block_on(async {
+        let capture = status::capture(&context, now).await?;
+        let appliers = status::appliers(&context, now).await?;
+        Ok::<_, relay::RelayError>((capture, appliers))
+    })?;
+    let mut out = Output::new();
+    let written = match args.format {
+        Format::Json => std::iter::once(StatusLine::Capture(&capture))
+            .chain(appliers.iter().map(StatusLine::Apply))
+            .try_for_each(|line| out.json(&line)),
+        Format::Table => {
+            let shown = |v: Option<i64>| v.map_or("-".into(), |n| n.to_string());
+            let mut rows = vec![vec![
+                "capture".to_string(),
+                capture.dc.clone(),
+                capture
+                    .checkpoint
+                    .as_ref()
+                    .map_or("-".into(), |c| format!("{}:{}", c.file, c.pos)),
+                capture
+                    .behind_transactions
+                    .map_or("-".into(), |n| format!("{n} transactions")),
+                shown(capture.lag_seconds),
+                String::new(),
+            ]];
+            for a in &appliers {
+                rows.push(vec![
+                    "apply".to_string(),
+                    a.source_dc.clone(),
+                    format!("offset {}", a.next_offset),
+                    a.behind_messages
+                        .map_or("-".into(), |n| format!("{n} messages")),
+                    shown(a.lag_seconds),
+                    a.last_error.clone().unwrap_or_default(),
+                ]);
+            }
+            aligned(
+                &["part", "dc", "position", "behind", "lag_seconds", "error"],
+                &rows,
+            )
+            .iter()
+            .try_for_each(|line| out.line(line))
+        }
+    };
+    ignore_closed_pipe(written).context("writing output")?;
+    out.finish().context("writing output")?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,607 @@
+//! Apply: consumes a remote data centre's topic in order and applies each of its transactions
+//! to the local database as one transaction, which also records the consumed offset and the
+//! source position in `relay_applied`. A crash loses either the whole transaction and its
+//! offset or neither, so the replay after a restart is exact; a transaction published twice
+//! (capture restarted before its checkpoint) is recognised by its source position and skipped.
+//!
+//! The consumer takes the topic's single partition by `assign` at the offset stored in MySQL;
+//! no consumer-group offsets are involved.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use mysql_async::Conn;
+use mysql_async::prelude::Queryable;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use tokio::sync::{mpsc, watch};
+
+use crate::config::{LoopFilterMode, RemoteDc};
+use crate::store::encode::push_sql_string;
+use crate::store::lock::{lock_name, try_lock};
+use crate::store::rows::take;
+use crate::store::{StoreError, db};
+
+use super::change::{Change, Position, RowChange};
+use super::context::{APPLIED_TABLE, RelayContext, RelayError};
+use super::loop_filter::CacheKey;
+use super::sql::{self, LocalColumn};
+
+/// The applier's session: strict, so a value that does not fit fails instead of being cut;
+/// no backslash-less literals; explicit zeros stay zeros in AUTO_INCREMENT columns; UTC for
+/// TIMESTAMP values; foreign keys were checked where the change was made, and a parent row may
+/// still be on its way from another data centre.
+const SESSION_SETUP: &[&str] = &[
+    "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,NO_AUTO_VALUE_ON_ZERO'",
+    "SET SESSION time_zone = '+00:00'",
+    "SET NAMES utf8mb4",
+    "SET SESSION foreign_key_checks = 0",
+];
+
+/// How long a local table's columns are trusted before they are read again.
+const SCHEMA_RECHECK: Duration = Duration::from_secs(5);
+/// How long applying waits before checking a mismatched table again.
+const MISMATCH_RETRY: Duration = Duration::from_secs(5);
+/// Transactions read and prepared ahead of the one being applied.
+const READY_AHEAD: usize = 64;
+/// Statements sent in one round trip, in bytes (well under any max_allowed_packet).
+const STATEMENT_BUDGET: usize = 1 << 20;
+
+/// A transaction's messages, gathered in order.
+#[derive(Debug, Default)]
+struct Assembler {
+    changes: Vec<Change>,
+}
+
+impl Assembler {
+    /// Adds a message; returns the transaction it completes. A transaction that was cut off
+    /// (capture died while publishing it, and published it again whole after restarting) is
+    /// dropped when the next transaction starts.
+    fn push(&mut self, change: Change) -> Option<Vec<Change>> {
+        let expected = self.changes.len() as u32;
+        let continues = self.changes.first().is_some_and(|first| {
+            first.txn.seq == change.txn.seq && first.position == change.position
+        });
+        if change.txn.index == 0 {
+            if !self.changes.is_empty() {
+                tracing::warn!(
+                    seq = self.changes[0].txn.seq,
+                    "a transaction's messages stopped short; it was published again"
+                );
+            }
+            self.changes.clear();
+        } else if !(continues && change.txn.index == expected) {
+            // The rest of a transaction whose start was not read: it comes again whole.
+            self.changes.clear();
+            return None;
+        }
+        let complete = change.txn.is_last();
+        self.changes.push(change);
+        complete.then(|| std::mem::take(&mut self.changes))
+    }
+}
+
+/// What is stored for a source in `relay_applied`.
+#[derive(Debug, Clone)]
+struct Applied {
+    next_offset: i64,
+    source: Position,
+}
+
+/// Runs the applier of one remote data centre until `shutdown` is set; returns on the first
+/// error.
+pub async fn run_once(
+    context: &RelayContext,
+    remote: &RemoteDc,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<(), RelayError> {
+    let topic = context.settings.relay.topic(&remote.dc);
+    let mut conn = db::connect(context.url()).await?;
+    let mut setup: Vec<&str> = SESSION_SETUP.to_vec();
+    if context.loop_filter() == LoopFilterMode::SkipReplication {
+        setup.push("SET SESSION skip_replication = 1");
+    }
+    for statement in setup {
+        conn.query_drop(statement)
+            .await
+            .map_err(StoreError::mysql(format!(
+                "setting up the applier's session: {statement}"
+            )))?;
+    }
+    // One applier per source and database: the lock goes with the connection, also when the
+    // process dies.
+    let lock = lock_name(&["relay-apply", &context.state_database, &remote.dc]);
+    if !try_lock(&mut conn, &lock, 0).await? {
+        return Err(RelayError::Busy(format!(
+            "another relay applies {} here (it holds lock {lock})",
+            remote.dc
+        )));
+    }
+    let applied = load_applied(&mut conn, &remote.dc, &topic).await?;
+    let consumer = consumer(context, remote, &topic, applied.next_offset)?;
+    tracing::info!(
+        dc = context.dc(),
+        source = remote.dc,
+        topic,
+        offset = applied.next_offset,
+        "apply started"
+    );
+    // Reading, decoding and writing the SQL of the next transactions overlaps with applying
+    // the current one.
+    let (ready_tx, ready_rx) = mpsc::channel(READY_AHEAD);
+    let mut stop_applying = shutdown.clone();
+    tokio::try_join!(
+        read(&consumer, &topic, remote, applied, shutdown, ready_tx),
+        apply_all(context, &mut conn, &remote.dc, ready_rx, &mut stop_applying),
+    )?;
+    let _ = conn.disconnect().await;
+    Ok(())
+}
+
+/// A transaction read and turned into SQL, waiting to be applied.
+struct Ready {
+    changes: Vec<Change>,
+    statements: Vec<String>,
+    /// The offset after its last message (and after any already applied ones before it).
+    next_offset: i64,
+}
+
+fn consumer(
+    context: &RelayContext,
+    remote: &RemoteDc,
+    topic: &str,
+    offset: i64,
+) -> Result<StreamConsumer, RelayError> {
+    let brokers = if remote.brokers.trim().is_empty() {
+        &context.settings.kafka.brokers
+    } else {
+        &remote.brokers
+    };
+    let consumer: StreamConsumer = context
+        .kafka_config(brokers)
+        .set(
+            "group.id",
+            format!("logstamp-relay-{}-from-{}", context.dc(), remote.dc),
+        )
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        // A stored offset the topic no longer has means changes were deleted unapplied: stop.
+        .set("auto.offset.reset", "error")
+        // Caught up, a fetch waits this long for new messages; brokers answer as soon as one
+        // arrives, but a short wait bounds the delay where they do not.
+        .set("fetch.wait.max.ms", "100")
+        .create()
+        .map_err(RelayError::kafka("creating the Kafka consumer"))?;
+    let mut assignment = TopicPartitionList::new();
+    assignment
+        .add_partition_offset(topic, 0, Offset::Offset(offset))
+        .map_err(RelayError::kafka(format!("assigning {topic}")))?;
+    consumer
+        .assign(&assignment)
+        .map_err(RelayError::kafka(format!("assigning {topic}")))?;
+    Ok(consumer)
+}
+
+/// Reads the topic from the stored offset, gathers each transaction, skips those already
+/// applied, and hands the rest on with their SQL. Ends at shutdown, or when nobody applies.
+async fn read(
+    consumer: &StreamConsumer,
+    topic: &str,
+    remote: &RemoteDc,
+    applied: Applied,
+    shutdown: &mut watch::Receiver<bool>,
+    ready: mpsc::Sender<Ready>,
+) -> Result<(), RelayError> {
+    let mut assembler = Assembler::default();
+    // The last source position handed on, and the offset after the last message read.
+    let mut done = applied.source;
+    let mut consumed = applied.next_offset;
+    loop {
+        let message = tokio::select! {
+            _ = shutdown.changed() => return Ok(()),
+            message = consumer.recv() => message,
+        };
+        let message = match message {
+            Ok(message) => message,
+            Err(KafkaError::MessageConsumption(
+                code @ (RDKafkaErrorCode::OffsetOutOfRange | RDKafkaErrorCode::AutoOffsetReset),
+            )) => {
+                return Err(RelayError::Refused(format!(
+                    "{topic} no longer has offset {consumed} ({code}): changes from {} were \
+                     deleted before they were applied; copy the relayed tables anew and reset \
+                     its row in relay_applied",
+                    remote.dc
+                )));
+            }
+            Err(e) => {
+                // librdkafka reconnects by itself; say why it is slow.
+                tracing::warn!(topic, "reading from Kafka: {e}");
+                continue;
+            }
+        };
+        let offset = message.offset();
+        let change = Change::from_json(message.payload().unwrap_or_default())
+            .map_err(|e| RelayError::Refused(format!("{topic} offset {offset}: {e}")))?;
+        if change.dc != remote.dc {
+            return Err(RelayError::Refused(format!(
+                "{topic} offset {offset} holds a change from {}, not {}",
+                change.dc, remote.dc
+            )));
+        }
+        consumed = offset + 1;
+        let Some(changes) = assembler.push(change) else {
+            continue;
+        };
+        let position = changes[0].position.clone();
+        let already = match (position.order(), done.order()) {
+            (Some(new), Some(done)) => new <= done,
+            _ => false,
+        };
+        if already {
+            // Published again by a capture that restarted before its checkpoint.
+            tracing::debug!(file = position.file, pos = position.pos, "already applied");
+            continue;
+        }
+        let rows: Vec<&RowChange> = changes.iter().map(|c| &c.row).collect();
+        let statements = sql::statements(&rows).map_err(|e| {
+            RelayError::Refused(format!(
+                "{topic} transaction {} ({}:{}): {e}",
+                changes[0].txn.seq, position.file, position.pos
+            ))
+        })?;
+        done = position;
+        let next = Ready {
+            changes,
+            statements,
+            next_offset: consumed,
+        };
+        if ready.send(next).await.is_err() {
+            // The applying half stopped; its result says why.
+            return Ok(());
+        }
+    }
+}
+
+/// Applies the transactions handed on, in order, each once its tables match here. When more
+/// are waiting, up to `relay.apply_batch` go into one local transaction: each source
+/// transaction stays whole, and one commit serves them all.
+async fn apply_all(
+    context: &RelayContext,
+    conn: &mut Conn,
+    source_dc: &str,
+    mut ready: mpsc::Receiver<Ready>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<(), RelayError> {
+    let mut schemas = SchemaCache::default();
+    let most = context.settings.relay.apply_batch;
+    let mut group: Vec<Ready> = Vec::with_capacity(most);
+    while let Some(first) = ready.recv().await {
+        group.push(first);
+        while group.len() < most {
+            match ready.try_recv() {
+                Ok(next) => group.push(next),
+                Err(_) => break,
+            }
+        }
+        let changes: Vec<&Change> = group.iter().flat_map(|t| &t.changes).collect();
+        loop {
+            match check_schemas(conn, &mut schemas, context, &changes, source_dc).await {
+                Ok(()) => break,
+                Err(RelayError::SchemaMismatch(message)) => {
+                    tracing::error!(source = source_dc, "{message}");
+                    record_error(conn, source_dc, &message).await?;
+                    tokio::select! {
+                        _ = shutdown.changed() => return Ok(()),
+                        _ = tokio::time::sleep(MISMATCH_RETRY) => {}
+                    }
+                }
+                Err(other) => return Err(other),
+            }
+        }
+        apply(context, conn, source_dc, &group).await?;
+        group.clear();
+    }
+    Ok(())
+}
+
+/// Applies consecutive source transactions with their bookkeeping in one local transaction.
+async fn apply(
+    context: &RelayContext,
+    conn: &mut Conn,
+    source_dc: &str,
+    group: &[Ready],
+) -> Result<(), RelayError> {
+    let keys: Vec<CacheKey> = match context.cache() {
+        Some(mut cache) => {
+            let now = Instant::now();
+            group
+                .iter()
+                .flat_map(|t| &t.changes)
+                .map(|c| {
+                    let key = CacheKey::of(&c.row);
+                    cache.record(key, now);
+                    key
+                })
+                .collect()
+        }
+        None => Vec::new(),
+    };
+    let result = apply_in_transaction(conn, source_dc, group).await;
+    if result.is_err()
+        && let Some(mut cache) = context.cache()
+    {
+        for key in keys {
+            cache.forget(key);
+        }
+    }
+    result
+}
+
+async fn apply_in_transaction(
+    conn: &mut Conn,
+    source_dc: &str,
+    group: &[Ready],
+) -> Result<(), RelayError> {
+    let Some(newest) = group.last() else {
+        return Ok(());
+    };
+    let last = &newest.changes[newest.changes.len() - 1];
+    let context = || {
+        format!(
+            "applying transactions {} to {} from {source_dc} (up to {}:{})",
+            group[0].changes[0].txn.seq, last.txn.seq, last.position.file, last.position.pos
+        )
+    };
+    let changes: usize = group.iter().map(|t| t.changes.len()).sum();
+    // The marker and the bookkeeping first, then the changes, then COMMIT: one round trip for
+    // a transaction that fits the budget. The server stops at the first failing statement, so a
+    // failure never reaches COMMIT, and the connection (dropped with the error) rolls back.
+    let bookkeeping = [
+        "START TRANSACTION".to_string(),
+        applied_update(source_dc, last, group.len(), changes, newest.next_offset),
+    ];
+    let commit = ["COMMIT".to_string()];
+    let mut batch = String::new();
+    for statement in bookkeeping
+        .iter()
+        .chain(group.iter().flat_map(|t| &t.statements))
+        .chain(&commit)
+    {
+        if !batch.is_empty() && batch.len() + statement.len() > STATEMENT_BUDGET {
+            conn.query_drop(std::mem::take(&mut batch))
+                .await
+                .map_err(StoreError::mysql(context()))?;
+        }
+        if !batch.is_empty() {
+            batch.push_str(";\n");
+        }
+        batch.push_str(statement);
+    }
+    conn.query_drop(batch)
+        .await
+        .map_err(StoreError::mysql(context()))?;
+    Ok(())
+}
+
+/// Records the transaction in `relay_applied`: the marker, and where a restart resumes.
+fn applied_update(
+    source_dc: &str,
+    last: &Change,
+    transactions: usize,
+    changes: usize,
+    next_offset: i64,
+) -> String {
+    let mut sql = format!(
+        "UPDATE `{APPLIED_TABLE}` SET next_offset = {next_offset}, source_pos = {}, \
+         source_seq = {}, source_commit_ts = {}, \
+         applied_transactions = applied_transactions + {transactions}, \
+         applied_changes = applied_changes + {changes}, last_error = NULL, source_file = ",
+        last.position.pos, last.txn.seq, last.commit_ts
+    );
+    push_sql_string(&mut sql, &last.position.file);
+    sql.push_str(", source_gtid = ");
+    push_sql_string(&mut sql, last.position.gtid.as_deref().unwrap_or_default());
+    sql.push_str(" WHERE source_dc = ");
+    push_sql_string(&mut sql, source_dc);
+    sql
+}
+
+async fn load_applied(
+    conn: &mut Conn,
+    source_dc: &str,
+    topic: &str,
+) -> Result<Applied, RelayError> {
+    let context = || format!("reading the applied offset of {source_dc}");
+    conn.exec_drop(
+        format!(
+            "INSERT IGNORE INTO `{APPLIED_TABLE}` (source_dc, topic, next_offset) VALUES (?, ?, 0)"
+        ),
+        (source_dc, topic),
+    )
+    .await
+    .map_err(StoreError::mysql(context()))?;
+    let row: Option<mysql_async::Row> = conn
+        .exec_first(
+            format!(
+                "SELECT next_offset, source_file, source_pos, topic FROM `{APPLIED_TABLE}` \
+                 WHERE source_dc = ?"
+            ),
+            (source_dc,),
+        )
+        .await
+        .map_err(StoreError::mysql(context()))?;
+    let mut row = row.ok_or_else(|| RelayError::Refused(format!("{}: no row", context())))?;
+    let stored_topic: String = take(&mut row, 3, "relay_applied.topic")?;
+    if stored_topic != topic {
+        return Err(RelayError::Refused(format!(
+            "{source_dc} was applied from topic {stored_topic}, now configured as {topic}: \
+             offsets of one topic mean nothing in another; reset its row in relay_applied"
+        )));
+    }
+    Ok(Applied {
+        next_offset: take(&mut row, 0, "relay_applied.next_offset")?,
+        source: Position {
+            file: take(&mut row, 1, "relay_applied.source_file")?,
+            pos: take(&mut row, 2, "relay_applied.source_pos")?,
+            gtid: None,
+        },
+    })
+}
+
+/// Stores why applying is stuck, for `relay status`.
+async fn record_error(conn: &mut Conn, source_dc: &str, message: &str) -> Result<(), RelayError> {
+    conn.exec_drop(
+        format!("UPDATE `{APPLIED_TABLE}` SET last_error = ? WHERE source_dc = ?"),
+        (message, source_dc),
+    )
+    .await
+    .map_err(StoreError::mysql(format!(
+        "recording the error of {source_dc}"
+    )))?;
+    Ok(())
+}
+
+/// Local tables' columns, read again after [`SCHEMA_RECHECK`] or when a source's columns
+/// change.
+#[derive(Debug, Default)]
+struct SchemaCache {
+    checked: HashMap<
+        (String, String),
+        (
+            Instant,
+            std::collections::BTreeMap<String, super::change::Kind>,
+        ),
+    >,
+}
+
+/// Refuses a transaction touching a table that is not relayed here or whose columns differ.
+async fn check_schemas(
+    conn: &mut Conn,
+    cache: &mut SchemaCache,
+    context: &RelayContext,
+    changes: &[&Change],
+    source_dc: &str,
+) -> Result<(), RelayError> {
+    for change in changes {
+        let row = &change.row;
+        let name = (row.schema.clone(), row.table.clone());
+        if let Some((at, columns)) = cache.checked.get(&name)
+            && at.elapsed() < SCHEMA_RECHECK
+            && *columns == row.columns
+        {
+            continue;
+        }
+        if !context.is_relayed(&row.schema, &row.table) {
+            return Err(RelayError::SchemaMismatch(format!(
+                "{source_dc} sends changes of {}.{}, which relay.tables does not list here; \
+                 applying from {source_dc} waits until it does",
+                row.schema, row.table
+            )));
+        }
+        let local = local_columns(conn, &row.schema, &row.table).await?;
+        let differences = sql::column_differences(&row.columns, &local, source_dc);
+        if !differences.is_empty() {
+            return Err(RelayError::SchemaMismatch(format!(
+                "table {}.{} differs between {source_dc} and here: {}; applying from \
+                 {source_dc} waits until the table is the same in both (DDL is not relayed)",
+                row.schema,
+                row.table,
+                differences.join("; ")
+            )));
+        }
+        cache
+            .checked
+            .insert(name, (Instant::now(), row.columns.clone()));
+    }
+    Ok(())
+}
+
+async fn local_columns(
+    conn: &mut Conn,
+    schema: &str,
+    table: &str,
+) -> Result<Vec<LocalColumn>, StoreError> {
+    let rows: Vec<mysql_async::Row> = conn
+        .exec(
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME \
+             FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
+             ORDER BY ORDINAL_POSITION",
+            (schema, table),
+        )
+        .await
+        .map_err(StoreError::mysql(format!(
+            "reading the columns of {schema}.{table}"
+        )))?;
+    rows.into_iter()
+        .map(|mut row| {
+            Ok(LocalColumn {
+                name: take(&mut row, 0, "COLUMN_NAME")?,
+                data_type: take(&mut row, 1, "DATA_TYPE")?,
+                column_type: take(&mut row, 2, "COLUMN_TYPE")?,
+                charset: take(&mut row, 3, "CHARACTER_SET_NAME")?,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::relay::change::{ChangeKind, RowChange, TxnRef};
+
+    fn message(seq: u64, index: u32, count: u32) -> Change {
+        Change {
+            dc: "dc1".into(),
+            server_id: 1,
+            row: RowChange {
+                schema: "app".into(),
+                table: "t".into(),
+                kind: ChangeKind::Delete,
+                columns: Default::default(),
+                key: Default::default(),
+                values: Default::default(),
+                before: None,
+            },
+            position: Position {
+                file: "bin.000001".into(),
+                pos: 100 + seq,
+                gtid: None,
+            },
+            commit_ts: 0,
+            txn: TxnRef { seq, index, count },
+        }
+    }
+
+    #[test]
+    fn transactions_complete_at_their_last_message() {
+        let mut a = Assembler::default();
+        assert!(a.push(message(1, 0, 2)).is_none());
+        let txn = a.push(message(1, 1, 2)).unwrap();
+        assert_eq!(txn.len(), 2);
+        assert_eq!(a.push(message(2, 0, 1)).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_cut_off_transaction_is_dropped_for_its_republished_whole() {
+        let mut a = Assembler::default();
+        assert!(a.push(message(1, 0, 3)).is_none());
+        assert!(a.push(message(1, 1, 3)).is_none());
+        // Capture restarted: the transaction again, from its start.
+        assert!(a.push(message(1, 0, 3)).is_none());
+        assert!(a.push(message(1, 1, 3)).is_none());
+        assert_eq!(a.push(message(1, 2, 3)).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn the_tail_of_a_transaction_without_its_start_is_ignored() {
+        let mut a = Assembler::default();
+        assert!(a.push(message(4, 1, 3)).is_none());
+        assert!(a.push(message(4, 2, 3)).is_none());
+        assert!(a.push(message(5, 0, 1)).is_some());
+        // A message of another transaction in the middle is a break, too.
+        assert!(a.push(message(6, 0, 2)).is_none());
+        assert!(a.push(message(7, 1, 2)).is_none());
+    }
+}

@@ -1,0 +1,606 @@
+//! Capture: reads the local server's binlog as a replica, turns the relayed tables' committed
+//! changes into change messages and publishes them, in binlog order, to this data centre's
+//! topic (one partition, idempotent producer, `acks=all`). The position is checkpointed only
+//! once Kafka acknowledged everything up to it (see [`super::checkpoint`]).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use mysql_async::BinlogStreamRequest;
+use mysql_async::prelude::Queryable;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use tokio::sync::{mpsc, watch};
+
+use crate::config::LoopFilterMode;
+use crate::store::lock::{lock_name, try_lock};
+use crate::store::{StoreError, db};
+
+use super::change::{Change, TxnRef, binlog_file_number};
+use super::checkpoint::{self, Checkpoint};
+use super::context::{RelayContext, RelayError};
+use super::events::{EventHandler, Step, Transaction};
+use super::loop_filter::CacheKey;
+use super::table::Charsets;
+
+/// The server sends a heartbeat when it has nothing else to send for this long...
+const HEARTBEAT: Duration = Duration::from_secs(1);
+/// ...so a connection silent for this long is dead.
+const SILENCE_LIMIT: Duration = Duration::from_secs(10);
+/// Transactions published but not yet acknowledged; capture waits when this many are.
+const IN_FLIGHT: usize = 4096;
+/// How long a producer may retry a message before it counts as failed.
+const DELIVERY_TIMEOUT: &str = "120000";
+
+/// The server settings capture needs, read from `SHOW GLOBAL VARIABLES`.
+const SOURCE_VARIABLES: &[&str] = &[
+    "log_bin",
+    "binlog_format",
+    "binlog_row_image",
+    "binlog_row_metadata",
+    "binlog_checksum",
+    "log_bin_compress",
+    "server_id",
+];
+
+/// Checks that the server's binlog can be relayed: every problem in one message, each with why.
+/// Returns whether events carry CRC32 checksums.
+pub fn check_source(
+    vars: &HashMap<String, String>,
+    reader_server_id: u32,
+) -> Result<bool, RelayError> {
+    let get = |name: &str| vars.get(name).map(|v| v.to_ascii_uppercase());
+    let mut problems = Vec::new();
+    let mut want = |name: &str, value: &str, why: &str| {
+        let actual = get(name);
+        if actual.as_deref() != Some(value) {
+            problems.push(format!(
+                "{name} is {}, needs {value} ({why})",
+                actual.as_deref().unwrap_or("missing")
+            ));
+        }
+    };
+    want("log_bin", "ON", "capture reads the binary log");
+    want(
+        "binlog_format",
+        "ROW",
+        "capture decodes row images, not statements",
+    );
+    want("binlog_row_image", "FULL", "changes carry whole rows");
+    want(
+        "binlog_row_metadata",
+        "FULL",
+        "without it BIGINT UNSIGNED decodes signed and column names and keys are missing",
+    );
+    if get("log_bin_compress").is_some_and(|v| v != "OFF") {
+        problems
+            .push("log_bin_compress is ON, needs OFF (compressed events are not decoded)".into());
+    }
+    if get("server_id").as_deref() == Some(reader_server_id.to_string().as_str()) {
+        problems.push(format!(
+            "relay.server_id {reader_server_id} is the server's own server_id; give the relay its own"
+        ));
+    }
+    if problems.is_empty() {
+        Ok(get("binlog_checksum").is_some_and(|v| v != "NONE"))
+    } else {
+        Err(RelayError::Refused(format!(
+            "the server's binlog cannot be relayed: {}; set these in the server's configuration \
+             (or with SET GLOBAL) and restart the relay",
+            problems.join("; ")
+        )))
+    }
+}
+
+/// A published transaction waiting for Kafka, and the checkpoint it allows once acknowledged.
+struct Pending {
+    deliveries: Vec<DeliveryFuture>,
+    checkpoint: Checkpoint,
+}
+
+/// Runs capture until `shutdown` is set; returns on the first error.
+pub async fn run_once(
+    context: &RelayContext,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<(), RelayError> {
+    let dc = context.dc().to_string();
+    let relay = &context.settings.relay;
+    if relay.server_id == 0 {
+        return Err(RelayError::Refused(
+            "relay.server_id is not set: give the relay a replica server_id that no server and no \
+             other binlog reader of this server uses"
+                .into(),
+        ));
+    }
+    let mut state = db::connect(context.url()).await?;
+    checkpoint::unlogged(&mut state).await?;
+    // One capture per data centre and database; the lock lives as long as this connection,
+    // which records the checkpoints.
+    let lock = lock_name(&["relay-capture", &context.state_database, &dc]);
+    if !try_lock(&mut state, &lock, 0).await? {
+        return Err(RelayError::Busy(format!(
+            "another relay captures {dc} (it holds lock {lock})"
+        )));
+    }
+    let vars = source_variables(&mut state).await?;
+    let checksums = check_source(&vars, relay.server_id)?;
+    let source_server_id: u32 = vars
+        .get("server_id")
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| RelayError::Refused("the server reports no server_id".into()))?;
+    let charsets = utf8_collations(&mut state).await?;
+    let start = match checkpoint::load(&mut state, &dc).await? {
+        Some(found) => found,
+        // First start: from now on. Rows already there must be copied by other means.
+        None => checkpoint::start_here(&mut state, &dc).await?,
+    };
+    let topic = relay.topic(&dc);
+    let producer = producer(context)?;
+    check_topic(&producer, &topic).await?;
+
+    let mut binlog = db::connect(context.url()).await?;
+    let mut setup = vec![
+        // MARIA_SLAVE_CAPABILITY_GTID: MariaDB's own GTID events instead of substitutes.
+        "SET @mariadb_slave_capability = 4".to_string(),
+        format!("SET @master_heartbeat_period = {}", HEARTBEAT.as_nanos()),
+    ];
+    if context.loop_filter() == LoopFilterMode::SkipReplication {
+        // The dump thread then leaves out the events the appliers flagged.
+        setup.push("SET skip_replication = 1".into());
+    }
+    if !start.gtid_state.is_empty() {
+        // Resume after the checkpoint's GTIDs; the server then ignores the file and position.
+        setup.push(format!("SET @slave_connect_state = '{}'", start.gtid_state));
+    }
+    for statement in &setup {
+        binlog
+            .query_drop(statement)
+            .await
+            .map_err(StoreError::mysql(format!(
+                "preparing the binlog connection: {statement}"
+            )))?;
+    }
+    let request = BinlogStreamRequest::new(relay.server_id)
+        .with_filename(start.file.as_bytes())
+        .with_pos(start.pos);
+    let mut stream = binlog
+        .get_binlog_stream(request)
+        .await
+        .map_err(StoreError::mysql(format!(
+            "starting the binlog stream at {}:{}",
+            start.file, start.pos
+        )))?;
+    tracing::info!(
+        dc,
+        file = start.file,
+        pos = start.pos,
+        gtid = %start.gtid_state,
+        topic,
+        "capture started"
+    );
+
+    let mut handler = EventHandler::new(
+        context.clone(),
+        charsets,
+        checksums,
+        start.file.clone(),
+        start.gtid_state.clone(),
+    );
+    let (pending_tx, pending_rx) = mpsc::channel(IN_FLIGHT);
+    let mut acker = tokio::spawn(acknowledge(
+        pending_rx,
+        state,
+        dc.clone(),
+        start.clone(),
+        relay.checkpoint_interval,
+    ));
+    let mut last = start;
+    let outcome: Result<(), RelayError> = async {
+        loop {
+            let next = tokio::select! {
+                _ = shutdown.changed() => return Ok(()),
+                acked = &mut acker => {
+                    return Err(ended_early(acked));
+                }
+                next = tokio::time::timeout(SILENCE_LIMIT, stream.next()) => next,
+            };
+            let event = match next {
+                Err(_) => {
+                    return Err(StoreError::Mysql {
+                        context: format!("no binlog event or heartbeat for {SILENCE_LIMIT:?}"),
+                        source: mysql_async::DriverError::ConnectionClosed.into(),
+                    }
+                    .into());
+                }
+                Ok(None) => {
+                    return Err(StoreError::Mysql {
+                        context: "the server ended the binlog stream".into(),
+                        source: mysql_async::DriverError::ConnectionClosed.into(),
+                    }
+                    .into());
+                }
+                Ok(Some(event)) => event.map_err(|e| source_error(e, relay.server_id))?,
+            };
+            let pending = match handler.handle(&event)? {
+                None => continue,
+                Some(Step::Transaction(txn)) => {
+                    publish(context, &producer, &topic, source_server_id, txn, &mut last).await?
+                }
+                Some(Step::Idle(position)) => {
+                    let done = binlog_file_number(&last.file).map(|n| (n, last.pos));
+                    if position.order().is_none() || position.order() <= done {
+                        continue;
+                    }
+                    // Everything up to here was read; the GTIDs of groups the server left
+                    // out are looked up when the checkpoint is saved.
+                    last = Checkpoint {
+                        file: position.file,
+                        pos: position.pos,
+                        gtid_from_position: true,
+                        ..last.clone()
+                    };
+                    Pending {
+                        deliveries: Vec::new(),
+                        checkpoint: last.clone(),
+                    }
+                }
+            };
+            if pending_tx.send(pending).await.is_err() {
+                return Err(ended_early((&mut acker).await));
+            }
+        }
+    }
+    .await;
+    drop(pending_tx);
+    let stats = handler.stats();
+    tracing::info!(
+        dc,
+        transactions = stats.transactions,
+        ddl = stats.ddl,
+        "capture stopping"
+    );
+    if outcome.is_ok() {
+        // Wait for what is in flight and record the last checkpoint.
+        match acker.await {
+            Ok(acked) => acked?,
+            Err(e) => {
+                return Err(RelayError::Refused(format!(
+                    "the checkpoint task failed: {e}"
+                )));
+            }
+        }
+    } else {
+        acker.abort();
+    }
+    // The stream's connection goes away with it; a failed goodbye changes nothing.
+    let _ = stream.close().await;
+    outcome
+}
+
+/// What a finished (it should not have) or failed checkpoint task means for capture.
+fn ended_early(acked: Result<Result<(), RelayError>, tokio::task::JoinError>) -> RelayError {
+    match acked {
+        Ok(Err(e)) => e,
+        Ok(Ok(())) => RelayError::Refused("the checkpoint task ended before capture".into()),
+        Err(e) => RelayError::Refused(format!("the checkpoint task failed: {e}")),
+    }
+}
+
+/// Applies the loop filter to a transaction and sends what is left to Kafka.
+async fn publish(
+    context: &RelayContext,
+    producer: &FutureProducer,
+    topic: &str,
+    source_server_id: u32,
+    txn: Transaction,
+    last: &mut Checkpoint,
+) -> Result<Pending, RelayError> {
+    let changes = match context.loop_filter() {
+        LoopFilterMode::Marker if txn.has_marker => Vec::new(),
+        LoopFilterMode::SkipReplication if txn.skip_flagged => Vec::new(),
+        LoopFilterMode::Cache if !txn.changes.is_empty() => match context.cache() {
+            Some(mut cache) => {
+                let now = Instant::now();
+                txn.changes
+                    .into_iter()
+                    .filter(|c| !cache.take(CacheKey::of(c), now))
+                    .collect()
+            }
+            None => txn.changes,
+        },
+        _ => txn.changes,
+    };
+    let mut deliveries = Vec::with_capacity(changes.len());
+    let mut checkpoint = Checkpoint {
+        file: txn.end.file.clone(),
+        pos: txn.end.pos,
+        gtid_state: txn.gtid_state,
+        gtid_from_position: false,
+        commit_ts: txn.commit_ts,
+        ..last.clone()
+    };
+    if !changes.is_empty() {
+        let count = u32::try_from(changes.len()).map_err(|_| {
+            RelayError::Refused(format!("a transaction of {} changes", changes.len()))
+        })?;
+        let seq = checkpoint.next_seq;
+        for (index, row) in changes.into_iter().enumerate() {
+            let change = Change {
+                dc: context.dc().to_string(),
+                server_id: source_server_id,
+                row,
+                position: txn.end.clone(),
+                commit_ts: txn.commit_ts,
+                txn: TxnRef {
+                    seq,
+                    index: index as u32,
+                    count,
+                },
+            };
+            deliveries.push(send(producer, topic, &change.to_json()).await?);
+        }
+        checkpoint.next_seq += 1;
+        checkpoint.published_transactions += 1;
+        checkpoint.published_changes += u64::from(count);
+    }
+    *last = checkpoint.clone();
+    Ok(Pending {
+        deliveries,
+        checkpoint,
+    })
+}
+
+/// Queues one message for partition 0, waiting while the producer's queue is full.
+async fn send(
+    producer: &FutureProducer,
+    topic: &str,
+    payload: &[u8],
+) -> Result<DeliveryFuture, RelayError> {
+    loop {
+        let record = FutureRecord::<(), [u8]>::to(topic)
+            .partition(0)
+            .payload(payload);
+        match producer.send_result(record) {
+            Ok(delivery) => return Ok(delivery),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                // librdkafka has no way to wait for room; its queue drains in the background.
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err((e, _)) => return Err(RelayError::kafka(format!("publishing to {topic}"))(e)),
+        }
+    }
+}
+
+/// Waits for Kafka to acknowledge each transaction in order, and records the position of the
+/// latest fully acknowledged one every `interval` (and at the end).
+async fn acknowledge(
+    mut pending: mpsc::Receiver<Pending>,
+    mut conn: mysql_async::Conn,
+    dc: String,
+    mut acked: Checkpoint,
+    interval: Duration,
+) -> Result<(), RelayError> {
+    let mut saved = acked.clone();
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            next = pending.recv() => {
+                let Some(next) = next else { break };
+                for delivery in next.deliveries {
+                    match delivery.await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err((e, _))) => {
+                            return Err(RelayError::kafka("a change was not delivered")(e));
+                        }
+                        Err(_) => {
+                            return Err(RelayError::Refused("the producer went away".into()));
+                        }
+                    }
+                }
+                acked = next.checkpoint;
+            }
+            _ = ticker.tick() => {
+                if acked != saved {
+                    save(&mut conn, &dc, &mut acked).await?;
+                    saved = acked.clone();
+                }
+            }
+        }
+    }
+    if acked != saved {
+        save(&mut conn, &dc, &mut acked).await?;
+    }
+    let _ = conn.disconnect().await;
+    Ok(())
+}
+
+/// Saves a checkpoint, first reading the GTID state at its position if a heartbeat moved it.
+async fn save(
+    conn: &mut mysql_async::Conn,
+    dc: &str,
+    c: &mut Checkpoint,
+) -> Result<(), RelayError> {
+    if c.gtid_from_position {
+        if let Some(state) = checkpoint::gtid_at(conn, &c.file, c.pos).await? {
+            c.gtid_state = state;
+        }
+        c.gtid_from_position = false;
+    }
+    checkpoint::save(conn, dc, c).await?;
+    Ok(())
+}
+
+/// The producer: idempotent, `acks=all`, so retries neither duplicate nor reorder.
+fn producer(context: &RelayContext) -> Result<FutureProducer, RelayError> {
+    context
+        .kafka_config(&context.settings.kafka.brokers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "5")
+        // Change messages repeat their column names and kinds: they shrink several times, which
+        // matters for topics read across data centres.
+        .set("compression.type", "lz4")
+        .set("message.timeout.ms", DELIVERY_TIMEOUT)
+        .create()
+        .map_err(RelayError::kafka("creating the Kafka producer"))
+}
+
+/// Refuses a topic that is missing or has more than one partition: order holds only within one.
+async fn check_topic(producer: &FutureProducer, topic: &str) -> Result<(), RelayError> {
+    let client = producer.clone();
+    let name = topic.to_string();
+    let metadata = tokio::task::spawn_blocking(move || {
+        client
+            .client()
+            .fetch_metadata(Some(&name), Duration::from_secs(10))
+    })
+    .await
+    .map_err(|e| RelayError::Refused(format!("reading topic metadata: {e}")))?
+    .map_err(RelayError::kafka(format!(
+        "reading the metadata of topic {topic}"
+    )))?;
+    let partitions = metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic && t.error().is_none())
+        .map(|t| t.partitions().len());
+    match partitions {
+        Some(1) => Ok(()),
+        Some(n) => Err(RelayError::Refused(format!(
+            "topic {topic} has {n} partitions; the relay needs exactly one to keep the binlog order"
+        ))),
+        None => Err(RelayError::Refused(format!(
+            "topic {topic} does not exist; create it with one partition"
+        ))),
+    }
+}
+
+async fn source_variables(
+    conn: &mut mysql_async::Conn,
+) -> Result<HashMap<String, String>, StoreError> {
+    let names: Vec<String> = SOURCE_VARIABLES.iter().map(|n| format!("'{n}'")).collect();
+    let rows: Vec<(String, String)> = conn
+        .query(format!(
+            "SHOW GLOBAL VARIABLES WHERE Variable_name IN ({})",
+            names.join(", ")
+        ))
+        .await
+        .map_err(StoreError::mysql("reading the server's binlog settings"))?;
+    Ok(rows
+        .into_iter()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v))
+        .collect())
+}
+
+async fn utf8_collations(conn: &mut mysql_async::Conn) -> Result<Charsets, StoreError> {
+    let names: Vec<String> = Charsets::UTF8_NAMES
+        .iter()
+        .map(|n| format!("'{n}'"))
+        .collect();
+    let ids: Vec<u16> = conn
+        .query(format!(
+            "SELECT ID FROM information_schema.COLLATIONS WHERE CHARACTER_SET_NAME IN ({})",
+            names.join(", ")
+        ))
+        .await
+        .map_err(StoreError::mysql("reading the server's collations"))?;
+    Ok(Charsets::new(ids))
+}
+
+/// Binlog errors whose cause is known get their explanation; the rest stay as they are.
+fn source_error(error: mysql_async::Error, server_id: u32) -> RelayError {
+    if let mysql_async::Error::Server(e) = &error {
+        match e.code {
+            // ER_MASTER_FATAL_ERROR_READING_BINLOG: purged, or a position the server cannot find.
+            1236 => {
+                return RelayError::Refused(format!(
+                    "the server cannot send its binlog from the checkpoint ({}): if the binlog \
+                     was purged, changes were lost to the relay; copy the relayed tables anew and \
+                     delete this data centre's row in relay_checkpoints",
+                    e.message
+                ));
+            }
+            // ER_SLAVE_SAME_ID: another reader connected with our replica server_id.
+            4052 => {
+                return RelayError::Refused(format!(
+                    "another binlog reader connected with relay.server_id {server_id}: each \
+                     relay needs its own"
+                ));
+            }
+            _ => {}
+        }
+    }
+    StoreError::Mysql {
+        context: "reading the binlog".into(),
+        source: error,
+    }
+    .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        let mut good: HashMap<String, String> = [
+            ("log_bin", "ON"),
+            ("binlog_format", "ROW"),
+            ("binlog_row_image", "FULL"),
+            ("binlog_row_metadata", "FULL"),
+            ("binlog_checksum", "CRC32"),
+            ("log_bin_compress", "OFF"),
+            ("server_id", "11"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        for (k, v) in pairs {
+            good.insert(k.to_string(), v.to_string());
+        }
+        good
+    }
+
+    #[test]
+    fn a_well_set_server_is_accepted() {
+        assert!(check_source(&vars(&[]), 4001).unwrap());
+        assert!(!check_source(&vars(&[("binlog_checksum", "NONE")]), 4001).unwrap());
+        // MySQL has no log_bin_compress.
+        let mut mysql = vars(&[]);
+        mysql.remove("log_bin_compress");
+        assert!(check_source(&mysql, 4001).is_ok());
+    }
+
+    #[test]
+    fn each_missing_setting_is_named_with_why() {
+        let message = check_source(&vars(&[("binlog_row_metadata", "MINIMAL")]), 4001)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("binlog_row_metadata is MINIMAL, needs FULL"),
+            "{message}"
+        );
+        assert!(message.contains("BIGINT UNSIGNED"), "{message}");
+        let message = check_source(
+            &vars(&[
+                ("binlog_format", "MIXED"),
+                ("log_bin", "OFF"),
+                ("binlog_row_image", "MINIMAL"),
+            ]),
+            4001,
+        )
+        .unwrap_err()
+        .to_string();
+        for part in [
+            "log_bin is OFF",
+            "binlog_format is MIXED",
+            "binlog_row_image is MINIMAL",
+        ] {
+            assert!(message.contains(part), "{part} not in {message}");
+        }
+        assert!(check_source(&vars(&[("log_bin_compress", "ON")]), 4001).is_err());
+        let same = check_source(&vars(&[]), 11).unwrap_err().to_string();
+        assert!(same.contains("relay.server_id 11"), "{same}");
+    }
+}

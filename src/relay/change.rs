@@ -1,0 +1,464 @@
+//! The change message: one row change of a relayed table, as capture publishes it to its data
+//! centre's topic and the appliers read it back.
+//!
+//! ```json
+//! {"dc":"dc1","server_id":11,"schema":"app","table":"t","type":"update",
+//!  "columns":{"id":"uint","price":"decimal","seen":"datetime"},
+//!  "key":{"id":18446744073709551615},
+//!  "values":{"price":"12.3400"},
+//!  "before":{"id":18446744073709551615,"price":"9.9900","seen":"2024-05-01 10:00:00.250000"},
+//!  "file":"mariadb-bin.000002","pos":643,"gtid":"0-11-9","commit_ts":1714557600,
+//!  "txn":{"seq":17,"index":0,"count":1}}
+//! ```
+//!
+//! `columns` is every column of the table with its kind, which says how each value is written:
+//! integers (`int`, `uint`, `year`, `bit`, `enum` as its index, `set` as its bit mask) are JSON
+//! numbers, unsigned 64-bit included; `float` and `double` are numbers that read back as the
+//! same binary value; `decimal`, `date`, `datetime`, `timestamp` (UTC) and `time` are strings
+//! with every digit the column keeps; `text` is a string; `binary` (binary strings, and strings
+//! of character sets other than UTF-8) is base64. NULL is `null`. MariaDB's JSON columns are
+//! LONGTEXT with a validity check, so they travel as `text`, byte for byte.
+//!
+//! `values` holds every column for an insert and the changed columns for an update; `before`
+//! the whole row before an update or delete. `txn` places the change in its transaction
+//! (`seq` counts the transactions capture published); `file`/`pos` is the end of the
+//! transaction in the source's binlog, which orders transactions for the appliers.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde::{Deserialize, Serialize};
+
+/// How a column's values are written, derived from the column's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Int,
+    Uint,
+    Float,
+    Double,
+    Decimal,
+    Date,
+    Datetime,
+    Timestamp,
+    Time,
+    Year,
+    Bit,
+    Enum,
+    Set,
+    Text,
+    Binary,
+}
+
+impl fmt::Display for Kind {
+    /// The name messages use.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Kind::Int => "int",
+            Kind::Uint => "uint",
+            Kind::Float => "float",
+            Kind::Double => "double",
+            Kind::Decimal => "decimal",
+            Kind::Date => "date",
+            Kind::Datetime => "datetime",
+            Kind::Timestamp => "timestamp",
+            Kind::Time => "time",
+            Kind::Year => "year",
+            Kind::Bit => "bit",
+            Kind::Enum => "enum",
+            Kind::Set => "set",
+            Kind::Text => "text",
+            Kind::Binary => "binary",
+        })
+    }
+}
+
+/// One non-NULL column value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// `int`.
+    Int(i64),
+    /// `uint`, `year`, `bit`, `enum`, `set`.
+    Uint(u64),
+    /// `float`, `double`.
+    Float(f64),
+    /// `decimal`, `date`, `datetime`, `timestamp`, `time`, `text`.
+    Text(String),
+    /// `binary`.
+    Bytes(Vec<u8>),
+}
+
+/// Column values by name; `None` is NULL.
+pub type Row = BTreeMap<String, Option<Value>>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    Insert,
+    Update,
+    Delete,
+}
+
+impl fmt::Display for ChangeKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ChangeKind::Insert => "insert",
+            ChangeKind::Update => "update",
+            ChangeKind::Delete => "delete",
+        })
+    }
+}
+
+/// A row change as decoded from the binlog, before it is placed in the stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowChange {
+    pub schema: String,
+    pub table: String,
+    pub kind: ChangeKind,
+    pub columns: BTreeMap<String, Kind>,
+    /// The primary key (its values before an update).
+    pub key: Row,
+    pub values: Row,
+    pub before: Option<Row>,
+}
+
+/// The end of a transaction in the source's binlog.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Position {
+    pub file: String,
+    pub pos: u64,
+    /// The transaction's MariaDB GTID, when the source writes them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gtid: Option<String>,
+}
+
+impl Position {
+    /// Binlog order: the file's numeric extension, then the offset in the file. `None` for a
+    /// file name without one (every binlog file name has one).
+    pub fn order(&self) -> Option<(u64, u64)> {
+        binlog_file_number(&self.file).map(|n| (n, self.pos))
+    }
+}
+
+/// The sequence number in `name.000123`.
+pub fn binlog_file_number(file: &str) -> Option<u64> {
+    let (_, number) = file.rsplit_once('.')?;
+    if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    number.parse().ok()
+}
+
+/// Where a change sits in its transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnRef {
+    pub seq: u64,
+    pub index: u32,
+    pub count: u32,
+}
+
+impl TxnRef {
+    pub fn is_last(&self) -> bool {
+        self.index + 1 == self.count
+    }
+}
+
+/// A change message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    pub dc: String,
+    pub server_id: u32,
+    pub row: RowChange,
+    pub position: Position,
+    /// The source's commit time, Unix seconds.
+    pub commit_ts: u32,
+    pub txn: TxnRef,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad change message: {0}")]
+pub struct ChangeError(String);
+
+/// The message as JSON: the typed rows become plain JSON values.
+#[derive(Serialize, Deserialize)]
+struct Wire {
+    dc: String,
+    server_id: u32,
+    schema: String,
+    table: String,
+    #[serde(rename = "type")]
+    kind: ChangeKind,
+    columns: BTreeMap<String, Kind>,
+    key: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    values: BTreeMap<String, serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    before: Option<BTreeMap<String, serde_json::Value>>,
+    #[serde(flatten)]
+    position: Position,
+    commit_ts: u32,
+    txn: TxnRef,
+}
+
+impl Change {
+    pub fn to_json(&self) -> Vec<u8> {
+        let r = &self.row;
+        let wire = Wire {
+            dc: self.dc.clone(),
+            server_id: self.server_id,
+            schema: r.schema.clone(),
+            table: r.table.clone(),
+            kind: r.kind,
+            columns: r.columns.clone(),
+            key: row_to_json(&r.key),
+            values: row_to_json(&r.values),
+            before: r.before.as_ref().map(row_to_json),
+            position: self.position.clone(),
+            commit_ts: self.commit_ts,
+            txn: self.txn,
+        };
+        // Maps with string keys and JSON values always serialize.
+        serde_json::to_vec(&wire).unwrap_or_default()
+    }
+
+    /// Reads a message, checking every value against its column's kind.
+    pub fn from_json(bytes: &[u8]) -> Result<Change, ChangeError> {
+        let wire: Wire = serde_json::from_slice(bytes).map_err(|e| ChangeError(e.to_string()))?;
+        let columns = wire.columns;
+        let row = |values: BTreeMap<String, serde_json::Value>| -> Result<Row, ChangeError> {
+            values
+                .into_iter()
+                .map(|(name, json)| {
+                    let kind = columns.get(&name).ok_or_else(|| {
+                        ChangeError(format!("value for {name:?}, which is not in columns"))
+                    })?;
+                    let value = value_from_json(*kind, json)
+                        .map_err(|e| ChangeError(format!("column {name:?}: {e}")))?;
+                    Ok((name, value))
+                })
+                .collect()
+        };
+        let key = row(wire.key)?;
+        let values = row(wire.values)?;
+        let before = wire.before.map(row).transpose()?;
+        if key.is_empty() {
+            return Err(ChangeError("no primary key".into()));
+        }
+        if wire.txn.index >= wire.txn.count {
+            return Err(ChangeError(format!(
+                "change {} of a transaction of {}",
+                wire.txn.index, wire.txn.count
+            )));
+        }
+        let needs_before = matches!(wire.kind, ChangeKind::Update | ChangeKind::Delete);
+        if needs_before != before.is_some() {
+            return Err(ChangeError(format!(
+                "a {} {} a before image",
+                wire.kind,
+                if needs_before { "needs" } else { "has" }
+            )));
+        }
+        Ok(Change {
+            dc: wire.dc,
+            server_id: wire.server_id,
+            row: RowChange {
+                schema: wire.schema,
+                table: wire.table,
+                kind: wire.kind,
+                columns,
+                key,
+                values,
+                before,
+            },
+            position: wire.position,
+            commit_ts: wire.commit_ts,
+            txn: wire.txn,
+        })
+    }
+}
+
+fn row_to_json(row: &Row) -> BTreeMap<String, serde_json::Value> {
+    row.iter()
+        .map(|(name, value)| (name.clone(), value_to_json(value.as_ref())))
+        .collect()
+}
+
+/// A value as it appears in a message.
+pub fn value_to_json(value: Option<&Value>) -> serde_json::Value {
+    use serde_json::Value as J;
+    match value {
+        None => J::Null,
+        Some(Value::Int(n)) => J::from(*n),
+        Some(Value::Uint(n)) => J::from(*n),
+        // MySQL has no NaN or infinity, which JSON could not hold.
+        Some(Value::Float(f)) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
+        Some(Value::Text(s)) => J::String(s.clone()),
+        Some(Value::Bytes(b)) => J::String(BASE64.encode(b)),
+    }
+}
+
+/// A message value read back as the value of a column of `kind`.
+pub fn value_from_json(kind: Kind, json: serde_json::Value) -> Result<Option<Value>, String> {
+    use serde_json::Value as J;
+    if json.is_null() {
+        return Ok(None);
+    }
+    let wrong = |json: &J| format!("{json} is not a {kind} value");
+    let value = match kind {
+        Kind::Int => Value::Int(json.as_i64().ok_or_else(|| wrong(&json))?),
+        Kind::Uint | Kind::Year | Kind::Bit | Kind::Enum | Kind::Set => {
+            Value::Uint(json.as_u64().ok_or_else(|| wrong(&json))?)
+        }
+        Kind::Float | Kind::Double => Value::Float(json.as_f64().ok_or_else(|| wrong(&json))?),
+        Kind::Binary => match &json {
+            J::String(s) => {
+                Value::Bytes(BASE64.decode(s).map_err(|e| format!("not base64 ({e})"))?)
+            }
+            _ => return Err(wrong(&json)),
+        },
+        Kind::Decimal | Kind::Date | Kind::Datetime | Kind::Timestamp | Kind::Time | Kind::Text => {
+            match json {
+                J::String(s) => Value::Text(s),
+                other => return Err(wrong(&other)),
+            }
+        }
+    };
+    Ok(Some(value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Change {
+        let columns: BTreeMap<String, Kind> = [
+            ("id", Kind::Uint),
+            ("price", Kind::Decimal),
+            ("seen", Kind::Datetime),
+            ("doc", Kind::Text),
+            ("raw", Kind::Binary),
+            ("note", Kind::Text),
+            ("ratio", Kind::Float),
+            ("delta", Kind::Int),
+        ]
+        .into_iter()
+        .map(|(n, k)| (n.to_string(), k))
+        .collect();
+        let before: Row = [
+            ("id", Some(Value::Uint(u64::MAX))),
+            ("price", Some(Value::Text("-12.3400".into()))),
+            (
+                "seen",
+                Some(Value::Text("2024-01-02 03:04:05.123456".into())),
+            ),
+            ("doc", Some(Value::Text(r#"{"a": [1, 2]}"#.into()))),
+            ("raw", Some(Value::Bytes(vec![0, 0xff, b'\'']))),
+            ("note", Some(Value::Text("😀 \"quoted\"".into()))),
+            ("ratio", Some(Value::Float(0.1))),
+            ("delta", Some(Value::Int(i64::MIN))),
+        ]
+        .into_iter()
+        .map(|(n, v)| (n.to_string(), v))
+        .collect();
+        Change {
+            dc: "dc1".into(),
+            server_id: 11,
+            row: RowChange {
+                schema: "app".into(),
+                table: "t".into(),
+                kind: ChangeKind::Update,
+                columns,
+                key: [("id".to_string(), Some(Value::Uint(u64::MAX)))].into(),
+                values: [("note".to_string(), None)].into(),
+                before: Some(before),
+            },
+            position: Position {
+                file: "mariadb-bin.000002".into(),
+                pos: 643,
+                gtid: Some("0-11-9".into()),
+            },
+            commit_ts: 1_714_557_600,
+            txn: TxnRef {
+                seq: 17,
+                index: 0,
+                count: 1,
+            },
+        }
+    }
+
+    #[test]
+    fn round_trips_every_kind_exactly() {
+        let change = sample();
+        let json = change.to_json();
+        assert_eq!(Change::from_json(&json).unwrap(), change);
+    }
+
+    #[test]
+    fn values_are_written_as_documented() {
+        let json: serde_json::Value = serde_json::from_slice(&sample().to_json()).unwrap();
+        let before = &json["before"];
+        // Unsigned 64-bit stays a number above i64::MAX, never a float or a negative.
+        assert_eq!(before["id"].as_u64(), Some(u64::MAX));
+        assert_eq!(before["price"], "-12.3400");
+        assert_eq!(before["seen"], "2024-01-02 03:04:05.123456");
+        assert_eq!(before["doc"], r#"{"a": [1, 2]}"#);
+        assert_eq!(before["raw"], "AP8n");
+        assert_eq!(before["ratio"].to_string(), "0.1");
+        assert_eq!(json["values"]["note"], serde_json::Value::Null);
+        assert_eq!(json["type"], "update");
+        assert_eq!(json["file"], "mariadb-bin.000002");
+        assert_eq!(json["gtid"], "0-11-9");
+        assert_eq!(json["columns"]["id"], "uint");
+    }
+
+    #[test]
+    fn refuses_values_that_do_not_fit_their_kind() {
+        let good = String::from_utf8(sample().to_json()).unwrap();
+        for (from, to) in [
+            (r#""raw":"AP8n""#, r#""raw":"not base64!""#),
+            (r#""price":"-12.3400""#, r#""price":-12.34"#),
+            (r#""delta":-9223372036854775808"#, r#""delta":"x""#),
+            (r#""key":{"id":18446744073709551615}"#, r#""key":{}"#),
+            (
+                r#""key":{"id":18446744073709551615}"#,
+                r#""key":{"nope":1}"#,
+            ),
+            (r#""count":1"#, r#""count":0"#),
+            (r#""type":"update""#, r#""type":"insert""#),
+            (r#""id":18446744073709551615,"#, r#""id":-1,"#),
+        ] {
+            assert!(good.contains(from), "{from} not in {good}");
+            let bad = good.replacen(from, to, 1);
+            assert!(Change::from_json(bad.as_bytes()).is_err(), "accepted {to}");
+        }
+        assert!(Change::from_json(b"{").is_err());
+    }
+
+    #[test]
+    fn kinds_display_as_messages_spell_them() {
+        for kind in [
+            Kind::Int,
+            Kind::Uint,
+            Kind::Datetime,
+            Kind::Binary,
+            Kind::Set,
+        ] {
+            assert_eq!(serde_json::to_value(kind).unwrap(), kind.to_string());
+        }
+    }
+
+    #[test]
+    fn binlog_files_order_by_number_then_offset() {
+        let p = |file: &str, pos| Position {
+            file: file.into(),
+            pos,
+            gtid: None,
+        };
+        assert!(p("bin.000002", 4).order() > p("bin.000001", 9000).order());
+        assert!(p("bin.1000000", 4).order() > p("bin.999999", 4).order());
+        assert_eq!(p("bin", 4).order(), None);
+        assert_eq!(binlog_file_number("a.b.000010"), Some(10));
+    }
+}

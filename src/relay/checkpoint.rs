@@ -1,0 +1,174 @@
+//! Capture's position in its server's binlog, kept in `relay_checkpoints`.
+//!
+//! A checkpoint is written only for a transaction whose changes Kafka has acknowledged, along
+//! with every transaction before it, so a restart neither loses nor reorders anything: it
+//! resumes after the checkpoint and publishes again what came after it (the appliers recognise
+//! a transaction they already applied by its binlog position).
+
+use mysql_async::Conn;
+use mysql_async::prelude::Queryable;
+
+use crate::store::StoreError;
+use crate::store::rows::take;
+
+use super::context::{CHECKPOINT_TABLE, RelayError};
+use super::gtid::GtidState;
+
+/// The end of the last transaction a capture finished with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub file: String,
+    pub pos: u64,
+    pub gtid_state: GtidState,
+    /// `gtid_state` may lag the position, which a heartbeat moved past groups the server did
+    /// not send; [`gtid_at`] tells the state there. Not stored.
+    pub gtid_from_position: bool,
+    /// The sequence number the next published transaction gets.
+    pub next_seq: u64,
+    /// Commit time of the last transaction, Unix seconds (0 before the first).
+    pub commit_ts: u32,
+    pub published_transactions: u64,
+    pub published_changes: u64,
+}
+
+/// Makes the connection's writes stay out of the binlog: a checkpoint describes this server's
+/// binlog, so it means nothing to a replica, and logging it would make capture read its own
+/// checkpoints. Needs the SUPER (or, from MariaDB 10.5, BINLOG ADMIN) privilege.
+pub async fn unlogged(conn: &mut Conn) -> Result<(), StoreError> {
+    conn.query_drop("SET SESSION sql_log_bin = 0")
+        .await
+        .map_err(StoreError::mysql(
+            "turning off binary logging for checkpoints (the relay's MySQL user needs SUPER or BINLOG ADMIN)",
+        ))
+}
+
+pub async fn load(conn: &mut Conn, dc: &str) -> Result<Option<Checkpoint>, RelayError> {
+    let row: Option<mysql_async::Row> = conn
+        .exec_first(
+            format!(
+                "SELECT binlog_file, binlog_pos, gtid_state, next_seq, commit_ts, \
+                 published_transactions, published_changes FROM `{CHECKPOINT_TABLE}` WHERE dc = ?"
+            ),
+            (dc,),
+        )
+        .await
+        .map_err(StoreError::mysql(format!("reading the checkpoint of {dc}")))?;
+    let Some(mut row) = row else {
+        return Ok(None);
+    };
+    let gtid: String = take(&mut row, 2, "relay_checkpoints.gtid_state")?;
+    Ok(Some(Checkpoint {
+        file: take(&mut row, 0, "relay_checkpoints.binlog_file")?,
+        pos: take(&mut row, 1, "relay_checkpoints.binlog_pos")?,
+        gtid_state: gtid.parse().map_err(|e| {
+            RelayError::Refused(format!(
+                "the checkpoint of {dc} holds a bad GTID state: {e}"
+            ))
+        })?,
+        gtid_from_position: false,
+        next_seq: take(&mut row, 3, "relay_checkpoints.next_seq")?,
+        commit_ts: take(&mut row, 4, "relay_checkpoints.commit_ts")?,
+        published_transactions: take(&mut row, 5, "relay_checkpoints.published_transactions")?,
+        published_changes: take(&mut row, 6, "relay_checkpoints.published_changes")?,
+    }))
+}
+
+pub async fn save(conn: &mut Conn, dc: &str, c: &Checkpoint) -> Result<(), StoreError> {
+    conn.exec_drop(
+        format!(
+            "INSERT INTO `{CHECKPOINT_TABLE}` (dc, binlog_file, binlog_pos, gtid_state, next_seq, \
+             commit_ts, published_transactions, published_changes) VALUES (?, ?, ?, ?, ?, ?, ?, ?) \
+             ON DUPLICATE KEY UPDATE binlog_file = VALUES(binlog_file), \
+             binlog_pos = VALUES(binlog_pos), gtid_state = VALUES(gtid_state), \
+             next_seq = VALUES(next_seq), commit_ts = VALUES(commit_ts), \
+             published_transactions = VALUES(published_transactions), \
+             published_changes = VALUES(published_changes)"
+        ),
+        (
+            dc,
+            c.file.as_str(),
+            c.pos,
+            c.gtid_state.to_string(),
+            c.next_seq,
+            c.commit_ts,
+            c.published_transactions,
+            c.published_changes,
+        ),
+    )
+    .await
+    .map_err(StoreError::mysql(format!(
+        "saving the checkpoint of {dc} at {}:{}",
+        c.file, c.pos
+    )))
+}
+
+/// Records the server's current position as `dc`'s checkpoint, for a capture that has none
+/// yet: it relays what is written from now on.
+pub async fn start_here(conn: &mut Conn, dc: &str) -> Result<Checkpoint, RelayError> {
+    let (file, pos, gtid_state) = server_position(conn).await?;
+    let first = Checkpoint {
+        file,
+        pos,
+        gtid_state,
+        gtid_from_position: false,
+        next_seq: 0,
+        commit_ts: 0,
+        published_transactions: 0,
+        published_changes: 0,
+    };
+    save(conn, dc, &first).await?;
+    Ok(first)
+}
+
+/// The GTID state at a binlog position (MariaDB's `BINLOG_GTID_POS`, which reads the file up to
+/// there); `None` where the server has no such function or no answer.
+pub async fn gtid_at(
+    conn: &mut Conn,
+    file: &str,
+    pos: u64,
+) -> Result<Option<GtidState>, RelayError> {
+    let state: Option<Option<String>> = match conn
+        .exec_first("SELECT BINLOG_GTID_POS(?, ?)", (file, pos))
+        .await
+    {
+        Ok(state) => state,
+        // ER_SP_DOES_NOT_EXIST: not MariaDB.
+        Err(mysql_async::Error::Server(e)) if e.code == 1305 => return Ok(None),
+        Err(e) => {
+            return Err(
+                StoreError::mysql(format!("reading the GTID state at {file}:{pos}"))(e).into(),
+            );
+        }
+    };
+    state
+        .flatten()
+        .map(|s| {
+            s.parse()
+                .map_err(|e| RelayError::Refused(format!("BINLOG_GTID_POS({file}, {pos}): {e}")))
+        })
+        .transpose()
+}
+
+/// Where the server is writing its binlog now, and its GTID state.
+pub async fn server_position(conn: &mut Conn) -> Result<(String, u64, GtidState), RelayError> {
+    let status: Option<mysql_async::Row> =
+        conn.query_first("SHOW MASTER STATUS")
+            .await
+            .map_err(StoreError::mysql(
+                "reading the binlog position (SHOW MASTER STATUS)",
+            ))?;
+    let mut status = status.ok_or_else(|| {
+        RelayError::Refused("the server has no binary log: the relay needs log_bin".into())
+    })?;
+    let file: String = take(&mut status, 0, "SHOW MASTER STATUS File")?;
+    let pos: u64 = take(&mut status, 1, "SHOW MASTER STATUS Position")?;
+    let gtid: Option<String> = conn
+        .query_first("SELECT @@GLOBAL.gtid_binlog_pos")
+        .await
+        .map_err(StoreError::mysql("reading @@gtid_binlog_pos"))?;
+    let gtid_state = gtid
+        .unwrap_or_default()
+        .parse()
+        .map_err(|e| RelayError::Refused(format!("the server's gtid_binlog_pos: {e}")))?;
+    Ok((file, pos, gtid_state))
+}

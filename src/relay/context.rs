@@ -1,0 +1,186 @@
+//! What capture and the appliers of one relay share: its settings, the relayed tables, the loop
+//! cache, the errors they raise and the Kafka clients they use.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rdkafka::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+use crate::config::{LoopFilterMode, MysqlUrl, Settings};
+use crate::store::StoreError;
+
+use super::loop_filter::LoopCache;
+
+/// The table the appliers record their progress in; in `marker` mode it is also the marker.
+pub const APPLIED_TABLE: &str = "relay_applied";
+/// The table capture records its position in.
+pub const CHECKPOINT_TABLE: &str = "relay_checkpoints";
+
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{context}: {source}")]
+    Kafka {
+        context: String,
+        #[source]
+        source: KafkaError,
+    },
+    /// The source server, its binlog or the configuration cannot be relayed as they are.
+    #[error("{0}")]
+    Refused(String),
+    /// A relayed table differs between data centres; applying waits until it no longer does.
+    #[error("{0}")]
+    SchemaMismatch(String),
+    /// Another process does the same work; it may go away.
+    #[error("{0}")]
+    Busy(String),
+}
+
+impl RelayError {
+    pub fn kafka(context: impl Into<String>) -> impl FnOnce(KafkaError) -> RelayError {
+        let context = context.into();
+        move |source| RelayError::Kafka { context, source }
+    }
+
+    /// Whether starting the work again from its durable state may succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            RelayError::Store(e) => e.is_transient(),
+            RelayError::Kafka { source, .. } => !matches!(
+                source.rdkafka_error_code(),
+                Some(
+                    RDKafkaErrorCode::MessageSizeTooLarge
+                        | RDKafkaErrorCode::TopicAuthorizationFailed
+                        | RDKafkaErrorCode::ClusterAuthorizationFailed
+                        | RDKafkaErrorCode::InvalidConfig
+                        | RDKafkaErrorCode::OffsetOutOfRange
+                        | RDKafkaErrorCode::AutoOffsetReset
+                )
+            ),
+            RelayError::Busy(_) => true,
+            RelayError::Refused(_) | RelayError::SchemaMismatch(_) => false,
+        }
+    }
+}
+
+/// An entry of `relay.tables`: `schema.table`, or `schema.*` for every table of a schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TablePattern {
+    schema: String,
+    /// `None` for every table.
+    table: Option<String>,
+}
+
+impl TablePattern {
+    pub fn parse(text: &str) -> Result<TablePattern, String> {
+        let bad = || format!("{text:?} is not schema.table or schema.*");
+        let (schema, table) = text.trim().split_once('.').ok_or_else(bad)?;
+        if schema.is_empty() || table.is_empty() || table.contains('.') || schema == "*" {
+            return Err(bad());
+        }
+        Ok(TablePattern {
+            schema: schema.to_string(),
+            table: (table != "*").then(|| table.to_string()),
+        })
+    }
+
+    pub fn matches(&self, schema: &str, table: &str) -> bool {
+        self.schema == schema && self.table.as_deref().is_none_or(|t| t == table)
+    }
+}
+
+impl fmt::Display for TablePattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}.{}",
+            self.schema,
+            self.table.as_deref().unwrap_or("*")
+        )
+    }
+}
+
+/// The relay of one data centre, shared by its capture and appliers.
+#[derive(Debug, Clone)]
+pub struct RelayContext {
+    pub settings: Arc<Settings>,
+    pub tables: Arc<[TablePattern]>,
+    /// The database of `mysql.url`, which holds the relay tables.
+    pub state_database: String,
+    cache: Option<Arc<Mutex<LoopCache>>>,
+}
+
+impl RelayContext {
+    pub fn new(settings: Settings) -> Result<RelayContext, RelayError> {
+        let tables = settings
+            .relay
+            .tables
+            .iter()
+            .map(|t| TablePattern::parse(t).map_err(RelayError::Refused))
+            .collect::<Result<Vec<_>, _>>()?;
+        let cache = (settings.relay.loop_filter == LoopFilterMode::Cache)
+            .then(|| Arc::new(Mutex::new(LoopCache::new(settings.relay.cache_ttl))));
+        Ok(RelayContext {
+            state_database: settings.mysql.url.database().to_string(),
+            tables: tables.into(),
+            settings: Arc::new(settings),
+            cache,
+        })
+    }
+
+    pub fn dc(&self) -> &str {
+        &self.settings.relay.dc
+    }
+
+    pub fn url(&self) -> &MysqlUrl {
+        &self.settings.mysql.url
+    }
+
+    pub fn loop_filter(&self) -> LoopFilterMode {
+        self.settings.relay.loop_filter
+    }
+
+    pub fn is_relayed(&self, schema: &str, table: &str) -> bool {
+        self.tables.iter().any(|p| p.matches(schema, table))
+    }
+
+    /// The loop cache, in `cache` mode.
+    pub fn cache(&self) -> Option<MutexGuard<'_, LoopCache>> {
+        // A panic while holding the lock leaves a cache that is still consistent (every
+        // method finishes its update before it could panic), so a poisoned lock is used as is.
+        self.cache
+            .as_ref()
+            .map(|c| c.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+    }
+
+    /// Kafka settings common to the producer and the consumers, for `brokers`.
+    pub fn kafka_config(&self, brokers: &str) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", brokers)
+            .set("client.id", format!("logstamp-relay-{}", self.dc()));
+        config
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_name_a_table_or_a_schema() {
+        let one = TablePattern::parse("app.orders").unwrap();
+        assert!(one.matches("app", "orders"));
+        assert!(!one.matches("app", "orders2"));
+        assert!(!one.matches("app2", "orders"));
+        let all = TablePattern::parse(" app.* ").unwrap();
+        assert!(all.matches("app", "anything"));
+        assert!(!all.matches("other", "anything"));
+        assert_eq!(all.to_string(), "app.*");
+        for bad in ["app", ".t", "app.", "a.b.c", "*.t", ""] {
+            assert!(TablePattern::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}

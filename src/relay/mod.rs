@@ -1,0 +1,153 @@
+//! The cross-data-centre relay: each data centre's capture publishes its relayed tables'
+//! changes from the binlog to its Kafka topic, and each data centre applies the other data
+//! centres' topics, without loops, loss or reordering.
+//!
+//! One concern per module, after the shape of Materialize's MySQL source: `gtid` (MariaDB's
+//! raw events), `table` and `decode` (table maps and row images), `events` (binlog events to
+//! transactions), `change` (the message), `loop_filter`, `capture` and `checkpoint`, `sql` and
+//! `apply`, `status`, and `context` (what they share).
+
+pub mod apply;
+pub mod capture;
+pub mod change;
+pub mod checkpoint;
+pub mod context;
+pub mod decode;
+pub mod events;
+pub mod gtid;
+pub mod loop_filter;
+pub mod sql;
+pub mod status;
+pub mod table;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::Queryable;
+use tokio::sync::watch;
+
+pub use context::{RelayContext, RelayError, TablePattern};
+
+use crate::store::{StoreError, db};
+use context::{APPLIED_TABLE, CHECKPOINT_TABLE};
+
+/// A part that ran this long before failing starts again without waiting.
+const HEALTHY_RUN: Duration = Duration::from_secs(60);
+const FIRST_RETRY: Duration = Duration::from_millis(200);
+const LONGEST_RETRY: Duration = Duration::from_secs(10);
+
+/// Runs this data centre's capture and an applier per remote data centre until `shutdown` is
+/// set (or its sender dropped). A part that fails for a transient reason (lost connection,
+/// Kafka unavailable) starts again from its durable state; the first definite failure stops
+/// every part and is returned.
+pub async fn run(context: RelayContext, shutdown: watch::Receiver<bool>) -> Result<(), RelayError> {
+    check_migrated(&context).await?;
+    if context.tables.is_empty() {
+        tracing::warn!("relay.tables is empty: capture publishes nothing");
+    }
+    let (stop, stopped) = watch::channel(false);
+    let mut parts = tokio::task::JoinSet::new();
+    {
+        let context = context.clone();
+        parts.spawn(supervise(
+            "capture".to_string(),
+            stopped.clone(),
+            move |mut rx| {
+                let context = context.clone();
+                async move { capture::run_once(&context, &mut rx).await }
+            },
+        ));
+    }
+    for remote in &context.settings.relay.remotes {
+        let (context, remote) = (context.clone(), remote.clone());
+        parts.spawn(supervise(
+            format!("apply from {}", remote.dc),
+            stopped.clone(),
+            move |mut rx| {
+                let (context, remote) = (context.clone(), remote.clone());
+                async move { apply::run_once(&context, &remote, &mut rx).await }
+            },
+        ));
+    }
+    let mut shutdown = shutdown;
+    let mut first_error = None;
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => {
+                let _ = stop.send(true);
+            }
+            done = parts.join_next() => match done {
+                None => break,
+                Some(Ok(Ok(()))) => {}
+                Some(Ok(Err(e))) => {
+                    first_error.get_or_insert(e);
+                    let _ = stop.send(true);
+                }
+                Some(Err(e)) => {
+                    first_error.get_or_insert(RelayError::Refused(format!("a relay task failed: {e}")));
+                    let _ = stop.send(true);
+                }
+            },
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Runs `part` again after each transient failure, waiting longer each time in a row.
+async fn supervise<F, Fut>(
+    name: String,
+    mut shutdown: watch::Receiver<bool>,
+    mut part: F,
+) -> Result<(), RelayError>
+where
+    F: FnMut(watch::Receiver<bool>) -> Fut,
+    Fut: Future<Output = Result<(), RelayError>>,
+{
+    let mut wait = FIRST_RETRY;
+    loop {
+        if *shutdown.borrow() {
+            return Ok(());
+        }
+        let started = Instant::now();
+        match part(shutdown.clone()).await {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_transient() => {
+                if started.elapsed() > HEALTHY_RUN {
+                    wait = FIRST_RETRY;
+                }
+                tracing::warn!(part = name, retry_in = ?wait, "relay {name} failed, starting again: {e}");
+            }
+            Err(e) => {
+                tracing::error!(part = name, "relay {name} stopped: {e}");
+                return Err(e);
+            }
+        }
+        tokio::select! {
+            _ = shutdown.changed() => return Ok(()),
+            _ = tokio::time::sleep(wait) => {}
+        }
+        wait = (wait * 2).min(LONGEST_RETRY);
+    }
+}
+
+/// Refuses to start before `logstamp migrate` created the relay tables.
+async fn check_migrated(context: &RelayContext) -> Result<(), RelayError> {
+    let mut conn = db::connect(context.url()).await?;
+    let found: Vec<String> = conn
+        .exec(
+            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? \
+             AND TABLE_NAME IN (?, ?)",
+            (&context.state_database, CHECKPOINT_TABLE, APPLIED_TABLE),
+        )
+        .await
+        .map_err(StoreError::mysql("looking for the relay tables"))?;
+    let _ = conn.disconnect().await;
+    if found.len() == 2 {
+        Ok(())
+    } else {
+        Err(RelayError::Refused(format!(
+            "database {} has no relay tables: run `logstamp migrate` first",
+            context.state_database
+        )))
+    }
+}

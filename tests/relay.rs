@@ -1,0 +1,828 @@
+//! The relay end to end: private MariaDB servers (one per data centre, with a binlog), one
+//! in-process Kafka mock cluster per data centre, and `logstamp relay run` as a child process
+//! per data centre, so a test can kill it.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::fs::OpenOptions;
+use std::future::Future;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Value as Sql};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::DefaultProducerContext;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use logstamp::config::LoopFilterMode;
+use logstamp::id::{IdGenerator, Layout};
+use logstamp::relay::change::Change;
+use support::mariadb::MariaDb;
+
+/// How long relayed changes may take to arrive everywhere.
+const DEADLINE: Duration = Duration::from_secs(120);
+
+const ITEMS: &str = "CREATE TABLE app.items (
+  id BIGINT UNSIGNED NOT NULL PRIMARY KEY,
+  service INT UNSIGNED NOT NULL,
+  v INT NOT NULL,
+  note VARCHAR(64) NOT NULL,
+  amount DECIMAL(18,6) NULL,
+  seen DATETIME(6) NOT NULL
+) ENGINE=InnoDB";
+
+/// One data centre: its server, its Kafka, and its relay process.
+struct Dc {
+    name: String,
+    server: MariaDb,
+    kafka: MockCluster<'static, DefaultProducerContext>,
+    dir: tempfile::TempDir,
+    relay: Option<Child>,
+}
+
+impl Dc {
+    /// A server with the relay's tables and `ddl` run in it, and a Kafka with its topic.
+    async fn new(name: &str, server_id: u32, ddl: &[&str]) -> Dc {
+        Dc::with_server(name, MariaDb::start(server_id, &[]).await, ddl).await
+    }
+
+    async fn with_server(name: &str, server: MariaDb, ddl: &[&str]) -> Dc {
+        let mut conn = server.conn().await;
+        for statement in [
+            "CREATE DATABASE logstamp",
+            "CREATE DATABASE app",
+            "CREATE DATABASE audit",
+        ]
+        .iter()
+        .chain(ddl)
+        {
+            conn.query_drop(*statement).await.unwrap();
+        }
+        conn.query_drop("USE logstamp").await.unwrap();
+        logstamp::store::migrate::apply(&mut conn, &logstamp::store::migrate::builtin().unwrap())
+            .await
+            .unwrap();
+        conn.disconnect().await.unwrap();
+        let kafka = MockCluster::new(1).unwrap();
+        kafka.create_topic(&topic(name), 1, 1).unwrap();
+        Dc {
+            name: name.to_string(),
+            server,
+            kafka,
+            dir: tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap(),
+            relay: None,
+        }
+    }
+
+    /// Writes this data centre's settings: its server and Kafka, and every other as a remote.
+    /// `checkpoint_interval`: how often capture records its position (a long one leaves more
+    /// to publish again after a kill).
+    fn configure(
+        &self,
+        remotes: &[(&str, String)],
+        mode: LoopFilterMode,
+        checkpoint_interval: &str,
+    ) {
+        let mut text = format!(
+            "[mysql]\nurl = \"{}\"\n[kafka]\nbrokers = \"{}\"\n[relay]\ndc = \"{}\"\n\
+             server_id = {}\ntables = [\"app.*\"]\nloop_filter = \"{mode}\"\n\
+             checkpoint_interval = \"{checkpoint_interval}\"\n",
+            self.server.url("logstamp"),
+            self.kafka.bootstrap_servers(),
+            self.name,
+            9000 + self.server.server_id,
+        );
+        for (dc, brokers) in remotes {
+            text.push_str(&format!(
+                "[[relay.remotes]]\ndc = \"{dc}\"\nbrokers = \"{brokers}\"\n"
+            ));
+        }
+        std::fs::write(self.dir.path().join("relay.toml"), text).unwrap();
+    }
+
+    fn start_relay(&mut self) {
+        assert!(self.relay.is_none(), "the relay of {} runs", self.name);
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("relay.log"))
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_logstamp"))
+            .arg("--config")
+            .arg(self.dir.path().join("relay.toml"))
+            .args(["relay", "run"])
+            .env("RUST_LOG", "logstamp=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.relay = Some(child);
+    }
+
+    /// Kills the relay the hard way: nothing is flushed or recorded.
+    fn kill_relay(&mut self) {
+        let mut child = self.relay.take().expect("a running relay");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// Stops the relay with SIGTERM and checks it exits cleanly.
+    async fn stop_relay(&mut self) {
+        let mut child = self.relay.take().expect("a running relay");
+        let pid = libc::pid_t::try_from(child.id()).unwrap();
+        // SAFETY: sending a signal to our own child process.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the relay of {} did not stop",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(
+            status.success(),
+            "the relay of {} exited with {status}: {}",
+            self.name,
+            self.log()
+        );
+    }
+
+    /// `logstamp relay status` as JSON lines.
+    fn status(&self) -> Vec<serde_json::Value> {
+        let output = Command::new(env!("CARGO_BIN_EXE_logstamp"))
+            .arg("--config")
+            .arg(self.dir.path().join("relay.toml"))
+            .args(["relay", "status"])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        output
+            .stdout
+            .split(|b| *b == b'\n')
+            .filter(|line| !line.is_empty())
+            .map(|line| serde_json::from_slice(line).unwrap())
+            .collect()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("relay.log")).unwrap_or_default()
+    }
+
+    async fn conn(&self) -> Conn {
+        self.server.conn().await
+    }
+
+    /// Waits until capture recorded where it starts: writes before that are not relayed.
+    async fn wait_capture_started(&self) {
+        wait_until(&format!("capture of {} starts", self.name), || async {
+            let mut conn = self.conn().await;
+            let n: Option<u64> = conn
+                .exec_first(
+                    "SELECT COUNT(*) FROM logstamp.relay_checkpoints WHERE dc = ?",
+                    (&self.name,),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            if n == Some(1) {
+                Ok(())
+            } else {
+                Err("no checkpoint yet".into())
+            }
+        })
+        .await;
+    }
+
+    /// Every row of `table`, ordered by its primary key.
+    async fn rows(&self, table: &str) -> Vec<Vec<Sql>> {
+        let mut conn = self.conn().await;
+        let rows: Vec<mysql_async::Row> = conn
+            .query(format!("SELECT * FROM {table} ORDER BY 1"))
+            .await
+            .unwrap();
+        rows.into_iter().map(|r| r.unwrap()).collect()
+    }
+
+    /// `relay_applied` of `source`: (applied transactions, applied changes).
+    async fn applied(&self, source: &str) -> (u64, u64) {
+        let mut conn = self.conn().await;
+        let row: Option<(u64, u64)> = conn
+            .exec_first(
+                "SELECT applied_transactions, applied_changes FROM logstamp.relay_applied \
+                 WHERE source_dc = ?",
+                (source,),
+            )
+            .await
+            .unwrap();
+        row.unwrap_or((0, 0))
+    }
+
+    /// Every message in this data centre's topic.
+    fn published(&self) -> Vec<Change> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", self.kafka.bootstrap_servers())
+            .set("group.id", "relay-test")
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        let topic = topic(&self.name);
+        let (_, end) = consumer
+            .fetch_watermarks(&topic, 0, Duration::from_secs(10))
+            .unwrap();
+        let mut assignment = TopicPartitionList::new();
+        assignment
+            .add_partition_offset(&topic, 0, Offset::Beginning)
+            .unwrap();
+        consumer.assign(&assignment).unwrap();
+        let mut changes = Vec::new();
+        let deadline = Instant::now() + DEADLINE;
+        while (changes.len() as i64) < end {
+            assert!(Instant::now() < deadline, "reading {topic} stalled");
+            if let Some(message) = consumer.poll(Duration::from_millis(100)) {
+                let message = message.unwrap();
+                changes.push(Change::from_json(message.payload().unwrap()).unwrap());
+            }
+        }
+        changes
+    }
+}
+
+impl Drop for Dc {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.relay.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            let log = self.log();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("--- relay log of {} (last lines) ---", self.name);
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+/// Data centres a and b, with `ddl` run in both.
+async fn two_dcs(ddl: &str) -> Vec<Dc> {
+    vec![Dc::new("a", 1, &[ddl]).await, Dc::new("b", 2, &[ddl]).await]
+}
+
+fn topic(dc: &str) -> String {
+    format!("logstamp-relay-{dc}")
+}
+
+/// Writes every data centre's settings (each applies all the others) and starts the relays,
+/// waiting until each capture has its starting point.
+async fn start_relays(dcs: &mut [Dc], mode: LoopFilterMode, checkpoint_interval: &str) {
+    let all: Vec<(String, String)> = dcs
+        .iter()
+        .map(|d| (d.name.clone(), d.kafka.bootstrap_servers()))
+        .collect();
+    for dc in dcs.iter_mut() {
+        let remotes: Vec<(&str, String)> = all
+            .iter()
+            .filter(|(name, _)| *name != dc.name)
+            .map(|(name, brokers)| (name.as_str(), brokers.clone()))
+            .collect();
+        dc.configure(&remotes, mode, checkpoint_interval);
+        dc.start_relay();
+    }
+    for dc in dcs.iter() {
+        dc.wait_capture_started().await;
+    }
+}
+
+/// Polls `check` until it passes; fails with its last reason after [`DEADLINE`].
+async fn wait_until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        match check().await {
+            Ok(()) => return,
+            Err(why) if Instant::now() > deadline => panic!("{what}: still {why}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// An ingest-like writer with its own service ID: inserts rows with its IDs, updates and
+/// deletes its own rows, one transaction per operation (some with several changes), at most
+/// one per `pace` if given. Returns the number of transactions it committed.
+async fn writer(
+    url: String,
+    service_id: u32,
+    transactions: usize,
+    seed: u64,
+    pace: Option<Duration>,
+) -> u64 {
+    let mut ticks = pace.map(tokio::time::interval);
+    let ids = IdGenerator::new(Layout::new(10, 0).unwrap(), service_id).unwrap();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut conn = Conn::from_url(url).await.unwrap();
+    let mut live: Vec<u64> = Vec::new();
+    let insert = "INSERT INTO app.items (id, service, v, note, amount, seen) \
+                  VALUES (?, ?, 0, ?, ?, NOW(6))";
+    for n in 0..transactions {
+        if let Some(ticks) = &mut ticks {
+            ticks.tick().await;
+        }
+        let choice = rng.random_range(0..10);
+        let note = format!("w{service_id} n{n} 😀");
+        let amount = format!(
+            "{}.{:06}",
+            rng.random_range(-999..999),
+            rng.random_range(0..999_999)
+        );
+        if live.is_empty() || choice < 4 {
+            let id = ids.next_id().unwrap();
+            conn.exec_drop(insert, (id, service_id, &note, &amount))
+                .await
+                .unwrap();
+            live.push(id);
+        } else if choice < 7 {
+            let id = live[rng.random_range(0..live.len())];
+            conn.exec_drop(
+                "UPDATE app.items SET v = v + 1, note = ? WHERE id = ?",
+                (&note, id),
+            )
+            .await
+            .unwrap();
+        } else if choice < 8 {
+            let id = live.swap_remove(rng.random_range(0..live.len()));
+            conn.exec_drop("DELETE FROM app.items WHERE id = ?", (id,))
+                .await
+                .unwrap();
+        } else {
+            // Several changes in one transaction.
+            let id = ids.next_id().unwrap();
+            let other = live[rng.random_range(0..live.len())];
+            let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+            tx.exec_drop(insert, (id, service_id, &note, &amount))
+                .await
+                .unwrap();
+            tx.exec_drop(
+                "UPDATE app.items SET v = v + 10, amount = NULL WHERE id = ?",
+                (other,),
+            )
+            .await
+            .unwrap();
+            tx.commit().await.unwrap();
+            live.push(id);
+        }
+    }
+    conn.disconnect().await.unwrap();
+    transactions as u64
+}
+
+/// Runs two writers per data centre at once; returns each data centre's transactions.
+async fn write_everywhere(dcs: &[Dc], per_writer: usize) -> Vec<u64> {
+    let mut tasks = Vec::new();
+    for (i, dc) in dcs.iter().enumerate() {
+        for w in 0..2u32 {
+            let service_id = (i as u32) * 10 + w + 1;
+            tasks.push((
+                i,
+                tokio::spawn(writer(
+                    dc.server.url("app"),
+                    service_id,
+                    per_writer,
+                    u64::from(service_id),
+                    None,
+                )),
+            ));
+        }
+    }
+    let mut local = vec![0; dcs.len()];
+    for (i, task) in tasks {
+        local[i] += task.await.unwrap();
+    }
+    local
+}
+
+/// Waits until every data centre applied every other's transactions and all hold the same rows.
+async fn wait_in_sync(dcs: &[Dc], local: &[u64], table: &str) {
+    wait_until("all data centres in sync", || async {
+        for dc in dcs {
+            for (j, source) in dcs.iter().enumerate() {
+                if source.name != dc.name {
+                    let (applied, _) = dc.applied(&source.name).await;
+                    if applied < local[j] {
+                        return Err(format!(
+                            "{} applied {applied} of {}'s {}",
+                            dc.name, source.name, local[j]
+                        ));
+                    }
+                }
+            }
+        }
+        let first = dcs[0].rows(table).await;
+        for dc in &dcs[1..] {
+            if dc.rows(table).await != first {
+                return Err(format!(
+                    "{table} differs between {} and {}",
+                    dcs[0].name, dc.name
+                ));
+            }
+        }
+        Ok(())
+    })
+    .await;
+}
+
+/// Nothing looped and nothing was applied twice: each topic holds exactly its data centre's
+/// own transactions, and each data centre applied exactly the others'.
+async fn assert_exactly_once(dcs: &[Dc], local: &[u64]) {
+    for (i, dc) in dcs.iter().enumerate() {
+        let published = dc.published();
+        let positions: BTreeSet<(String, u64)> = published
+            .iter()
+            .map(|c| (c.position.file.clone(), c.position.pos))
+            .collect();
+        assert_eq!(
+            positions.len() as u64,
+            local[i],
+            "transactions {} published",
+            dc.name
+        );
+        assert!(
+            published
+                .iter()
+                .all(|c| c.dc == dc.name && c.server_id == dc.server.server_id),
+            "{}'s topic holds changes made elsewhere",
+            dc.name
+        );
+        for (j, source) in dcs.iter().enumerate() {
+            if j != i {
+                let (applied, _) = dc.applied(&source.name).await;
+                assert_eq!(
+                    applied, local[j],
+                    "{} applied from {}",
+                    dc.name, source.name
+                );
+            }
+        }
+    }
+}
+
+async fn two_dcs_writing_at_once(mode: LoopFilterMode) {
+    let mut dcs = two_dcs(ITEMS).await;
+    start_relays(&mut dcs, mode, "100ms").await;
+    let local = write_everywhere(&dcs, 120).await;
+    wait_in_sync(&dcs, &local, "app.items").await;
+    assert_exactly_once(&dcs, &local).await;
+    // `relay status` agrees: nothing behind, every transaction applied.
+    wait_until("status shows a caught up", || async {
+        let lines = dcs[0].status();
+        let capture = &lines[0];
+        let apply = &lines[1];
+        let caught_up = capture["part"] == "capture"
+            && capture["behind_transactions"] == 0
+            && capture["lag_seconds"] == 0
+            && apply["part"] == "apply"
+            && apply["source_dc"] == "b"
+            && apply["behind_messages"] == 0
+            && apply["lag_seconds"] == 0
+            && apply["applied_transactions"] == local[1]
+            && apply["last_error"].is_null();
+        if caught_up {
+            Ok(())
+        } else {
+            Err(format!("{lines:?}"))
+        }
+    })
+    .await;
+    // The checkpoints count the same, and a stop is clean.
+    for (i, dc) in dcs.iter_mut().enumerate() {
+        dc.stop_relay().await;
+        let mut conn = dc.conn().await;
+        let published: Option<u64> = conn
+            .exec_first(
+                "SELECT published_transactions FROM logstamp.relay_checkpoints WHERE dc = ?",
+                (&dc.name,),
+            )
+            .await
+            .unwrap();
+        assert_eq!(published, Some(local[i]), "checkpoint of {}", dc.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_converge_with_the_marker_filter() {
+    two_dcs_writing_at_once(LoopFilterMode::Marker).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_converge_with_the_skip_replication_filter() {
+    two_dcs_writing_at_once(LoopFilterMode::SkipReplication).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_converge_with_the_cache_filter() {
+    two_dcs_writing_at_once(LoopFilterMode::Cache).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_data_centres_converge() {
+    let mut dcs = vec![
+        Dc::new("a", 1, &[ITEMS]).await,
+        Dc::new("b", 2, &[ITEMS]).await,
+        Dc::new("c", 3, &[ITEMS]).await,
+    ];
+    start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
+    let local = write_everywhere(&dcs, 60).await;
+    wait_in_sync(&dcs, &local, "app.items").await;
+    assert_exactly_once(&dcs, &local).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relays_killed_at_random_points_lose_and_repeat_nothing() {
+    let mut dcs = two_dcs(ITEMS).await;
+    // Checkpoints far apart: a killed capture publishes much again.
+    start_relays(&mut dcs, LoopFilterMode::Marker, "1s").await;
+    let urls: Vec<String> = dcs.iter().map(|d| d.server.url("app")).collect();
+    let writers: Vec<_> = urls
+        .iter()
+        .enumerate()
+        .map(|(i, url)| {
+            let pace = Some(Duration::from_millis(4));
+            tokio::spawn(writer(url.clone(), i as u32 + 1, 600, 7 + i as u64, pace))
+        })
+        .collect();
+    let mut rng = StdRng::seed_from_u64(42);
+    // Kill a relay at a random moment and start it again, while the writers run.
+    let mut kills = 0;
+    while kills < 4 || !writers.iter().all(|w| w.is_finished()) {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(100..600))).await;
+        let dc = &mut dcs[rng.random_range(0..2)];
+        dc.kill_relay();
+        dc.start_relay();
+        kills += 1;
+    }
+    let mut local = Vec::new();
+    for w in writers {
+        local.push(w.await.unwrap());
+    }
+    wait_in_sync(&dcs, &local, "app.items").await;
+    // Transactions published again after a kill are in the topics twice, but applied once.
+    let republished: usize = dcs
+        .iter()
+        .map(|dc| {
+            let published = dc.published();
+            let distinct: BTreeSet<(String, u64, u32)> = published
+                .iter()
+                .map(|c| (c.position.file.clone(), c.position.pos, c.txn.index))
+                .collect();
+            published.len() - distinct.len()
+        })
+        .sum();
+    assert!(
+        republished > 0,
+        "no kill made capture publish again: the test proved nothing"
+    );
+    assert_exactly_once(&dcs, &local).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_changed_a_hundred_times_never_goes_back() {
+    let table =
+        "CREATE TABLE app.counter (id INT NOT NULL PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB";
+    let mut dcs = two_dcs(table).await;
+    // B records every state its copy of the row goes through, in order.
+    let mut b = dcs[1].conn().await;
+    for statement in [
+        "CREATE TABLE audit.history (seq INT AUTO_INCREMENT PRIMARY KEY, v INT NOT NULL)",
+        "CREATE TRIGGER app.counter_i AFTER INSERT ON app.counter FOR EACH ROW \
+         INSERT INTO audit.history (v) VALUES (NEW.v)",
+        "CREATE TRIGGER app.counter_u AFTER UPDATE ON app.counter FOR EACH ROW \
+         INSERT INTO audit.history (v) VALUES (NEW.v)",
+        "CREATE TRIGGER app.counter_d AFTER DELETE ON app.counter FOR EACH ROW \
+         INSERT INTO audit.history (v) VALUES (-1)",
+    ] {
+        b.query_drop(statement).await.unwrap();
+    }
+    start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
+    let mut a = dcs[0].conn().await;
+    a.query_drop("INSERT INTO app.counter VALUES (1, 0)")
+        .await
+        .unwrap();
+    for _ in 0..100 {
+        a.query_drop("UPDATE app.counter SET v = v + 1 WHERE id = 1")
+            .await
+            .unwrap();
+    }
+    a.query_drop("DELETE FROM app.counter WHERE id = 1")
+        .await
+        .unwrap();
+    let expected: Vec<i32> = (0..=100).chain([-1]).collect();
+    wait_until("B has seen every state", || async {
+        let mut b = dcs[1].conn().await;
+        let n: Option<usize> = b
+            .query_first("SELECT COUNT(*) FROM audit.history")
+            .await
+            .map_err(|e| e.to_string())?;
+        if n >= Some(102) {
+            Ok(())
+        } else {
+            Err(format!("{n:?} states"))
+        }
+    })
+    .await;
+    let states: Vec<i32> = b
+        .query("SELECT v FROM audit.history ORDER BY seq")
+        .await
+        .unwrap();
+    assert_eq!(states, expected, "each state once, in order");
+    let left: Option<u64> = b
+        .query_first("SELECT COUNT(*) FROM app.counter")
+        .await
+        .unwrap();
+    assert_eq!(left, Some(0), "the row ends deleted");
+    assert_eq!(dcs[1].applied("a").await, (102, 102));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_survive_exactly() {
+    let table = "CREATE TABLE app.vals (
+        id BIGINT UNSIGNED NOT NULL PRIMARY KEY,
+        i TINYINT NULL, u INT UNSIGNED NULL, m MEDIUMINT NULL,
+        d DECIMAL(65,30) NULL, f FLOAT NULL, g DOUBLE NULL,
+        dt DATETIME(6) NULL, dt0 DATETIME NULL, ts TIMESTAMP(3) NULL, tm TIME(4) NULL,
+        dd DATE NULL, y YEAR NULL, bt BIT(10) NULL,
+        e ENUM('red','green') NULL, st SET('x','y','z') NULL,
+        j JSON NULL, s VARCHAR(32) NULL, t TEXT NULL, c CHAR(4) NULL,
+        l1 VARCHAR(8) CHARACTER SET latin1 NULL,
+        b BLOB NULL, vb VARBINARY(8) NULL, bn BINARY(4) NULL
+    ) ENGINE=InnoDB";
+    let mut dcs = two_dcs(table).await;
+    start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
+    let mut a = dcs[0].conn().await;
+    // TIMESTAMP values are read and written in UTC by the relay; this session too.
+    a.query_drop("SET time_zone = '+00:00'").await.unwrap();
+    let every_byte: Vec<u8> = (0..=255).collect();
+    a.exec_drop(
+        "INSERT INTO app.vals VALUES (?, -128, 4294967295, -8388608, \
+         '-12345678901234567890123456789012345.123456789012345678901234567890', 0.1, \
+         -1.7976931348623157e308, '2038-01-19 03:14:08.123456', '1000-01-01 00:00:00', \
+         '2024-02-29 23:59:59.999', '-838:59:58.9999', '9999-12-31', 2155, b'1000000001', \
+         'green', 'x,z', ?, '😀 4-byte', ?, 'ab', 'é', ?, X'000102', X'01000000')",
+        (
+            u64::MAX - 5,
+            r#"{"a": [1, 2.50, "\u00e9"], "b": null}"#,
+            "tab\tnew\nline \\ quote' end",
+            every_byte,
+        ),
+    )
+    .await
+    .unwrap();
+    a.exec_drop(
+        "INSERT INTO app.vals (id) VALUES (?)",
+        (i64::MAX as u64 + 1,),
+    )
+    .await
+    .unwrap();
+    a.exec_drop(
+        "UPDATE app.vals SET y = 0, tm = '00:00:00.0001', s = NULL, d = 0, dt0 = '0000-00-00 00:00:00' WHERE id = ?",
+        (i64::MAX as u64 + 1,),
+    )
+    .await
+    .unwrap();
+    a.exec_drop("INSERT INTO app.vals (id, s) VALUES (1, 'gone')", ())
+        .await
+        .unwrap();
+    a.exec_drop("DELETE FROM app.vals WHERE id = 1", ())
+        .await
+        .unwrap();
+    let local = [5, 0];
+    wait_in_sync(&dcs, &local, "app.vals").await;
+    // Compared through text too, so no client-side conversion hides a difference.
+    let as_text = "SELECT id, HEX(b), HEX(vb), HEX(bn), HEX(l1), CAST(d AS CHAR), CAST(dt AS CHAR), \
+                   CAST(tm AS CHAR), CAST(ts AS CHAR), j, s, t, CAST(f AS CHAR), CAST(g AS CHAR), \
+                   HEX(bt), CAST(e AS CHAR), CAST(st AS CHAR), y, dt0 FROM app.vals ORDER BY id";
+    let mut b = dcs[1].conn().await;
+    let there: Vec<mysql_async::Row> = b.query(as_text).await.unwrap();
+    let here: Vec<mysql_async::Row> = a.query(as_text).await.unwrap();
+    let unwrap = |rows: Vec<mysql_async::Row>| -> Vec<Vec<Sql>> {
+        rows.into_iter().map(|r| r.unwrap()).collect()
+    };
+    assert_eq!(unwrap(there), unwrap(here));
+    // The message shows each value in its exact type.
+    let insert = dcs[0]
+        .published()
+        .into_iter()
+        .find(|c| {
+            c.row
+                .key
+                .values()
+                .any(|v| *v == Some(logstamp::relay::change::Value::Uint(u64::MAX - 5)))
+        })
+        .expect("the insert was published");
+    let json: serde_json::Value = serde_json::from_slice(&insert.to_json()).unwrap();
+    let values = &json["values"];
+    assert_eq!(values["id"].as_u64(), Some(u64::MAX - 5));
+    assert_eq!(values["u"].as_u64(), Some(4_294_967_295));
+    assert_eq!(
+        values["d"],
+        "-12345678901234567890123456789012345.123456789012345678901234567890"
+    );
+    assert_eq!(values["dt"], "2038-01-19 03:14:08.123456");
+    assert_eq!(values["ts"], "2024-02-29 23:59:59.999");
+    assert_eq!(values["tm"], "-838:59:58.9999");
+    assert_eq!(values["f"].to_string(), "0.1");
+    assert_eq!(values["y"], 2155);
+    assert_eq!(values["s"], "😀 4-byte");
+    assert_eq!(values["j"], r#"{"a": [1, 2.50, "\u00e9"], "b": null}"#);
+    assert_eq!(values["vb"], "AAEC");
+    assert_eq!(values["l1"], "6Q==", "latin1 travels as its bytes");
+    assert_eq!(
+        values["b"].as_str().map(str::len),
+        Some(344),
+        "256 bytes in base64"
+    );
+    assert_eq!(values["i"], -128);
+    assert_eq!(json["columns"]["id"], "uint");
+    assert_eq!(json["columns"]["d"], "decimal");
+    assert_eq!(json["columns"]["b"], "binary");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_without_full_row_metadata_is_refused() {
+    let server = MariaDb::start(1, &["--binlog-row-metadata=MINIMAL"]).await;
+    let dc = Dc::with_server("a", server, &[ITEMS]).await;
+    dc.configure(&[], LoopFilterMode::Marker, "100ms");
+    let output = Command::new(env!("CARGO_BIN_EXE_logstamp"))
+        .arg("--config")
+        .arg(dc.dir.path().join("relay.toml"))
+        .args(["relay", "run"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("binlog_row_metadata is MINIMAL, needs FULL"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("BIGINT UNSIGNED decodes signed"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_whose_columns_differ_waits_until_they_agree() {
+    let mut dcs = two_dcs(ITEMS).await;
+    start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
+    let mut a = dcs[0].conn().await;
+    a.query_drop("ALTER TABLE app.items ADD COLUMN extra INT NULL")
+        .await
+        .unwrap();
+    a.query_drop(
+        "INSERT INTO app.items (id, service, v, note, seen, extra) VALUES (1, 1, 0, 'new', NOW(6), 5)",
+    )
+    .await
+    .unwrap();
+    wait_until("b refuses the changed table", || async {
+        let mut b = dcs[1].conn().await;
+        let error: Option<Option<String>> = b
+            .query_first("SELECT last_error FROM logstamp.relay_applied WHERE source_dc = 'a'")
+            .await
+            .map_err(|e| e.to_string())?;
+        match error.flatten() {
+            Some(e) if e.contains("column extra (int) is in a but not here") => Ok(()),
+            other => Err(format!("last_error {other:?}")),
+        }
+    })
+    .await;
+    assert!(dcs[1].rows("app.items").await.is_empty(), "nothing applied");
+    assert!(dcs[0].log().contains("DDL in the binlog, not relayed"));
+    // The same DDL here, by hand: applying goes on.
+    let mut b = dcs[1].conn().await;
+    b.query_drop("ALTER TABLE app.items ADD COLUMN extra INT NULL")
+        .await
+        .unwrap();
+    wait_in_sync(&dcs, &[1, 0], "app.items").await;
+    let error: Option<Option<String>> = b
+        .query_first("SELECT last_error FROM logstamp.relay_applied WHERE source_dc = 'a'")
+        .await
+        .unwrap();
+    assert_eq!(error, Some(None), "the error is cleared");
+}
