@@ -4,7 +4,7 @@
 //! A bad value is one error naming the setting and the layer it came from. Secrets never reach a
 //! message: the MySQL URL's password is redacted wherever the URL is shown.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,6 +16,7 @@ use crate::id::{IdError, Layout};
 use crate::store::schema::ColumnSpec;
 use crate::store::{Ident, Period};
 use crate::time::{Zone, parse_time};
+use crate::transform::MessageFormat;
 
 /// The defaults, also shipped as `config/default.toml` for reference.
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
@@ -75,6 +76,7 @@ pub struct Settings {
     pub partitions: PartitionSettings,
     pub store: StoreSettings,
     pub batch: BatchSettings,
+    pub ingest: IngestSettings,
     pub telemetry: TelemetrySettings,
     pub relay: RelaySettings,
 }
@@ -91,6 +93,123 @@ pub struct KafkaSettings {
     pub brokers: String,
     pub group_id: String,
     pub topics: Vec<String>,
+    /// `group.instance.id` for static membership; empty for dynamic membership.
+    pub instance_id: String,
+    /// librdkafka settings passed through as they are.
+    pub properties: KafkaProperties,
+}
+
+/// librdkafka settings by their own names (`security.protocol`, `sasl.password`, ...). Written
+/// as a TOML table or as `LOGSTAMP__KAFKA__PROPERTIES__SASL__PASSWORD` (each `__` a dot), so
+/// nested tables are flattened to dotted names. Values that may be secrets are never shown.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KafkaProperties(pub BTreeMap<String, String>);
+
+/// Properties logstamp sets from its own settings or needs as they are.
+const RESERVED_PROPERTIES: &[(&str, &str)] = &[
+    ("bootstrap.servers", "set kafka.brokers"),
+    ("group.id", "set kafka.group_id"),
+    ("group.instance.id", "set kafka.instance_id"),
+    (
+        "enable.auto.commit",
+        "offsets are committed by logstamp after each MySQL commit",
+    ),
+    (
+        "enable.auto.offset.store",
+        "offsets are committed by logstamp after each MySQL commit",
+    ),
+];
+
+impl KafkaProperties {
+    /// Whether a property's value must not be shown: passwords, secrets, private keys.
+    pub fn is_secret(name: &str) -> bool {
+        ["password", "secret", "jaas", "key.pem", "keystore", "token"]
+            .iter()
+            .any(|s| name.contains(s))
+    }
+
+    fn check(&self) -> Result<(), (String, String)> {
+        for name in self.0.keys() {
+            if let Some((_, why)) = RESERVED_PROPERTIES.iter().find(|(r, _)| r == name) {
+                return Err((
+                    format!("kafka.properties.{name}"),
+                    format!("cannot be set here: {why}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<'de> Deserialize<'de> for KafkaProperties {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<KafkaProperties, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Given {
+            Bool(bool),
+            Int(i64),
+            Float(f64),
+            Text(String),
+            Table(BTreeMap<String, Given>),
+        }
+        fn flatten(prefix: &str, given: Given, out: &mut BTreeMap<String, String>) {
+            let value = match given {
+                Given::Bool(b) => b.to_string(),
+                Given::Int(i) => i.to_string(),
+                Given::Float(f) => f.to_string(),
+                Given::Text(t) => t,
+                Given::Table(table) => {
+                    for (key, value) in table {
+                        let name = if prefix.is_empty() {
+                            key
+                        } else {
+                            format!("{prefix}.{key}")
+                        };
+                        flatten(&name, value, out);
+                    }
+                    return;
+                }
+            };
+            out.insert(prefix.to_string(), value);
+        }
+        let table = BTreeMap::<String, Given>::deserialize(d)?;
+        let mut flat = BTreeMap::new();
+        flatten("", Given::Table(table), &mut flat);
+        Ok(KafkaProperties(flat))
+    }
+}
+
+impl Serialize for KafkaProperties {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(name, value)| {
+            let shown = if KafkaProperties::is_secret(name) {
+                "***"
+            } else {
+                value.as_str()
+            };
+            (name, shown)
+        }))
+    }
+}
+
+/// The ingest worker's own settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestSettings {
+    pub format: MessageFormat,
+    /// Larger messages go to the dead letters.
+    pub max_message_bytes: usize,
+    /// 0 for no limit.
+    pub max_records_per_second: u32,
+    /// Dead letters are also produced to this topic; empty for none.
+    pub dead_letter_topic: String,
+    #[serde(with = "duration_text")]
+    pub shutdown_timeout: Duration,
+    /// Message bytes held between Kafka and MySQL before the consumer pauses.
+    pub max_buffered_bytes: usize,
+    /// How often `partitions ensure` runs.
+    #[serde(with = "duration_text")]
+    pub maintenance_interval: Duration,
 }
 
 /// The ID settings, with the layout already checked.
@@ -98,8 +217,27 @@ pub struct KafkaSettings {
 pub struct IdSettings {
     #[serde(serialize_with = "serialize_layout")]
     pub layout: Layout,
-    pub service_id: u32,
+    pub service_id: ServiceIdSetting,
+    /// The service IDs `auto` may claim; within the layout.
+    #[serde(serialize_with = "as_text::serialize")]
+    pub auto_range: AutoRange,
+    /// How long a service-ID lease lasts without renewal, judged by the database's clock.
+    #[serde(with = "duration_text")]
+    pub lease_ttl: Duration,
+    /// How far ahead of the IDs issued the lease keeps the persisted high-water mark.
+    #[serde(with = "duration_text")]
+    pub mark_window: Duration,
     pub max_borrow_seconds: u32,
+}
+
+impl IdSettings {
+    /// The service IDs `auto` may claim, checked against the layout at start-up.
+    pub fn auto_ids(&self) -> std::ops::RangeInclusive<u32> {
+        match self.auto_range {
+            AutoRange::All => 0..=self.layout.max_service_id(),
+            AutoRange::Span { first, last } => first..=last,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -107,8 +245,109 @@ pub struct IdSettings {
 struct RawIdSettings {
     service_bits: u8,
     epoch: Epoch,
-    service_id: u32,
+    service_id: ServiceIdSetting,
+    #[serde(deserialize_with = "as_text::deserialize")]
+    auto_range: AutoRange,
+    #[serde(with = "duration_text")]
+    lease_ttl: Duration,
+    #[serde(with = "duration_text")]
+    mark_window: Duration,
     max_borrow_seconds: u32,
+}
+
+/// `id.service_id`: one configured ID, or `"auto"` to lease the lowest free one in
+/// `id.auto_range`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceIdSetting {
+    Fixed(u32),
+    Auto,
+}
+
+impl ServiceIdSetting {
+    /// The configured ID, `None` for `auto`.
+    pub fn fixed(self) -> Option<u32> {
+        match self {
+            ServiceIdSetting::Fixed(id) => Some(id),
+            ServiceIdSetting::Auto => None,
+        }
+    }
+}
+
+impl fmt::Display for ServiceIdSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServiceIdSetting::Fixed(id) => write!(f, "{id}"),
+            ServiceIdSetting::Auto => f.write_str("auto"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ServiceIdSetting {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ServiceIdSetting, D::Error> {
+        use serde::de::Error;
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Given {
+            Number(i64),
+            Text(String),
+        }
+        let bad = || D::Error::custom("not a service ID: use a number from 0, or \"auto\"");
+        match Given::deserialize(d)? {
+            Given::Number(n) => u32::try_from(n)
+                .map(ServiceIdSetting::Fixed)
+                .map_err(|_| bad()),
+            Given::Text(text) if text.trim() == "auto" => Ok(ServiceIdSetting::Auto),
+            Given::Text(text) => text
+                .trim()
+                .parse()
+                .map(ServiceIdSetting::Fixed)
+                .map_err(|_| bad()),
+        }
+    }
+}
+
+impl Serialize for ServiceIdSetting {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ServiceIdSetting::Fixed(id) => s.serialize_u32(*id),
+            ServiceIdSetting::Auto => s.serialize_str("auto"),
+        }
+    }
+}
+
+/// `id.auto_range`: `"all"` (every ID of the layout) or `"FIRST-LAST"`, both included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AutoRange {
+    All,
+    Span { first: u32, last: u32 },
+}
+
+impl fmt::Display for AutoRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AutoRange::All => f.write_str("all"),
+            AutoRange::Span { first, last } => write!(f, "{first}-{last}"),
+        }
+    }
+}
+
+impl std::str::FromStr for AutoRange {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<AutoRange, String> {
+        let text = text.trim();
+        if text == "all" {
+            return Ok(AutoRange::All);
+        }
+        let shape = "use \"all\" or \"FIRST-LAST\" such as \"0-63\"";
+        let (first, last) = text.split_once('-').ok_or_else(|| shape.to_string())?;
+        let number = |t: &str| t.trim().parse::<u32>().map_err(|_| shape.to_string());
+        let (first, last) = (number(first)?, number(last)?);
+        if first > last {
+            return Err(format!("the range {first}-{last} is reversed"));
+        }
+        Ok(AutoRange::Span { first, last })
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -259,6 +498,7 @@ struct RawSettings {
     partitions: PartitionSettings,
     store: StoreSettings,
     batch: BatchSettings,
+    ingest: IngestSettings,
     telemetry: TelemetrySettings,
     relay: RelaySettings,
 }
@@ -414,9 +654,31 @@ impl<'a> Layered<'a> {
             IdError::EpochOutOfRange(_) => self.invalid("id.epoch", e),
             _ => self.invalid("id.service_bits", e),
         })?;
-        layout
-            .check_service_id(raw.id.service_id)
-            .map_err(|e| self.invalid("id.service_id", e))?;
+        if let ServiceIdSetting::Fixed(id) = raw.id.service_id {
+            layout
+                .check_service_id(id)
+                .map_err(|e| self.invalid("id.service_id", e))?;
+        }
+        if let AutoRange::Span { last, .. } = raw.id.auto_range {
+            layout
+                .check_service_id(last)
+                .map_err(|e| self.invalid("id.auto_range", e))?;
+        }
+        if raw.id.lease_ttl < Duration::from_secs(1) {
+            return Err(self.invalid("id.lease_ttl", "must be at least 1s"));
+        }
+        // The lease raises the mark when half the window is left; IDs may run up to the
+        // borrowing bound ahead of the clock, and the raise needs a moment.
+        let min_window = 2 * (u64::from(raw.id.max_borrow_seconds) + 2);
+        if raw.id.mark_window < Duration::from_secs(min_window) {
+            return Err(self.invalid(
+                "id.mark_window",
+                format!(
+                    "must be at least {min_window}s: twice id.max_borrow_seconds plus 4s, so \
+                     the mark stays ahead of IDs borrowed from future seconds"
+                ),
+            ));
+        }
         let non_empty = |key: &str, value: &str| {
             if value.trim().is_empty() {
                 Err(self.invalid(key, "must not be empty"))
@@ -451,6 +713,22 @@ impl<'a> Layered<'a> {
         }
         at_least_one("batch.max_rows", raw.batch.max_rows as u64)?;
         at_least_one("batch.max_bytes", raw.batch.max_bytes as u64)?;
+        raw.kafka
+            .properties
+            .check()
+            .map_err(|(key, reason)| self.invalid(&key, reason))?;
+        at_least_one(
+            "ingest.max_message_bytes",
+            raw.ingest.max_message_bytes as u64,
+        )?;
+        at_least_one(
+            "ingest.max_buffered_bytes",
+            raw.ingest.max_buffered_bytes as u64,
+        )?;
+        at_least_one(
+            "ingest.maintenance_interval",
+            raw.ingest.maintenance_interval.as_secs(),
+        )?;
         tracing_subscriber::EnvFilter::try_new(&raw.telemetry.log_level)
             .map_err(|e| self.invalid("telemetry.log_level", e))?;
         self.validate_relay(&raw.relay)?;
@@ -460,11 +738,15 @@ impl<'a> Layered<'a> {
             id: IdSettings {
                 layout,
                 service_id: raw.id.service_id,
+                auto_range: raw.id.auto_range,
+                lease_ttl: raw.id.lease_ttl,
+                mark_window: raw.id.mark_window,
                 max_borrow_seconds: raw.id.max_borrow_seconds,
             },
             partitions: raw.partitions,
             store: raw.store,
             batch: raw.batch,
+            ingest: raw.ingest,
             telemetry: raw.telemetry,
             relay: raw.relay,
         })

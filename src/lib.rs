@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod id;
+pub mod ingest;
 pub mod relay;
 pub mod store;
 pub mod telemetry;

@@ -65,7 +65,7 @@ fn at_plus8(y: i32, m: u32, d: u32) -> i64 {
 #[test]
 fn id_gen_prints_increasing_ids_one_json_object_per_line() {
     let before = now();
-    let out = stdout_of(logstamp().args(["id", "gen", "--count", "5"]));
+    let out = stdout_of(logstamp().args(["id", "gen", "--no-lease", "--count", "5"]));
     let after = now();
     let lines = json_lines(&out);
     assert_eq!(lines.len(), 5, "{out}");
@@ -90,15 +90,15 @@ fn id_gen_prints_increasing_ids_one_json_object_per_line() {
 
 #[test]
 fn id_gen_default_count_is_one_and_zero_prints_nothing() {
-    let out = stdout_of(logstamp().args(["id", "gen"]));
+    let out = stdout_of(logstamp().args(["id", "gen", "--no-lease"]));
     assert_eq!(json_lines(&out).len(), 1);
-    let out = stdout_of(logstamp().args(["id", "gen", "--count", "0"]));
+    let out = stdout_of(logstamp().args(["id", "gen", "--no-lease", "--count", "0"]));
     assert_eq!(out, "");
 }
 
 #[test]
 fn id_gen_many_ids_are_all_distinct_and_increasing() {
-    let out = stdout_of(logstamp().args(["id", "gen", "--count", "20000"]));
+    let out = stdout_of(logstamp().args(["id", "gen", "--no-lease", "--count", "20000"]));
     let ids: Vec<u64> = json_lines(&out)
         .iter()
         .map(|v| v["id"].as_u64().unwrap())
@@ -109,7 +109,15 @@ fn id_gen_many_ids_are_all_distinct_and_increasing() {
 
 #[test]
 fn service_id_shows_up_in_id_decode() {
-    let out = stdout_of(logstamp().args(["id", "gen", "--count", "3", "--service-id", "777"]));
+    let out = stdout_of(logstamp().args([
+        "id",
+        "gen",
+        "--no-lease",
+        "--count",
+        "3",
+        "--service-id",
+        "777",
+    ]));
     let ids: Vec<String> = json_lines(&out)
         .iter()
         .map(|v| v["id"].as_u64().unwrap().to_string())
@@ -133,7 +141,7 @@ fn service_id_from_the_environment_and_the_flag() {
         logstamp()
             .env("LOGSTAMP__ID__SERVICE_BITS", "4")
             .env("LOGSTAMP__ID__SERVICE_ID", "9")
-            .args(["id", "gen"]),
+            .args(["id", "gen", "--no-lease"]),
     );
     let id = json_lines(&out)[0]["id"].as_u64().unwrap();
     assert_eq!((id >> 28) & 0xf, 9);
@@ -142,7 +150,7 @@ fn service_id_from_the_environment_and_the_flag() {
         logstamp()
             .env("LOGSTAMP__ID__SERVICE_BITS", "4")
             .env("LOGSTAMP__ID__SERVICE_ID", "9")
-            .args(["id", "gen", "--service-id", "15"]),
+            .args(["id", "gen", "--no-lease", "--service-id", "15"]),
     );
     let id = json_lines(&out)[0]["id"].as_u64().unwrap();
     assert_eq!((id >> 28) & 0xf, 15);
@@ -191,7 +199,7 @@ fn strings(args: &[&str]) -> Vec<String> {
 #[test]
 fn a_closed_pipe_is_not_an_error() {
     // Each prints far more than a pipe buffer holds, so it writes into the closed pipe.
-    let first = run_into_closed_pipe(&strings(&["id", "gen", "--count", "1000000"]));
+    let first = run_into_closed_pipe(&strings(&["id", "gen", "--no-lease", "--count", "1000000"]));
     let v: Value = serde_json::from_str(&first).unwrap();
     assert!(v["id"].as_u64().is_some());
 

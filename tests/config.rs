@@ -12,8 +12,8 @@ use chrono::{TimeZone, Utc};
 use serde_json::Value;
 
 use logstamp::config::{
-    ConfigError, DEFAULT_TOML, InsertMethod, LogFormat, LoopFilterMode, Retention, Settings,
-    Sources, env_var,
+    AutoRange, ConfigError, DEFAULT_TOML, InsertMethod, LogFormat, LoopFilterMode, Retention,
+    ServiceIdSetting, Settings, Sources, env_var,
 };
 use logstamp::store::Period;
 use logstamp::time::Zone;
@@ -91,7 +91,7 @@ fn defaults_load() {
         logstamp::id::DEFAULT_SERVICE_BITS
     );
     assert_eq!(s.id.layout.epoch_unix_seconds(), 0);
-    assert_eq!(s.id.service_id, 0);
+    assert_eq!(s.id.service_id, ServiceIdSetting::Fixed(0));
     assert_eq!(s.mysql.url.database(), "logstamp");
     assert_eq!(s.kafka.topics, ["logs"]);
     assert_eq!(s.partitions.period, Period::Day);
@@ -166,7 +166,7 @@ fn env_values_of_every_type() {
     );
     assert_eq!(s.id.layout.service_bits(), 12);
     assert_eq!(s.id.layout.counter_bits(), 20);
-    assert_eq!(s.id.service_id, 4095);
+    assert_eq!(s.id.service_id, ServiceIdSetting::Fixed(4095));
     assert_eq!(
         s.id.layout.epoch_unix_seconds() as i64,
         Utc.with_ymd_and_hms(2020, 1, 1, 0, 0, 0)
@@ -234,13 +234,13 @@ fn file_then_env_then_flags() {
         toml_file("[id]\nservice_bits = 12\nservice_id = 1\n\n[kafka]\ngroup_id = \"from-file\"\n");
     // File alone: its values over the defaults, defaults elsewhere.
     let s = load(Some(&file), &[], &[]);
-    assert_eq!(s.id.service_id, 1);
+    assert_eq!(s.id.service_id, ServiceIdSetting::Fixed(1));
     assert_eq!(s.id.layout.service_bits(), 12);
     assert_eq!(s.kafka.group_id, "from-file");
     assert_eq!(s.kafka.topics, ["logs"]);
     // Env over the file, for the keys it sets only.
     let s = load(Some(&file), &[("LOGSTAMP__ID__SERVICE_ID", "2")], &[]);
-    assert_eq!(s.id.service_id, 2);
+    assert_eq!(s.id.service_id, ServiceIdSetting::Fixed(2));
     assert_eq!(s.id.layout.service_bits(), 12);
     assert_eq!(s.kafka.group_id, "from-file");
     // Flags over both.
@@ -249,9 +249,9 @@ fn file_then_env_then_flags() {
         &[("LOGSTAMP__ID__SERVICE_ID", "2")],
         &[("id.service_id", "3")],
     );
-    assert_eq!(s.id.service_id, 3);
+    assert_eq!(s.id.service_id, ServiceIdSetting::Fixed(3));
     let s = load(Some(&file), &[], &[("id.service_id", "3")]);
-    assert_eq!(s.id.service_id, 3);
+    assert_eq!(s.id.service_id, ServiceIdSetting::Fixed(3));
     // Sources::set is a flag.
     let s = Settings::load(
         &Sources {
@@ -261,7 +261,7 @@ fn file_then_env_then_flags() {
         .set("id.service_id", 4),
     )
     .unwrap();
-    assert_eq!(s.id.service_id, 4);
+    assert_eq!(s.id.service_id, ServiceIdSetting::Fixed(4));
     // A bad value in a lower layer is fine when a higher one replaces it.
     let bad_file = toml_file("[id]\nservice_bits = 40\n");
     let s = load(Some(&bad_file), &[("LOGSTAMP__ID__SERVICE_BITS", "8")], &[]);
@@ -316,6 +316,88 @@ fn check_bad_in_every_layer(key: &str, value: &str, toml_value: &str) {
 }
 
 #[test]
+fn service_id_auto_from_every_layer() {
+    let s = load(None, &[("LOGSTAMP__ID__SERVICE_ID", "auto")], &[]);
+    assert_eq!(s.id.service_id, ServiceIdSetting::Auto);
+    let file = toml_file("[id]\nservice_id = \"auto\"\n");
+    assert_eq!(
+        load(Some(&file), &[], &[]).id.service_id,
+        ServiceIdSetting::Auto
+    );
+    // A number on the command line wins over "auto" in the file.
+    let s = load(Some(&file), &[], &[("id.service_id", "7")]);
+    assert_eq!(s.id.service_id, ServiceIdSetting::Fixed(7));
+    assert_eq!(s.id.service_id.fixed(), Some(7));
+    assert_eq!(ServiceIdSetting::Auto.fixed(), None);
+    for bad in ["automatic", "-1", "seven"] {
+        let e = load_err(None, &[], &[("id.service_id", bad)]);
+        assert_names(&e, "id.service_id", "the command line");
+        assert!(e.to_string().contains("auto"), "{e}");
+    }
+    check_bad_in_every_layer("id.service_id", "-3", "-3");
+}
+
+#[test]
+fn auto_range_is_all_or_a_span_within_the_layout() {
+    let s = Settings::defaults().unwrap();
+    assert_eq!(s.id.auto_range, AutoRange::All);
+    assert_eq!(s.id.auto_ids(), 0..=1023);
+    let s = load(None, &[("LOGSTAMP__ID__SERVICE_BITS", "4")], &[]);
+    assert_eq!(s.id.auto_ids(), 0..=15);
+    let s = load(None, &[("LOGSTAMP__ID__AUTO_RANGE", "16-31")], &[]);
+    assert_eq!(
+        s.id.auto_range,
+        AutoRange::Span {
+            first: 16,
+            last: 31
+        }
+    );
+    assert_eq!(s.id.auto_ids(), 16..=31);
+    let s = load(None, &[], &[("id.auto_range", " 5 - 5 ")]);
+    assert_eq!(s.id.auto_ids(), 5..=5);
+    for (bad, why) in [
+        ("31-16", "reversed"),
+        ("0-1024", "1024"),
+        ("some", "FIRST-LAST"),
+        ("1-", "FIRST-LAST"),
+    ] {
+        let e = load_err(None, &[], &[("id.auto_range", bad)]);
+        assert_names(&e, "id.auto_range", "the command line");
+        assert!(e.to_string().contains(why), "{bad}: {e}");
+    }
+    check_bad_in_every_layer("id.auto_range", "9-2", "\"9-2\"");
+}
+
+#[test]
+fn lease_durations_are_checked() {
+    let s = Settings::defaults().unwrap();
+    assert_eq!(s.id.lease_ttl, Duration::from_secs(30));
+    assert_eq!(s.id.mark_window, Duration::from_secs(20));
+    let s = load(
+        None,
+        &[("LOGSTAMP__ID__LEASE_TTL", "2s")],
+        &[("id.mark_window", "1m")],
+    );
+    assert_eq!(s.id.lease_ttl, Duration::from_secs(2));
+    assert_eq!(s.id.mark_window, Duration::from_secs(60));
+    check_bad_in_every_layer("id.lease_ttl", "500ms", "\"500ms\"");
+    check_bad_in_every_layer("id.lease_ttl", "soon", "\"soon\"");
+    // The window must cover twice the borrowing bound plus 4 s: 14 s by default.
+    assert_eq!(
+        load(None, &[], &[("id.mark_window", "14s")]).id.mark_window,
+        Duration::from_secs(14)
+    );
+    check_bad_in_every_layer("id.mark_window", "13s", "\"13s\"");
+    let e = load_err(
+        None,
+        &[("LOGSTAMP__ID__MAX_BORROW_SECONDS", "10")],
+        &[("id.mark_window", "20s")],
+    );
+    assert_names(&e, "id.mark_window", "the command line");
+    assert!(e.to_string().contains("at least 24s"), "{e}");
+}
+
+#[test]
 fn service_bits_out_of_range() {
     for bits in ["0", "32", "40"] {
         check_bad_in_every_layer("id.service_bits", bits, bits);
@@ -335,7 +417,7 @@ fn service_bits_that_do_not_fit_a_byte() {
 fn service_id_must_fit_the_service_bits() {
     // Default 10 bits: 1023 fits, 1024 does not.
     let s = load(None, &[("LOGSTAMP__ID__SERVICE_ID", "1023")], &[]);
-    assert_eq!(s.id.service_id, 1023);
+    assert_eq!(s.id.service_id, ServiceIdSetting::Fixed(1023));
     check_bad_in_every_layer("id.service_id", "1024", "1024");
     // With 4 bits set elsewhere: 15 fits, 16 does not.
     let s = load(
@@ -343,7 +425,7 @@ fn service_id_must_fit_the_service_bits() {
         &[("LOGSTAMP__ID__SERVICE_BITS", "4")],
         &[("id.service_id", "15")],
     );
-    assert_eq!(s.id.service_id, 15);
+    assert_eq!(s.id.service_id, ServiceIdSetting::Fixed(15));
     let e = load_err(
         None,
         &[("LOGSTAMP__ID__SERVICE_BITS", "4")],
@@ -572,7 +654,7 @@ fn env_variables_outside_the_prefix_are_ignored() {
         ],
         &[],
     );
-    assert_eq!(s.id.service_id, 0);
+    assert_eq!(s.id.service_id, ServiceIdSetting::Fixed(0));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -782,5 +864,89 @@ fn insert_methods_display_as_they_are_spelled_in_settings() {
             serde_json::to_value(method).unwrap(),
             Value::String(method.to_string())
         );
+    }
+}
+
+#[test]
+fn kafka_properties_from_a_file_and_the_environment_are_flat_librdkafka_names() {
+    let file = toml_file(
+        "[kafka.properties]\n\"security.protocol\" = \"SASL_SSL\"\nsession.timeout.ms = 6000\n",
+    );
+    let s = load(
+        Some(&file),
+        &[
+            ("LOGSTAMP__KAFKA__PROPERTIES__SASL__MECHANISM", "PLAIN"),
+            ("LOGSTAMP__KAFKA__PROPERTIES__SASL__PASSWORD", SECRET),
+        ],
+        &[],
+    );
+    let flat: Vec<(&str, &str)> = s
+        .kafka
+        .properties
+        .0
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        flat,
+        [
+            ("sasl.mechanism", "PLAIN"),
+            ("sasl.password", SECRET),
+            ("security.protocol", "SASL_SSL"),
+            ("session.timeout.ms", "6000"),
+        ]
+    );
+    let shown = serde_json::to_string(&s).unwrap();
+    assert!(!shown.contains(SECRET), "{shown}");
+    assert!(shown.contains("\"sasl.password\":\"***\""), "{shown}");
+    assert!(shown.contains("\"sasl.mechanism\":\"PLAIN\""), "{shown}");
+}
+
+#[test]
+fn kafka_properties_logstamp_sets_itself_are_refused() {
+    for (var, key, says) in [
+        (
+            "LOGSTAMP__KAFKA__PROPERTIES__GROUP__ID",
+            "kafka.properties.group.id",
+            "kafka.group_id",
+        ),
+        (
+            "LOGSTAMP__KAFKA__PROPERTIES__ENABLE__AUTO__COMMIT",
+            "kafka.properties.enable.auto.commit",
+            "committed by logstamp",
+        ),
+        (
+            "LOGSTAMP__KAFKA__PROPERTIES__BOOTSTRAP__SERVERS",
+            "kafka.properties.bootstrap.servers",
+            "kafka.brokers",
+        ),
+    ] {
+        let e = load_err(None, &[(var, "x")], &[]);
+        assert_names(&e, key, var);
+        assert!(e.to_string().contains(says), "{e}");
+    }
+}
+
+#[test]
+fn ingest_settings_are_checked() {
+    let s = load(
+        None,
+        &[
+            ("LOGSTAMP__INGEST__FORMAT", "raw"),
+            ("LOGSTAMP__INGEST__SHUTDOWN_TIMEOUT", "90s"),
+        ],
+        &[],
+    );
+    assert_eq!(s.ingest.format, logstamp::transform::MessageFormat::Raw);
+    assert_eq!(s.ingest.shutdown_timeout, Duration::from_secs(90));
+    for (key, value) in [
+        ("ingest.format", "xml"),
+        ("ingest.max_message_bytes", "0"),
+        ("ingest.max_buffered_bytes", "0"),
+        ("ingest.maintenance_interval", "0s"),
+        ("ingest.shutdown_timeout", "soon"),
+    ] {
+        let e = load_err(None, &[], &[(key, value)]);
+        assert_names(&e, key, "the command line");
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 
-use logstamp::id::{Clock, IdError, IdGenerator, Layout, ManualClock};
+use logstamp::id::{Clock, HaltReason, IdError, IdGenerator, Layout, ManualClock};
 
 const T0: u64 = 1_700_000_000;
 
@@ -249,4 +249,183 @@ fn ids_past_2038_are_above_i64_max_and_still_increase() {
     let a = generator.next_id().unwrap();
     let b = generator.next_id().unwrap();
     assert!(a > i64::MAX as u64 && b > a);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Floor, ceiling and halt: what a service-ID lease bounds the generator with
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_floor_ahead_of_the_clock_continues_above_every_earlier_id() {
+    let layout = Layout::default();
+    let before_clock = ManualClock::new(T0);
+    let before = IdGenerator::with_clock(layout, 5, &before_clock).unwrap();
+    let issued: Vec<u64> = (0..100).map(|_| before.next_id().unwrap()).collect();
+    let last_second = before.halt(HaltReason::Released).unwrap();
+    assert_eq!(last_second, T0);
+
+    // Restarted with the clock an hour behind, from the second after the last one issued.
+    let after_clock = ManualClock::new(T0 - 3_600);
+    let after = IdGenerator::with_clock(layout, 5, &after_clock)
+        .unwrap()
+        .with_floor(last_second + 1)
+        .unwrap();
+    assert_eq!(after.frontier_unix_seconds(), T0 + 1);
+    let next: Vec<u64> = (0..100).map(|_| after.next_id().unwrap()).collect();
+    assert!(next.iter().min() > issued.iter().max());
+    let d = layout.decode(next[0]);
+    assert_eq!((d.unix_seconds, d.counter), (T0 + 1, 0));
+    // The floor second is the generator's own, not borrowed, and nothing waited.
+    assert_eq!(after.stats().borrowed_seconds, 0);
+    assert_eq!(after_clock.waits(), 0);
+    // Once the clock passes the floor, IDs follow the clock again.
+    after_clock.set(T0 + 10);
+    assert_eq!(second_of(after.next_id().unwrap()), T0 + 10);
+}
+
+#[test]
+fn a_floor_behind_the_clock_changes_nothing() {
+    let clock = ManualClock::new(T0);
+    let generator = IdGenerator::with_clock(Layout::default(), 5, &clock)
+        .unwrap()
+        .with_floor(T0 - 100)
+        .unwrap();
+    assert_eq!(second_of(generator.next_id().unwrap()), T0);
+    // Below the epoch: no floor at all; past the layout's range: refused.
+    let late = Layout::new(10, 1_000).unwrap();
+    assert!(
+        IdGenerator::with_clock(late, 1, &clock)
+            .unwrap()
+            .with_floor(5)
+            .is_ok()
+    );
+    assert!(matches!(
+        IdGenerator::with_clock(Layout::default(), 1, &clock)
+            .unwrap()
+            .with_floor(1 << 33),
+        Err(IdError::TimeOutOfRange { .. })
+    ));
+}
+
+#[test]
+fn the_ceiling_refuses_new_seconds_past_it_until_raised() {
+    let clock = ManualClock::new(T0);
+    // 4 IDs per second, so seconds are entered quickly.
+    let generator = IdGenerator::with_clock(tiny_counter(), 3, &clock)
+        .unwrap()
+        .with_ceiling(T0 + 1);
+    assert_eq!(generator.ceiling_unix_seconds(), Some(T0 + 1));
+    let ids: Vec<u64> = (0..8).map(|_| generator.next_id().unwrap()).collect();
+    assert_eq!(second_of(ids[7]), T0 + 1);
+    // T0 + 2 would pass the mark: refused, transiently, without waiting for the clock.
+    let refused = generator.next_id().unwrap_err();
+    assert_eq!(
+        refused,
+        IdError::PastMark {
+            service_id: 3,
+            unix_seconds: T0 + 2,
+            mark: T0 + 1
+        }
+    );
+    assert!(refused.is_transient());
+    assert_eq!(clock.waits(), 0);
+    // The clock moving on does not help: the mark bounds whatever the clock says.
+    clock.set(T0 + 5);
+    assert!(matches!(generator.next_id(), Err(IdError::PastMark { .. })));
+    // A lower value never lowers the ceiling; a higher one lets issuance go on.
+    generator.raise_ceiling(T0);
+    assert_eq!(generator.ceiling_unix_seconds(), Some(T0 + 1));
+    generator.raise_ceiling(T0 + 5);
+    let next = generator.next_id().unwrap();
+    assert_eq!(second_of(next), T0 + 5);
+    assert!(next > ids[7]);
+    // Unbounded by default.
+    let free = IdGenerator::with_clock(Layout::default(), 1, &clock).unwrap();
+    assert_eq!(free.ceiling_unix_seconds(), None);
+}
+
+#[test]
+fn a_second_entered_below_the_ceiling_keeps_its_counters() {
+    let clock = ManualClock::new(T0);
+    let generator = IdGenerator::with_clock(Layout::default(), 3, &clock)
+        .unwrap()
+        .with_ceiling(T0);
+    generator.next_id().unwrap();
+    // The clock steps forward past the mark: issuing follows it, so that second is refused.
+    clock.set(T0 + 1);
+    assert!(matches!(generator.next_id(), Err(IdError::PastMark { .. })));
+    // Back within the mark, the second in use goes on.
+    clock.set(T0);
+    assert_eq!(second_of(generator.next_id().unwrap()), T0);
+}
+
+#[test]
+fn halting_stops_issuance_for_good_and_names_the_reason() {
+    let clock = ManualClock::new(T0);
+    let generator = IdGenerator::with_clock(Layout::default(), 2, &clock).unwrap();
+    assert_eq!(
+        generator.halt(HaltReason::LeaseLost),
+        None,
+        "nothing issued"
+    );
+    assert!(generator.is_halted());
+    assert_eq!(
+        generator.next_id(),
+        Err(IdError::LeaseLost { service_id: 2 })
+    );
+    assert_eq!(
+        generator.next_block(5),
+        Err(IdError::LeaseLost { service_id: 2 })
+    );
+    // The first reason stays.
+    generator.halt(HaltReason::Released);
+    assert_eq!(
+        generator.next_id(),
+        Err(IdError::LeaseLost { service_id: 2 })
+    );
+    assert!(!generator.next_id().unwrap_err().is_transient());
+
+    let released = IdGenerator::with_clock(Layout::default(), 2, &clock).unwrap();
+    released.next_block(10).unwrap();
+    clock.advance(3);
+    released.next_id().unwrap();
+    assert_eq!(released.halt(HaltReason::Released), Some(T0 + 3));
+    assert_eq!(released.next_id(), Err(IdError::Released { service_id: 2 }));
+    assert_eq!(released.frontier_unix_seconds(), T0 + 3);
+}
+
+#[test]
+fn a_halt_racing_issuers_reports_the_last_second_any_of_them_got() {
+    let clock = Arc::new(ManualClock::new(T0));
+    // 4 IDs per second and unbounded borrowing: the issuers cross many seconds.
+    let generator = Arc::new(
+        IdGenerator::with_clock(tiny_counter(), 1, Arc::clone(&clock))
+            .unwrap()
+            .with_max_borrow_seconds(u32::MAX),
+    );
+    let issuers: Vec<_> = (0..4)
+        .map(|_| {
+            let generator = Arc::clone(&generator);
+            thread::spawn(move || {
+                let mut seconds = Vec::new();
+                loop {
+                    match generator.next_id() {
+                        Ok(id) => seconds.push(second_of(id)),
+                        Err(IdError::Released { .. }) => return seconds,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    while generator.frontier_unix_seconds() < T0 + 1_000 {
+        thread::yield_now();
+    }
+    let last = generator.halt(HaltReason::Released).unwrap();
+    let highest = issuers
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .max()
+        .unwrap();
+    assert_eq!(highest, last);
 }

@@ -202,9 +202,9 @@ impl Fixture {
 
     async fn stored_offset(&self, partition: i32) -> Option<i64> {
         self.writer
-            .stored_offset(GROUP, TOPIC, partition)
+            .stored_offsets(GROUP, &[(TOPIC, partition)])
             .await
-            .unwrap()
+            .unwrap()[0]
     }
 }
 
@@ -317,7 +317,7 @@ async fn the_same_batch_twice_is_written_once(method: InsertMethod) {
         Committed {
             rows: 50,
             dead_letters: 0,
-            refused: 0
+            refused: vec![]
         }
     );
     assert_eq!(f.stored_offset(0).await, Some(50));
@@ -356,9 +356,20 @@ async fn offsets_are_kept_per_group_topic_and_partition() {
         }
         committed(f.writer.write(&batch).await.unwrap());
     }
-    assert_eq!(f.writer.stored_offset("g", "t", 1).await.unwrap(), Some(3));
-    assert_eq!(f.writer.stored_offset("h", "t", 0).await.unwrap(), Some(3));
-    assert_eq!(f.writer.stored_offset("h", "u", 0).await.unwrap(), None);
+    assert_eq!(
+        f.writer
+            .stored_offsets("g", &[("t", 1), ("t", 9)])
+            .await
+            .unwrap(),
+        [Some(3), None]
+    );
+    assert_eq!(
+        f.writer
+            .stored_offsets("h", &[("u", 0), ("t", 0)])
+            .await
+            .unwrap(),
+        [None, Some(3)]
+    );
     assert_eq!(f.stored_ids().await.len(), 12);
 }
 
@@ -756,7 +767,7 @@ async fn hostile_messages_are_stored_exactly_or_dead_lettered(method: InsertMeth
     let batch = f.batch(0, 0, offset, &input);
     let done = committed(f.writer.write(&batch).await.unwrap());
     assert_eq!(
-        (done.rows, done.dead_letters, done.refused),
+        (done.rows, done.dead_letters, done.refused.len()),
         (stored_ok.len(), dead.len(), 0)
     );
 
@@ -864,13 +875,12 @@ async fn rows_the_database_refuses_are_dead_lettered(method: InsertMethod) {
     let batch = f.batch(0, 100, 161, &borrowed(&messages));
     let done = committed(f.writer.write(&batch).await.unwrap());
     assert_eq!(
-        done,
-        Committed {
-            rows: 57,
-            dead_letters: 4,
-            refused: 3
-        }
+        (done.rows, done.dead_letters, done.refused.len()),
+        (57, 4, 3)
     );
+    let mut refused_offsets: Vec<i64> = done.refused.iter().map(|d| d.offset).collect();
+    refused_offsets.sort_unstable();
+    assert_eq!(refused_offsets, [107, 121, 142]);
     assert_eq!(f.stored_offset(0).await, Some(161));
 
     let mut expected: Vec<u64> = messages

@@ -7,9 +7,11 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 
 use logstamp::config::Sources;
-use logstamp::id::IdGenerator;
+use logstamp::id::{Clock, IdGenerator};
+use logstamp::store::lease::HeldLease;
 use logstamp::time::{ceil_seconds, floor_seconds, format_utc};
 
+use super::db::block_on;
 use super::output::{Output, ignore_closed_pipe};
 use super::{TimeRangeArgs, UsageError, load_settings};
 
@@ -31,6 +33,11 @@ pub struct GenArgs {
     /// Service ID to stamp with (overrides id.service_id).
     #[arg(long, value_name = "S")]
     service_id: Option<u32>,
+    /// Stamp without leasing the service ID in MySQL (offline use). Nothing then stops a live
+    /// process with the same service ID, or an earlier run with a clock ahead, from issuing the
+    /// same IDs.
+    #[arg(long)]
+    no_lease: bool,
 }
 
 #[derive(Debug, Args)]
@@ -62,27 +69,49 @@ struct Generated {
     id: u64,
 }
 
+/// Leases the service ID (unless `--no-lease`) and prints the IDs. Printing runs on a thread of
+/// its own so the lease's renewal keeps running on the runtime meanwhile.
 fn gen_ids(args: GenArgs, mut sources: Sources) -> anyhow::Result<ExitCode> {
     if let Some(service_id) = args.service_id {
         sources = sources.set("id.service_id", service_id);
     }
     let settings = load_settings(&sources)?;
-    let generator = IdGenerator::new(settings.id.layout, settings.id.service_id)?
-        .with_max_borrow_seconds(settings.id.max_borrow_seconds);
+    if args.no_lease {
+        let service_id = settings.id.service_id.fixed().ok_or_else(|| {
+            UsageError::new(
+                "--no-lease",
+                "id.service_id is \"auto\": give a service ID with --service-id",
+            )
+        })?;
+        let generator = IdGenerator::new(settings.id.layout, service_id)?
+            .with_max_borrow_seconds(settings.id.max_borrow_seconds);
+        print_ids(&generator, args.count)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    block_on(async {
+        let lease = HeldLease::acquire(&settings).await?;
+        let generator = std::sync::Arc::clone(lease.generator());
+        let printed = tokio::task::spawn_blocking(move || print_ids(&generator, args.count)).await;
+        // Released whatever happened, so the mark is left at the last second printed.
+        lease.release().await?;
+        printed.context("printing IDs")?
+    })??;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_ids<C: Clock>(generator: &IdGenerator<C>, count: u64) -> anyhow::Result<()> {
     let mut out = Output::new();
-    let mut remaining = args.count;
+    let mut remaining = count;
     while remaining > 0 {
         let block = generator.next_block(u32::try_from(remaining).unwrap_or(u32::MAX))?;
         for id in block {
             if let Err(e) = out.json(&Generated { id }) {
-                ignore_closed_pipe(Err(e)).context("writing IDs")?;
-                return Ok(ExitCode::SUCCESS);
+                return ignore_closed_pipe(Err(e)).context("writing IDs");
             }
         }
         remaining -= u64::from(block.len());
     }
-    out.finish().context("writing IDs")?;
-    Ok(ExitCode::SUCCESS)
+    out.finish().context("writing IDs")
 }
 
 #[derive(Serialize)]

@@ -3,9 +3,12 @@
 //! Exit codes: 0 done, 1 the work failed, 2 bad usage or configuration.
 
 mod bench;
-mod bench_relay;
 mod db;
+mod demo;
+mod dev_broker;
 mod id;
+mod ingest;
+mod leases;
 mod migrate;
 mod output;
 mod partitions;
@@ -40,6 +43,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// See it work: an in-process Kafka, log lines, several workers, into MySQL, checked.
+    Demo(demo::DemoArgs),
+    /// Serve an in-process Kafka-protocol broker over TCP until SIGINT or SIGTERM.
+    DevBroker(dev_broker::DevBrokerArgs),
     /// Make, decode and range IDs.
     #[command(subcommand)]
     Id(id::IdCommand),
@@ -51,10 +58,15 @@ enum Command {
     /// Measure throughput against a scratch database.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Run one ingest worker: Kafka to MySQL, exactly once, until SIGTERM or SIGINT.
+    Ingest(ingest::IngestArgs),
     /// Create the database, apply migrations, create or check the log table.
     Migrate(migrate::MigrateArgs),
     /// The log rows of a time range, read only from the partitions that hold it.
     Query(query::QueryArgs),
+    /// Service-ID leases: who holds which ID, and freeing the ID of a holder that died.
+    #[command(subcommand)]
+    Leases(leases::LeasesCommand),
     /// Keep the relayed tables in sync with other data centres through the binlog.
     #[command(subcommand)]
     Relay(relay::RelayCommand),
@@ -113,12 +125,16 @@ pub fn main() -> ExitCode {
 
 fn run(command: Command, sources: Sources) -> anyhow::Result<ExitCode> {
     match command {
+        Command::Demo(args) => demo::run(args, sources),
+        Command::DevBroker(args) => dev_broker::run(args, sources),
         Command::Id(cmd) => id::run(cmd, sources),
         Command::Partitions(cmd) => partitions::run(cmd, sources),
         Command::Plan(args) => plan::run(args),
         Command::Bench(cmd) => bench::run(cmd, sources),
+        Command::Ingest(args) => ingest::run(args, sources),
         Command::Migrate(args) => migrate::run(args, sources),
         Command::Query(args) => query::run(args, sources),
+        Command::Leases(cmd) => leases::run(cmd, sources),
         Command::Relay(cmd) => relay::run(cmd, sources),
     }
 }

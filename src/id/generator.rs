@@ -5,8 +5,14 @@
 //! seconds, so taking the next one after a full second simply moves into the next second
 //! ("borrowing" it), and continuing from the stored word after the clock stepped back never
 //! reuses a counter. An ID is the sequence number with the service ID spliced in.
+//!
+//! A generator bound to a service-ID lease also has a floor (the first second it may issue: above
+//! every ID issued under the service ID before) and a ceiling (the last second it may issue: the
+//! high-water mark persisted with the lease), and can be halted for good when the lease is lost
+//! or released. The floor and ceiling are only consulted when a new second is entered, and the
+//! halt is a bit of the state word, so the hot path gains one branch on a value it already read.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use serde::Serialize;
 
@@ -18,6 +24,29 @@ pub const DEFAULT_MAX_BORROW_SECONDS: u32 = 5;
 
 /// At most one warning of each kind per this many seconds: a stuck clock must not flood logs.
 const WARN_INTERVAL_SECONDS: u64 = 10;
+
+/// Set in the state word once the generator is halted. Sequence numbers stay below 2^63 (32 bits
+/// of seconds above at most 31 counter bits), so the bit is free, and setting it with one atomic
+/// operation both stops issuance and fixes the last sequence number issued.
+const HALTED: u64 = 1 << 63;
+
+/// Why a generator was halted; stored before the halt bit is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HaltReason {
+    /// The service-ID lease was lost (not renewed in time, or taken over).
+    LeaseLost,
+    /// The lease was released on shutdown.
+    Released,
+}
+
+impl HaltReason {
+    fn code(self) -> u8 {
+        match self {
+            HaltReason::LeaseLost => 1,
+            HaltReason::Released => 2,
+        }
+    }
+}
 
 /// Keeps the hot word on its own cache line, away from the read-mostly fields.
 #[repr(align(64))]
@@ -116,6 +145,12 @@ pub struct IdGenerator<C: Clock = SystemClock> {
     next: CacheLine,
     /// Last clock reading seen, to notice the clock stepping back.
     last_clock: CacheLine,
+    /// Lowest second (since the epoch) to issue: the clock reads as at least this.
+    floor: u64,
+    /// Highest second (since the epoch) that may be issued; only ever raised.
+    ceiling: AtomicU64,
+    /// `HaltReason::code` once halted, 0 before.
+    halt_reason: AtomicU8,
     layout: Layout,
     service_id: u32,
     /// `service_id << counter_bits`, spliced into every ID.
@@ -142,6 +177,9 @@ impl<C: Clock> IdGenerator<C> {
         Ok(IdGenerator {
             next: CacheLine::default(),
             last_clock: CacheLine::default(),
+            floor: 0,
+            ceiling: AtomicU64::new(u64::MAX),
+            halt_reason: AtomicU8::new(0),
             layout,
             service_id,
             service_field: u64::from(service_id) << layout.counter_bits(),
@@ -158,6 +196,75 @@ impl<C: Clock> IdGenerator<C> {
     pub fn with_max_borrow_seconds(mut self, seconds: u32) -> Self {
         self.max_borrow = u64::from(seconds);
         self
+    }
+
+    /// Issues no second before `unix_seconds`: the generator reads the clock as at least that,
+    /// so a host clock behind it (stepped back, or wrong) cannot take IDs below it. The floor
+    /// second counts as the clock's own, not as borrowed.
+    pub fn with_floor(mut self, unix_seconds: u64) -> Result<Self, IdError> {
+        self.floor = if unix_seconds <= self.layout.epoch_unix_seconds() {
+            0
+        } else {
+            u64::from(self.layout.seconds_since_epoch(unix_seconds)?)
+        };
+        Ok(self)
+    }
+
+    /// Issues no second after `unix_seconds` until [`raise_ceiling`](Self::raise_ceiling) allows
+    /// more: an ID past it is refused with [`IdError::PastMark`].
+    pub fn with_ceiling(self, unix_seconds: u64) -> Self {
+        self.ceiling
+            .store(self.since_epoch_saturating(unix_seconds), Ordering::Relaxed);
+        self
+    }
+
+    /// Allows seconds up to `unix_seconds`. A lower value than the current ceiling is ignored.
+    pub fn raise_ceiling(&self, unix_seconds: u64) {
+        self.ceiling
+            .fetch_max(self.since_epoch_saturating(unix_seconds), Ordering::Release);
+    }
+
+    /// The highest second that may be issued, as Unix seconds; `None` when unbounded.
+    pub fn ceiling_unix_seconds(&self) -> Option<u64> {
+        match self.ceiling.load(Ordering::Acquire) {
+            u64::MAX => None,
+            since_epoch => Some(self.layout.epoch_unix_seconds() + since_epoch),
+        }
+    }
+
+    /// The second the next ID would carry if the clock stood still (Unix seconds): the later of
+    /// the second in use and the floor. A mark kept ahead of this covers every ID issued so far.
+    pub fn frontier_unix_seconds(&self) -> u64 {
+        let next = self.next.0.load(Ordering::Acquire) & !HALTED;
+        let second = (next >> self.layout.counter_bits()).max(self.floor);
+        // After the layout's very last ID the word points one second past the range.
+        self.layout.epoch_unix_seconds().saturating_add(second)
+    }
+
+    /// Stops issuance for good: every later call is refused with the reason's error. Returns the
+    /// second (Unix) of the last ID this generator issued, `None` if it issued none. Exact even
+    /// under concurrent issuance: the halt and each issue are operations on the same atomic word.
+    /// Halting again keeps the first reason.
+    pub fn halt(&self, reason: HaltReason) -> Option<u64> {
+        let _ = self.halt_reason.compare_exchange(
+            0,
+            reason.code(),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        let next = self.next.0.fetch_or(HALTED, Ordering::AcqRel) & !HALTED;
+        // The word starts at 0 and only grows once an ID is taken.
+        (next > 0)
+            .then(|| self.layout.epoch_unix_seconds() + ((next - 1) >> self.layout.counter_bits()))
+    }
+
+    /// Whether [`halt`](Self::halt) was called.
+    pub fn is_halted(&self) -> bool {
+        self.next.0.load(Ordering::Acquire) & HALTED != 0
+    }
+
+    fn since_epoch_saturating(&self, unix_seconds: u64) -> u64 {
+        unix_seconds.saturating_sub(self.layout.epoch_unix_seconds())
     }
 
     pub fn layout(&self) -> Layout {
@@ -199,19 +306,28 @@ impl<C: Clock> IdGenerator<C> {
         let per_second = 1u64 << counter_bits;
         let mut current = self.next.0.load(Ordering::Relaxed);
         loop {
+            if current & HALTED != 0 {
+                return Err(self.halted_error());
+            }
             let now = self.observe_clock(self.clock.unix_seconds());
-            let now_since_epoch = u64::from(self.layout.seconds_since_epoch(now)?);
+            let now_since_epoch = u64::from(self.layout.seconds_since_epoch(now)?).max(self.floor);
             // A clock ahead of the stored word starts a fresh second; otherwise continue the
             // word, which covers both a stalled or stepped-back clock and a borrowed second.
             let start = current.max(now_since_epoch << counter_bits);
             let second = start >> counter_bits;
             let counter = start & (per_second - 1);
-            // The bound applies to entering a new second only: a second already in use keeps
+            // The bounds apply to entering a new second only: a second already in use keeps
             // its remaining counters even when the clock has stepped back behind it.
-            if counter == 0 && second > now_since_epoch + self.max_borrow {
-                self.wait_for_clock(second, now);
-                current = self.next.0.load(Ordering::Relaxed);
-                continue;
+            if counter == 0 {
+                let ceiling = self.ceiling.load(Ordering::Acquire);
+                if second > ceiling {
+                    return Err(self.past_mark_error(second, ceiling));
+                }
+                if second > now_since_epoch + self.max_borrow {
+                    self.wait_for_clock(second, now);
+                    current = self.next.0.load(Ordering::Relaxed);
+                    continue;
+                }
             }
             let Ok(second32) = u32::try_from(second) else {
                 return Err(IdError::TimeOutOfRange {
@@ -237,6 +353,27 @@ impl<C: Clock> IdGenerator<C> {
                 }
                 Err(actual) => current = actual,
             }
+        }
+    }
+
+    #[cold]
+    fn halted_error(&self) -> IdError {
+        let service_id = self.service_id;
+        // Pairs with the halt's release, which follows the store of the reason.
+        let _ = self.next.0.load(Ordering::Acquire);
+        match self.halt_reason.load(Ordering::Relaxed) {
+            1 => IdError::LeaseLost { service_id },
+            _ => IdError::Released { service_id },
+        }
+    }
+
+    #[cold]
+    fn past_mark_error(&self, second: u64, ceiling: u64) -> IdError {
+        let epoch = self.layout.epoch_unix_seconds();
+        IdError::PastMark {
+            service_id: self.service_id,
+            unix_seconds: epoch.saturating_add(second),
+            mark: epoch.saturating_add(ceiling),
         }
     }
 

@@ -10,7 +10,7 @@ mod layout;
 
 pub use capacity::{CapacityInput, CapacityInputError, CapacityPlan, plan_capacity};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use generator::{DEFAULT_MAX_BORROW_SECONDS, GeneratorStats, IdBlock, IdGenerator};
+pub use generator::{DEFAULT_MAX_BORROW_SECONDS, GeneratorStats, HaltReason, IdBlock, IdGenerator};
 pub use layout::{DEFAULT_SERVICE_BITS, Decoded, IdRange, Layout};
 
 /// Why an ID could not be made.
@@ -37,4 +37,27 @@ pub enum IdError {
     ReversedRange { from: i64, to: i64 },
     #[error("a block must ask for at least one ID")]
     EmptyBlock,
+    #[error(
+        "service ID {service_id}: its lease was lost, so no more IDs are issued under it \
+         (another process may hold it now)"
+    )]
+    LeaseLost { service_id: u32 },
+    #[error("service ID {service_id}: its lease was released; no more IDs are issued under it")]
+    Released { service_id: u32 },
+    #[error(
+        "service ID {service_id}: the next ID second {unix_seconds} is past the persisted \
+         high-water mark {mark}; refused until the lease raises the mark"
+    )]
+    PastMark {
+        service_id: u32,
+        unix_seconds: u64,
+        mark: u64,
+    },
+}
+
+impl IdError {
+    /// Whether asking again later may succeed: only a mark the lease has not raised yet.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, IdError::PastMark { .. })
+    }
 }

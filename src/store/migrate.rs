@@ -173,6 +173,29 @@ pub fn pending<'a>(
     Ok(todo)
 }
 
+/// Refuses unless every known migration is applied: workers use the schema, `logstamp migrate`
+/// makes it.
+pub async fn check_up_to_date(conn: &mut Conn, known: &[Migration]) -> Result<(), StoreError> {
+    const NO_SUCH_TABLE: u16 = 1146;
+    let recorded = match recorded(conn).await {
+        Err(e) if e.server_code() == Some(NO_SUCH_TABLE) => Vec::new(),
+        other => other?,
+    };
+    match pending(known, &recorded)?.as_slice() {
+        [] => Ok(()),
+        [first, rest @ ..] => Err(StoreError::Refused(format!(
+            "database {} lacks migration {} ({}){}: run logstamp migrate first",
+            current_database(conn).await?,
+            first.version,
+            first.name,
+            match rest.len() {
+                0 => String::new(),
+                n => format!(" and {n} later"),
+            }
+        ))),
+    }
+}
+
 /// Applies the migrations not yet recorded, in order, and returns them. The caller serializes
 /// concurrent runs (see `lock`).
 pub async fn apply(conn: &mut Conn, known: &[Migration]) -> Result<Vec<Applied>, StoreError> {

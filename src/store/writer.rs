@@ -17,13 +17,13 @@ mod infile;
 mod insert;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use backon::{ExponentialBuilder, Retryable};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts, Transaction, TxOpts, Value};
 use tokio::sync::OnceCell;
 
+use super::retry::retrying;
 use super::{Ident, StoreError, db};
 use crate::config::{InsertMethod, Settings};
 use crate::transform::MappedRow;
@@ -101,8 +101,8 @@ pub struct Committed {
     pub rows: usize,
     /// Dead letters stored: the batch's own plus the refused rows.
     pub dead_letters: usize,
-    /// Rows the database refused, now among the dead letters.
-    pub refused: usize,
+    /// Rows the database refused, as they were stored among the dead letters.
+    pub refused: Vec<DeadLetter>,
 }
 
 /// Writes batches on a pool of `store.concurrency` connections; clones share the pool, and
@@ -164,53 +164,52 @@ impl Writer {
     /// `store.give_up_after`.
     pub async fn write(&self, batch: &Batch) -> Result<WriteOutcome, StoreError> {
         self.check(batch)?;
-        let started = Instant::now();
-        let give_up_after = self.inner.give_up_after;
-        // Retries go on until `give_up_after` has passed; capping each wait at a quarter of it
-        // bounds the overshoot past the deadline.
-        let min_delay = Duration::from_millis(50);
-        let backoff = ExponentialBuilder::default()
-            .with_jitter()
-            .with_min_delay(min_delay)
-            .with_max_delay(
-                Duration::from_secs(10)
-                    .min(give_up_after / 4)
-                    .max(min_delay),
-            )
-            .without_max_times();
-        (|| self.attempt(batch))
-            .retry(backoff)
-            .when(|e: &StoreError| e.is_transient() && started.elapsed() < give_up_after)
-            .notify(|e: &StoreError, wait: Duration| {
-                tracing::warn!(
-                    topic = %batch.topic,
-                    partition = batch.partition,
-                    start_offset = batch.start_offset,
-                    retry_in = ?wait,
-                    "writing a batch failed, retrying: {e}"
-                );
-            })
-            .await
-    }
-
-    /// The partition's stored next offset, to seek to on assignment; `None` if never written.
-    pub async fn stored_offset(
-        &self,
-        consumer_group: &str,
-        topic: &str,
-        partition: i32,
-    ) -> Result<Option<i64>, StoreError> {
-        let context = || format!("reading the stored offset of {topic}/{partition}");
-        let mut conn = self.conn().await?;
-        conn.exec_first(
-            format!(
-                "SELECT next_offset FROM `{OFFSETS_TABLE}` \
-                 WHERE consumer_group = ? AND topic = ? AND kafka_partition = ?"
-            ),
-            (consumer_group, topic, partition),
+        retrying(
+            self.inner.give_up_after,
+            || {
+                format!(
+                    "writing the batch of {}/{} from offset {}",
+                    batch.topic, batch.partition, batch.start_offset
+                )
+            },
+            || self.attempt(batch),
         )
         .await
-        .map_err(StoreError::mysql(context()))
+    }
+
+    /// The partitions' stored next offsets, to seek to on assignment, in the order asked;
+    /// `None` for a partition never written. Retried like a write.
+    pub async fn stored_offsets(
+        &self,
+        consumer_group: &str,
+        partitions: &[(&str, i32)],
+    ) -> Result<Vec<Option<i64>>, StoreError> {
+        let read = async || {
+            let mut conn = self.conn().await?;
+            let mut stored = Vec::with_capacity(partitions.len());
+            for (topic, partition) in partitions {
+                let offset: Option<i64> = conn
+                    .exec_first(
+                        format!(
+                            "SELECT next_offset FROM `{OFFSETS_TABLE}` \
+                             WHERE consumer_group = ? AND topic = ? AND kafka_partition = ?"
+                        ),
+                        (consumer_group, topic, partition),
+                    )
+                    .await
+                    .map_err(StoreError::mysql(format!(
+                        "reading the stored offset of {topic}/{partition}"
+                    )))?;
+                stored.push(offset);
+            }
+            Ok(stored)
+        };
+        retrying(
+            self.inner.give_up_after,
+            || "reading stored offsets".to_string(),
+            read,
+        )
+        .await
     }
 
     /// Loads rows with one `LOAD DATA LOCAL INFILE` outside any batch, offset or transaction:
@@ -350,20 +349,24 @@ impl Writer {
                 Err(InsertError::Store(e)) => return Err(e),
             }
         };
+        let refused: Vec<DeadLetter> = refused
+            .into_iter()
+            .map(|(i, reason)| {
+                let row = &batch.rows[i];
+                DeadLetter {
+                    offset: row.offset,
+                    reason: format!("the database refused the row: {reason}"),
+                    raw: row.mapped.document.as_bytes().to_vec(),
+                }
+            })
+            .collect();
         let mut dead_letters = batch.dead_letters.clone();
-        dead_letters.extend(refused.iter().map(|(i, reason)| {
-            let row = &batch.rows[*i];
-            DeadLetter {
-                offset: row.offset,
-                reason: format!("the database refused the row: {reason}"),
-                raw: row.mapped.document.as_bytes().to_vec(),
-            }
-        }));
+        dead_letters.extend(refused.iter().cloned());
         let dead = insert_dead_letters(tx, batch, &dead_letters, budget).await?;
         Ok(Step::Commit(Committed {
             rows: batch.rows.len() - refused.len(),
             dead_letters: dead,
-            refused: refused.len(),
+            refused,
         }))
     }
 

@@ -7,6 +7,7 @@
 
 mod convert;
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
 use crate::store::schema::{ColumnSpec, ColumnType, DEFAULT_STRING_LENGTH};
@@ -28,6 +29,16 @@ pub enum MapError {
     TooDeep,
     #[error("column {column}: {reason}")]
     Column { column: String, reason: String },
+}
+
+/// How a message's bytes become the document the columns are mapped from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MessageFormat {
+    /// The message is a JSON document.
+    Json,
+    /// The message is UTF-8 text, mapped as the document `{"message": text}`.
+    Raw,
 }
 
 /// One column as the mapper uses it.
@@ -74,13 +85,36 @@ impl Mapper {
         self.columns.iter().map(|c| c.name.as_str())
     }
 
+    /// Maps a message written in `format`.
+    pub fn map_message(
+        &self,
+        format: MessageFormat,
+        message: &[u8],
+    ) -> Result<MappedRow, MapError> {
+        match format {
+            MessageFormat::Json => self.map(message),
+            MessageFormat::Raw => {
+                let text = utf8(message)?;
+                let document = serde_json::json!({ "message": text });
+                let encoded = document.to_string();
+                self.map_document(&document, encoded)
+            }
+        }
+    }
+
+    /// Maps a JSON message.
     pub fn map(&self, message: &[u8]) -> Result<MappedRow, MapError> {
-        let text = std::str::from_utf8(message).map_err(|e| MapError::NotUtf8(e.valid_up_to()))?;
+        let text = utf8(message)?;
         let document: Json =
             serde_json::from_str(text).map_err(|e| MapError::NotJson(e.to_string()))?;
         if depth(&document) > MAX_JSON_DEPTH {
             return Err(MapError::TooDeep);
         }
+        self.map_document(&document, text.to_string())
+    }
+
+    /// Takes each column from `document`; `text` is the document as it is stored.
+    fn map_document(&self, document: &Json, text: String) -> Result<MappedRow, MapError> {
         let values = self
             .columns
             .iter()
@@ -96,9 +130,13 @@ impl Mapper {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(MappedRow {
             values,
-            document: text.to_string(),
+            document: text,
         })
     }
+}
+
+fn utf8(message: &[u8]) -> Result<&str, MapError> {
+    std::str::from_utf8(message).map_err(|e| MapError::NotUtf8(e.valid_up_to()))
 }
 
 /// Nesting depth: a scalar is 0, `[]` is 1, `[[]]` is 2. serde_json caps parsing at 128 levels, so

@@ -48,6 +48,35 @@ fn at(y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32, ms: u32) -> SqlValue {
 }
 
 #[test]
+fn raw_messages_are_mapped_as_a_message_field() {
+    let columns = [
+        spec("message", "/message", ColumnType::Text, None),
+        spec("level", "/level", ColumnType::String, Some(16)),
+    ];
+    let mapper = Mapper::new(&columns);
+    let line = "GET /a?b=\"c\" 200 {not json}";
+    let row = mapper
+        .map_message(MessageFormat::Raw, line.as_bytes())
+        .unwrap();
+    assert_eq!(row.values, [text(line), SqlValue::Null]);
+    let stored: serde_json::Value = serde_json::from_str(&row.document).unwrap();
+    assert_eq!(stored, json!({ "message": line }));
+    // JSON in raw format is still text, not parsed.
+    let row = mapper
+        .map_message(MessageFormat::Raw, br#"{"level":"x"}"#)
+        .unwrap();
+    assert_eq!(row.values, [text(r#"{"level":"x"}"#), SqlValue::Null]);
+    assert_eq!(
+        mapper.map_message(MessageFormat::Raw, b"\xffbad"),
+        Err(MapError::NotUtf8(0))
+    );
+    assert_eq!(
+        mapper.map_message(MessageFormat::Json, b"plain"),
+        mapper.map(b"plain")
+    );
+}
+
+#[test]
 fn missing_and_null_are_null_for_every_type() {
     for t in [
         ColumnType::String,

@@ -2,13 +2,14 @@
 //! so tests run in parallel and leave nothing behind. A missing server fails the test loudly.
 #![allow(dead_code)]
 
+pub mod ingest;
+pub mod mariadb;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use logstamp::config::{MysqlUrl, Settings, Sources};
 use mysql_async::prelude::Queryable;
-
-pub mod mariadb;
 
 /// The server the tests use; `LOGSTAMP_TEST_MYSQL` points them elsewhere.
 pub fn server_url() -> String {
@@ -19,32 +20,37 @@ pub fn server_url() -> String {
 pub struct TestDb {
     pub name: String,
     pub url: String,
+    /// `mysql://user@host:port` of the server it is on.
+    server: String,
 }
 
 impl TestDb {
     /// Names the database after the test (`hint`), the process and a counter.
     pub async fn create(hint: &str) -> TestDb {
+        TestDb::create_on(&server_url(), hint).await
+    }
+
+    /// On the server at `server` (`mysql://user@host:port`).
+    pub async fn create_on(server: &str, hint: &str) -> TestDb {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let name = format!(
             "lst_{hint}_{}_{}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::SeqCst)
         );
-        let mut conn = mysql_async::Conn::from_url(format!("{}/", server_url()))
+        let mut conn = mysql_async::Conn::from_url(format!("{server}/"))
             .await
             .unwrap_or_else(|e| {
-                panic!(
-                    "these tests need MariaDB at {} (root, empty password): {e}",
-                    server_url()
-                )
+                panic!("these tests need MariaDB at {server} (root, empty password): {e}")
             });
         conn.query_drop(format!("DROP DATABASE IF EXISTS `{name}`"))
             .await
             .unwrap();
         conn.disconnect().await.unwrap();
         TestDb {
-            url: format!("{}/{name}", server_url()),
+            url: format!("{server}/{name}"),
             name,
+            server: server.to_string(),
         }
     }
 
@@ -76,7 +82,7 @@ impl TestDb {
 impl Drop for TestDb {
     fn drop(&mut self) {
         // Drop runs outside any runtime guarantee: use a thread with its own small runtime.
-        let (url, name) = (format!("{}/", server_url()), self.name.clone());
+        let (url, name) = (format!("{}/", self.server), self.name.clone());
         let dropped = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

@@ -23,8 +23,8 @@ use logstamp::relay::{RelayContext, apply, capture};
 use logstamp::store::encode::push_sql_string;
 use logstamp::store::migrate;
 
-use super::UsageError;
-use super::output::Output;
+use crate::cli::UsageError;
+use crate::cli::output::Output;
 
 #[derive(Debug, Args)]
 pub struct RelayArgs {

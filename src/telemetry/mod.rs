@@ -1,5 +1,11 @@
-//! Logging: `tracing` to stderr, filtered by `RUST_LOG` or `telemetry.log_level`, as text or JSON.
-//! Stdout is left to commands' own output.
+//! Logging: `tracing` to stderr, filtered by `RUST_LOG` or `telemetry.log_level`, as text or JSON
+//! (stdout is left to commands' own output); Prometheus metrics and health checks over HTTP on
+//! `telemetry.listen` (`exporter`, `server`).
+
+pub mod exporter;
+pub mod server;
+
+use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
@@ -10,8 +16,10 @@ pub fn init(settings: &TelemetrySettings) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&settings.log_level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colours only for a person at a terminal, not in files and log collectors.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let _ = match settings.log_format {
         LogFormat::Text => builder.try_init(),

@@ -8,27 +8,19 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use clap::{Args, Subcommand};
+use clap::Args;
 use mysql_async::prelude::Queryable;
 use serde::Serialize;
 use serde_json::json;
 
-use logstamp::config::{InsertMethod, MysqlUrl, Settings, Sources};
+use logstamp::config::{InsertMethod, Settings, Sources};
 use logstamp::id::IdGenerator;
-use logstamp::store::{Batch, Row, WriteOutcome, Writer, db};
+use logstamp::store::{Batch, Row, WriteOutcome, Writer};
 use logstamp::transform::Mapper;
 
-use super::output::Output;
-use super::{UsageError, load_settings};
-
-#[derive(Debug, Subcommand)]
-pub enum BenchCommand {
-    /// Rows per second through the store writer for each insert method, and the ceiling.
-    Store(StoreArgs),
-    /// Changes per second through the relay's capture and apply, and its lag at a fixed rate,
-    /// beside MariaDB's own replication.
-    Relay(super::bench_relay::RelayArgs),
-}
+use super::{in_scratch_database, log_message, median};
+use crate::cli::output::Output;
+use crate::cli::{UsageError, load_settings};
 
 #[derive(Debug, Args)]
 pub struct StoreArgs {
@@ -73,17 +65,7 @@ struct RunResult {
     server: serde_json::Value,
 }
 
-pub fn run(command: BenchCommand, sources: Sources) -> anyhow::Result<ExitCode> {
-    match command {
-        BenchCommand::Store(args) => store(args, sources),
-        BenchCommand::Relay(args) => {
-            super::bench_relay::run(args, load_settings(&sources)?)?;
-            Ok(ExitCode::SUCCESS)
-        }
-    }
-}
-
-fn store(args: StoreArgs, sources: Sources) -> anyhow::Result<ExitCode> {
+pub fn store(args: StoreArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&sources)?;
     if args.rows == 0 || args.runs == 0 {
         return Err(UsageError("--rows and --runs must be at least 1".into()).into());
@@ -131,29 +113,14 @@ struct Plan {
 }
 
 async fn bench_store(mut settings: Settings, plan: Plan) -> anyhow::Result<()> {
-    let scratch = scratch_url(&settings.mysql.url)?;
-    settings.mysql.url = scratch.clone();
     settings.store.concurrency = plan.concurrency;
-    db::create_database(&scratch).await?;
-    let result = bench_in(&settings, &plan).await;
-    let dropped = drop_database(&scratch).await;
-    result?;
-    dropped
+    in_scratch_database(settings, async |settings| bench_in(settings, &plan).await).await
 }
 
 async fn bench_in(settings: &Settings, plan: &Plan) -> anyhow::Result<()> {
     let mut conn = mysql_async::Conn::from_url(settings.mysql.url.expose())
         .await
         .context("connecting to the scratch database")?;
-    // The scratch database gets the same schema as production: migrations and the log table.
-    logstamp::store::migrate::run(
-        &mut conn,
-        &logstamp::store::migrate::builtin()?,
-        &logstamp::store::log_table::TableSpec::from_settings(settings),
-        chrono::Utc::now(),
-        false,
-    )
-    .await?;
 
     let started = Instant::now();
     let (partitions, message_bytes) = make_batches(settings, plan)?;
@@ -229,13 +196,20 @@ async fn bench_in(settings: &Settings, plan: &Plan) -> anyhow::Result<()> {
         }
     }
 
-    let ceiling = median(&results, CEILING);
-    let parallel = median(&results, PARALLEL_CEILING);
+    let rates = |method: &str| -> Vec<f64> {
+        results
+            .iter()
+            .filter(|r| r.method == method)
+            .map(|r| r.rows_per_second)
+            .collect()
+    };
+    let ceiling = median(rates(CEILING));
+    let parallel = median(rates(PARALLEL_CEILING));
     let mut names: Vec<String> = plan.methods.iter().map(|m| m.to_string()).collect();
     names.extend([CEILING.to_string(), PARALLEL_CEILING.to_string()]);
     let percent = |rate: f64, of: f64| (1000.0 * rate / of).round() / 10.0;
     for name in names {
-        let rate = median(&results, &name);
+        let rate = median(rates(&name));
         out.json(&json!({
             "summary": name,
             "runs": plan.runs,
@@ -253,7 +227,9 @@ async fn bench_in(settings: &Settings, plan: &Plan) -> anyhow::Result<()> {
 /// generator and mapped as the writer's caller would. Returns the batches and the message bytes.
 fn make_batches(settings: &Settings, plan: &Plan) -> anyhow::Result<(Vec<Vec<Batch>>, usize)> {
     let mapper = Mapper::new(&settings.store.columns);
-    let generator = IdGenerator::new(settings.id.layout, settings.id.service_id)?;
+    // Rows for a scratch database, dropped afterwards: these IDs need no lease.
+    let service_id = settings.id.service_id.fixed().unwrap_or(0);
+    let generator = IdGenerator::new(settings.id.layout, service_id)?;
     let mut partitions: Vec<Vec<Batch>> = vec![Vec::new(); plan.concurrency];
     let mut offsets = vec![0i64; plan.concurrency];
     let mut bytes = 0;
@@ -271,7 +247,7 @@ fn make_batches(settings: &Settings, plan: &Plan) -> anyhow::Result<(Vec<Vec<Bat
             ids.extend(generator.next_block(want)?.iter());
         }
         for (k, id) in ids.into_iter().enumerate() {
-            let message = log_message(made + k);
+            let message = log_message((made + k) as u64);
             bytes += message.len();
             let mapped = mapper
                 .map(message.as_bytes())
@@ -295,35 +271,6 @@ fn make_batches(settings: &Settings, plan: &Plan) -> anyhow::Result<(Vec<Vec<Bat
         made += count;
     }
     Ok((partitions, bytes))
-}
-
-/// A typical log line of about 300 bytes, varied a little by `n`.
-fn log_message(n: usize) -> String {
-    const LEVELS: &[&str] = &["info", "info", "info", "info", "warn", "error", "debug"];
-    const SERVICES: &[&str] = &["checkout", "search", "auth", "payments", "catalog"];
-    // A cheap, fixed scramble so values are not all alike.
-    let h = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    let millis = 1_714_566_896_000 + n as i64;
-    let time = chrono::DateTime::from_timestamp_millis(millis)
-        .unwrap_or_default()
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-    json!({
-        "time": time,
-        "level": LEVELS[n % LEVELS.len()],
-        "host": format!("web-{:03}.eu-west-1.example.com", h % 200),
-        "service": SERVICES[n % SERVICES.len()],
-        "message": format!(
-            "GET /api/v1/orders/{} 200 in {}.{}ms user={} request_id={:016x} upstream=orders-db-primary",
-            h % 1_000_000,
-            h % 90 + 1,
-            h % 10,
-            h % 50_000,
-            h
-        ),
-        "trace_id": format!("{h:016x}{:016x}", h.rotate_left(17)),
-        "client": format!("10.{}.{}.{}", h % 256, (h >> 8) % 256, (h >> 16) % 256),
-    })
-    .to_string()
 }
 
 /// Every partition's batches in order, the partitions at once.
@@ -406,36 +353,4 @@ fn run_result(
         rows_per_second: (rows as f64 / seconds).round(),
         server: server.into(),
     }
-}
-
-fn median(results: &[RunResult], method: &str) -> f64 {
-    let mut rates: Vec<f64> = results
-        .iter()
-        .filter(|r| r.method == method)
-        .map(|r| r.rows_per_second)
-        .collect();
-    rates.sort_by(f64::total_cmp);
-    match rates.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => rates[n / 2],
-        n => (rates[n / 2 - 1] + rates[n / 2]) / 2.0,
-    }
-}
-
-/// `mysql.url` with the database replaced by a scratch one of this process.
-fn scratch_url(url: &MysqlUrl) -> anyhow::Result<MysqlUrl> {
-    let mut scratch = url::Url::parse(url.expose()).context("mysql.url")?;
-    scratch.set_path(&format!("/logstamp_bench_{}", std::process::id()));
-    MysqlUrl::try_from(scratch.to_string()).map_err(|e| anyhow::anyhow!("scratch database: {e}"))
-}
-
-async fn drop_database(url: &MysqlUrl) -> anyhow::Result<()> {
-    let mut conn = mysql_async::Conn::from_url(url.expose())
-        .await
-        .context("connecting to drop the scratch database")?;
-    conn.query_drop(format!("DROP DATABASE IF EXISTS `{}`", url.database()))
-        .await
-        .context("dropping the scratch database")?;
-    conn.disconnect().await?;
-    Ok(())
 }

@@ -1,0 +1,105 @@
+//! `logstamp bench`: throughput measurements against a scratch database beside `mysql.url`'s,
+//! created and dropped by the command.
+
+mod ingest;
+mod relay;
+mod store;
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Subcommand;
+use mysql_async::prelude::Queryable;
+
+use chrono::Utc;
+
+use logstamp::config::{MysqlUrl, Settings, Sources};
+use logstamp::ingest::sample;
+use logstamp::store::log_table::TableSpec;
+use logstamp::store::{db, migrate};
+
+use super::db::with_database;
+use super::load_settings;
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Rows per second through the store writer for each insert method, and the ceiling.
+    Store(store::StoreArgs),
+    /// Records per second from Kafka to MySQL through ingest workers, against the LOAD DATA
+    /// ceiling of the same rows, with the workers' peak memory.
+    Ingest(ingest::IngestArgs),
+    /// Changes per second through the relay's capture and apply, and its lag at a fixed rate,
+    /// beside MariaDB's own replication.
+    Relay(relay::RelayArgs),
+}
+
+pub fn run(command: BenchCommand, sources: Sources) -> anyhow::Result<ExitCode> {
+    match command {
+        BenchCommand::Store(args) => store::store(args, sources),
+        BenchCommand::Ingest(args) => ingest::ingest(args, sources),
+        BenchCommand::Relay(args) => {
+            relay::run(args, load_settings(&sources)?)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The benchmarks' message `n`, timed a fixed instant plus `n` milliseconds.
+pub fn log_message(n: u64) -> String {
+    let at =
+        chrono::DateTime::from_timestamp_millis(1_714_566_896_000 + n as i64).unwrap_or_default();
+    sample::log_message(n, at)
+}
+
+/// The median of `values` (0 for none).
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// Runs `bench` in a scratch database beside `mysql.url`'s, with the schema production has
+/// (migrations and the log table), and drops the database afterwards whatever happened.
+pub async fn in_scratch_database<T>(
+    mut settings: Settings,
+    bench: impl AsyncFnOnce(&Settings) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let scratch = with_database(
+        &settings.mysql.url,
+        &format!("logstamp_bench_{}", std::process::id()),
+    )?;
+    settings.mysql.url = scratch.clone();
+    db::create_database(&scratch).await?;
+    let result = async {
+        let mut conn = db::connect(&scratch).await?;
+        migrate::run(
+            &mut conn,
+            &migrate::builtin()?,
+            &TableSpec::from_settings(&settings),
+            Utc::now(),
+            false,
+        )
+        .await?;
+        conn.disconnect().await?;
+        bench(&settings).await
+    }
+    .await;
+    let dropped = drop_database(&scratch).await;
+    let value = result?;
+    dropped?;
+    Ok(value)
+}
+
+async fn drop_database(url: &MysqlUrl) -> anyhow::Result<()> {
+    let mut conn = mysql_async::Conn::from_url(url.expose())
+        .await
+        .context("connecting to drop the scratch database")?;
+    conn.query_drop(format!("DROP DATABASE IF EXISTS `{}`", url.database()))
+        .await
+        .context("dropping the scratch database")?;
+    conn.disconnect().await?;
+    Ok(())
+}

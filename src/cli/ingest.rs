@@ -1,0 +1,97 @@
+//! `logstamp ingest`: one worker of the fleet, until SIGTERM or SIGINT.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, anyhow};
+use clap::Args;
+
+use logstamp::config::Sources;
+use logstamp::ingest::{self, IngestError, IngestStats};
+use logstamp::store::lease::HeldLease;
+use logstamp::telemetry::exporter::{Exporter, WorkerView};
+use logstamp::telemetry::server;
+
+use super::output::Output;
+use super::{UsageError, load_settings};
+
+#[derive(Debug, Args)]
+pub struct IngestArgs {
+    /// This process's service ID, or auto [default: id.service_id].
+    #[arg(long, value_name = "N|auto")]
+    service_id: Option<String>,
+}
+
+pub fn run(args: IngestArgs, sources: Sources) -> anyhow::Result<ExitCode> {
+    let sources = match args.service_id {
+        Some(id) => sources.set("id.service_id", id),
+        None => sources,
+    };
+    let settings = load_settings(&sources)?;
+    let stats = Arc::new(IngestStats::default());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let result = runtime.block_on(async {
+        let stop = termination()?;
+        // The worker stamps only under a lease of its service ID; losing it stops the worker
+        // at once, without flushing (stamping is refused from then on).
+        // The address first: one in use is a mistake to report before anything starts.
+        let listener = server::bind(settings.telemetry.listen).await?;
+        if let Ok(address) = listener.local_addr() {
+            tracing::info!(%address, "serving /metrics, /health/live and /health/ready");
+        }
+        let lease = HeldLease::acquire(&settings).await?;
+        let view = WorkerView {
+            stats: stats.clone(),
+            generator: lease.generator().clone(),
+            lease: lease.watch(),
+        };
+        let telemetry = server::serve(listener, Exporter::install()?, view, &settings);
+        let worker = ingest::run(
+            &settings,
+            lease.generator().clone(),
+            stats.clone(),
+            stop,
+        );
+        let result = tokio::select! {
+            result = worker => result,
+            reason = lease.lost() => {
+                return Err(anyhow!(
+                    "the lease of service ID {} was lost ({reason}); stopped without stamping further",
+                    lease.service_id()
+                ));
+            }
+        };
+        telemetry.abort();
+        if let Err(e) = lease.release().await {
+            tracing::warn!("releasing the service-ID lease (it expires by itself): {e}");
+        }
+        Ok(result)
+    });
+    // The totals on stdout, one JSON line, for scripts and the ingest benchmark.
+    let mut out = Output::new();
+    out.json(&serde_json::json!({ "stopped": stats.snapshot() }))?;
+    out.finish()?;
+    match result? {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(IngestError::Config(reason)) => Err(UsageError(reason).into()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Watches SIGTERM and SIGINT (Ctrl-C) from now on and resolves on the first. Registering at
+/// once, before the slow start-up work, means a signal during start-up is a clean stop too,
+/// not the default action (death).
+pub(super) fn termination() -> anyhow::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("watching SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("watching SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    })
+}

@@ -1,0 +1,553 @@
+//! The Kafka side of a worker: one thread owns the consumer, polls it, answers rebalances and
+//! carries out the dispatcher's requests (pause, resume, seek, commit).
+//!
+//! A thread of its own, not a task, because librdkafka runs the rebalance callback inside
+//! `poll`, and the callback must block: on assignment it reads the partitions' next offsets from
+//! MySQL before assigning them, and on revocation it waits until the dispatcher has finished or
+//! abandoned the partitions' batches. Both go through the runtime's handle.
+//!
+//! Everything the thread hands over travels in one ordered channel, so the dispatcher sees an
+//! assignment before the partition's first message and every message of a partition before its
+//! revocation.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc as std_mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::KafkaError;
+use rdkafka::topic_partition_list::TopicPartitionList;
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientContext, Message, Offset, Statistics};
+use tokio::runtime::Handle;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{IngestError, IngestStats, PartitionLag};
+use crate::store::Writer;
+
+/// How long one `poll` waits for a message; also how soon a request is carried out.
+const POLL_WAIT: Duration = Duration::from_millis(50);
+
+/// How long a revocation waits for the partitions' batches being written. Past it the
+/// partitions are given up anyway: a late batch cannot commit, because the new owner's first
+/// commit moves the offset its claim is conditional on.
+const REVOKE_WAIT: Duration = Duration::from_secs(30);
+
+/// How long a seek is waited for, so its failure is seen (a seek not waited for reports none).
+const SEEK_WAIT: Duration = Duration::from_secs(1);
+
+/// One partition of one topic.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PartitionKey {
+    pub topic: Arc<str>,
+    pub partition: i32,
+}
+
+impl fmt::Display for PartitionKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.topic, self.partition)
+    }
+}
+
+/// A message taken off Kafka.
+#[derive(Debug)]
+pub struct Incoming {
+    pub key: PartitionKey,
+    pub offset: i64,
+    /// `None` for a tombstone. At most `ingest.max_message_bytes`: the rest of a larger
+    /// message is not copied.
+    pub payload: Option<Vec<u8>>,
+    /// The payload's full size.
+    pub size: usize,
+}
+
+/// What the consumer thread tells the dispatcher, in order.
+#[derive(Debug)]
+pub enum Event {
+    /// Partitions now ours, each with the next offset stored in MySQL (`None`: never written;
+    /// reading starts at Kafka's committed offset, else `auto.offset.reset`).
+    Assigned(Vec<(PartitionKey, Option<i64>)>),
+    /// Partitions being taken away; answer once none of their batches is being written.
+    Revoked {
+        partitions: Vec<PartitionKey>,
+        done: oneshot::Sender<()>,
+    },
+    Message(Incoming),
+    /// A seek asked for with this generation is done: the partition's next messages follow it.
+    Seeked {
+        key: PartitionKey,
+        generation: u64,
+    },
+    /// The consumer cannot go on.
+    Failed(IngestError),
+}
+
+/// What the dispatcher asks of the consumer thread.
+#[derive(Debug)]
+pub enum Request {
+    /// Stop fetching every partition (memory budget reached).
+    Pause,
+    Resume,
+    /// Read the partition again from `offset`, then send [`Event::Seeked`].
+    Seek {
+        key: PartitionKey,
+        offset: i64,
+        generation: u64,
+    },
+    /// Commit these next offsets to Kafka, for lag monitoring only.
+    Commit(Vec<(PartitionKey, i64)>),
+    /// Shutting down: hand over no more messages.
+    Stop,
+    /// Leave the group and end the thread.
+    Close,
+}
+
+/// The consumer's callbacks: rebalances, commit results.
+pub struct IngestContext {
+    handle: Handle,
+    events: mpsc::Sender<Event>,
+    writer: Writer,
+    group: String,
+    /// Set while the dispatcher asked for a pause: newly assigned partitions start paused.
+    paused: AtomicBool,
+    /// Set once the consumer is closing: revocations no longer wait for the dispatcher.
+    closing: AtomicBool,
+    /// Where the consumer lag from librdkafka's statistics goes.
+    stats: Arc<IngestStats>,
+}
+
+impl IngestContext {
+    pub fn new(
+        handle: Handle,
+        events: mpsc::Sender<Event>,
+        writer: Writer,
+        group: String,
+        stats: Arc<IngestStats>,
+    ) -> Self {
+        IngestContext {
+            handle,
+            events,
+            writer,
+            group,
+            stats,
+            paused: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+        }
+    }
+
+    fn send(&self, event: Event) {
+        // Fails only once the dispatcher is gone, when nothing is listening anyway.
+        let _ = self.handle.block_on(self.events.send(event));
+    }
+
+    fn assign(&self, consumer: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
+        let keys = keys(tpl);
+        let stored = self.handle.block_on(
+            self.writer
+                .stored_offsets(&self.group, &partition_refs(&keys)),
+        );
+        match stored {
+            Ok(stored) => {
+                for (key, offset) in keys.iter().zip(&stored) {
+                    let start = offset.map_or(Offset::Stored, Offset::Offset);
+                    if let Err(e) = tpl.set_partition_offset(&key.topic, key.partition, start) {
+                        tracing::error!(partition = %key, "setting the start offset: {e}");
+                    }
+                }
+                tracing::info!(
+                    partitions = %list(&keys),
+                    "assigned; reading from the offsets stored in MySQL"
+                );
+                self.send(Event::Assigned(keys.into_iter().zip(stored).collect()));
+            }
+            Err(e) => {
+                // The dispatcher stops on this event, before writing anything of these
+                // partitions, so they may be assigned without a known start.
+                self.send(Event::Failed(IngestError::Store(e)));
+            }
+        }
+        let assigned = match consumer.rebalance_protocol() {
+            RebalanceProtocol::Cooperative => consumer.incremental_assign(tpl),
+            _ => consumer.assign(tpl),
+        };
+        if let Err(e) = assigned {
+            self.send(Event::Failed(IngestError::kafka("assigning partitions", e)));
+        } else if self.paused.load(Ordering::Relaxed)
+            && let Err(e) = consumer.pause(tpl)
+        {
+            tracing::warn!("pausing newly assigned partitions: {e}");
+        }
+    }
+
+    fn revoke(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
+        let keys = keys(tpl);
+        tracing::info!(partitions = %list(&keys), "revoked");
+        if !self.closing.load(Ordering::Relaxed) {
+            let (done, finished) = oneshot::channel();
+            self.send(Event::Revoked {
+                partitions: keys,
+                done,
+            });
+            let waited = self
+                .handle
+                .block_on(async { tokio::time::timeout(REVOKE_WAIT, finished).await });
+            if waited.is_err() {
+                tracing::warn!(
+                    "batches of revoked partitions still being written after {REVOKE_WAIT:?}; giving the partitions up (their writes cannot commit once the new owner does)"
+                );
+            }
+        }
+        let unassigned = match consumer.rebalance_protocol() {
+            RebalanceProtocol::Cooperative => consumer.incremental_unassign(tpl),
+            _ => consumer.unassign(),
+        };
+        if let Err(e) = unassigned {
+            tracing::warn!("giving up revoked partitions: {e}");
+        }
+    }
+}
+
+impl ClientContext for IngestContext {
+    fn stats(&self, statistics: Statistics) {
+        let mut lag = Vec::new();
+        for (topic, t) in &statistics.topics {
+            for p in t.partitions.values() {
+                // Partition -1 is librdkafka's own; a negative lag is not known yet (nothing
+                // committed to Kafka); partitions not desired are not assigned to this worker.
+                let Ok(messages) = u64::try_from(p.consumer_lag) else {
+                    continue;
+                };
+                if p.partition >= 0 && p.desired {
+                    lag.push(PartitionLag {
+                        topic: topic.clone(),
+                        partition: p.partition,
+                        messages,
+                    });
+                }
+            }
+        }
+        lag.sort();
+        self.stats.set_consumer_lag(lag);
+    }
+
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        // A commit refused during a rebalance (COMMITFAIL) is expected: Kafka's offsets only
+        // feed lag tools, and the next batch's commit supersedes it.
+        if facility == "COMMITFAIL" {
+            tracing::debug!(target: "librdkafka", "{facility} {message}");
+            return;
+        }
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(target: "librdkafka", "{facility} {message}")
+            }
+            RDKafkaLogLevel::Warning => {
+                tracing::warn!(target: "librdkafka", "{facility} {message}")
+            }
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(target: "librdkafka", "{facility} {message}")
+            }
+            RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", "{facility} {message}"),
+        }
+    }
+}
+
+impl ConsumerContext for IngestContext {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => self.assign(consumer, tpl),
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => self.revoke(consumer, tpl),
+            other => {
+                // librdkafka retries the join itself; the group carries on without us meanwhile.
+                tracing::warn!("rebalance error: {other:?}");
+                if let Err(e) = consumer.unassign() {
+                    tracing::warn!("unassigning after a rebalance error: {e}");
+                }
+            }
+        }
+    }
+
+    fn commit_callback(
+        &self,
+        result: rdkafka::error::KafkaResult<()>,
+        _offsets: &TopicPartitionList,
+    ) {
+        // Kafka's copy of the offsets only feeds lag tools; MySQL's is the one that counts. The
+        // group answers commits during a rebalance with RebalanceInProgress, and the next
+        // batch's commit supersedes this one.
+        if let Err(e) = result {
+            tracing::debug!("committing offsets to Kafka: {e}");
+        }
+    }
+}
+
+fn keys(tpl: &TopicPartitionList) -> Vec<PartitionKey> {
+    tpl.elements()
+        .iter()
+        .map(|e| PartitionKey {
+            topic: Arc::from(e.topic()),
+            partition: e.partition(),
+        })
+        .collect()
+}
+
+fn partition_refs(keys: &[PartitionKey]) -> Vec<(&str, i32)> {
+    keys.iter().map(|k| (&*k.topic, k.partition)).collect()
+}
+
+fn list(keys: &[PartitionKey]) -> String {
+    keys.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The consumer thread's settings.
+pub struct PollerSettings {
+    pub max_message_bytes: usize,
+    /// Messages per second at most; `None` for no limit.
+    pub max_records_per_second: Option<std::num::NonZeroU32>,
+}
+
+/// Starts the thread that owns `consumer` until [`Request::Close`] (or until the dispatcher
+/// is gone), then closes it, leaving the group.
+pub fn spawn_poller(
+    consumer: BaseConsumer<IngestContext>,
+    requests: std_mpsc::Receiver<Request>,
+    settings: PollerSettings,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("kafka-consumer".into())
+        .spawn(move || Poller::new(consumer, settings).run(requests))
+}
+
+struct Poller {
+    consumer: BaseConsumer<IngestContext>,
+    max_message_bytes: usize,
+    limiter: Option<DefaultDirectRateLimiter>,
+    stopped: bool,
+    /// Seeks not done yet: librdkafka refuses to seek a partition whose fetcher is not running
+    /// yet, so a failed seek is tried again on the next round.
+    seeks: Vec<Seek>,
+    /// The latest offset committed to Kafka per partition.
+    committed: HashMap<PartitionKey, i64>,
+}
+
+struct Seek {
+    key: PartitionKey,
+    offset: i64,
+    generation: u64,
+}
+
+impl Poller {
+    fn new(consumer: BaseConsumer<IngestContext>, settings: PollerSettings) -> Poller {
+        Poller {
+            consumer,
+            max_message_bytes: settings.max_message_bytes,
+            limiter: settings
+                .max_records_per_second
+                .map(|n| RateLimiter::direct(Quota::per_second(n))),
+            stopped: false,
+            seeks: Vec::new(),
+            committed: HashMap::new(),
+        }
+    }
+
+    fn run(mut self, requests: std_mpsc::Receiver<Request>) {
+        'polling: loop {
+            loop {
+                match requests.try_recv() {
+                    Ok(Request::Close) | Err(std_mpsc::TryRecvError::Disconnected) => {
+                        break 'polling;
+                    }
+                    Ok(request) => self.carry_out(request),
+                    Err(std_mpsc::TryRecvError::Empty) => break,
+                }
+            }
+            self.seek_pending();
+            match self.consumer.poll(POLL_WAIT) {
+                None => {}
+                Some(Err(e)) => tracing::warn!("consuming: {e}"),
+                Some(Ok(message)) => {
+                    if self.stopped {
+                        continue;
+                    }
+                    let context = self.consumer.context();
+                    if let Some(limiter) = &self.limiter {
+                        context.handle.block_on(limiter.until_ready());
+                    }
+                    let payload = message.payload();
+                    let incoming = Incoming {
+                        key: PartitionKey {
+                            topic: Arc::from(message.topic()),
+                            partition: message.partition(),
+                        },
+                        offset: message.offset(),
+                        size: payload.map_or(0, <[u8]>::len),
+                        payload: payload
+                            .map(|p| p[..p.len().min(self.max_message_bytes + 1)].to_vec()),
+                    };
+                    if context
+                        .handle
+                        .block_on(context.events.send(Event::Message(incoming)))
+                        .is_err()
+                    {
+                        break 'polling;
+                    }
+                }
+            }
+        }
+        self.commit_final();
+        self.consumer
+            .context()
+            .closing
+            .store(true, Ordering::Relaxed);
+        // Dropping the consumer closes it: it leaves the group (unless it is a static member)
+        // and serves the final revocation on this thread.
+    }
+
+    /// Tries the pending seeks; one of a partition no longer assigned is dropped (the
+    /// dispatcher forgets the partition when it hears of the revocation).
+    fn seek_pending(&mut self) {
+        if self.seeks.is_empty() {
+            return;
+        }
+        let consumer = &self.consumer;
+        let assignment = match consumer.assignment() {
+            Ok(assignment) => assignment,
+            Err(e) => {
+                tracing::warn!("reading the assignment: {e}");
+                return;
+            }
+        };
+        self.seeks.retain(|seek| {
+            let Seek {
+                key,
+                offset,
+                generation,
+            } = seek;
+            if assignment
+                .find_partition(&key.topic, key.partition)
+                .is_none()
+            {
+                return false;
+            }
+            match consumer.seek(
+                &key.topic,
+                key.partition,
+                Offset::Offset(*offset),
+                SEEK_WAIT,
+            ) {
+                Ok(()) => {
+                    consumer.context().send(Event::Seeked {
+                        key: key.clone(),
+                        generation: *generation,
+                    });
+                    false
+                }
+                Err(e) => {
+                    tracing::debug!(partition = %key, offset, "seek not done yet: {e}");
+                    true
+                }
+            }
+        });
+    }
+
+    fn commit(&self, offsets: &[(PartitionKey, i64)], mode: CommitMode) {
+        let mut tpl = TopicPartitionList::new();
+        for (key, next) in offsets {
+            if let Err(e) =
+                tpl.add_partition_offset(&key.topic, key.partition, Offset::Offset(*next))
+            {
+                tracing::debug!(partition = %key, "committing offset {next}: {e}");
+            }
+        }
+        if let Err(e) = self.consumer.commit(&tpl, mode) {
+            tracing::debug!("committing offsets to Kafka: {e}");
+        }
+    }
+
+    /// Commits the latest offsets of the partitions still assigned and waits for Kafka, so
+    /// lag tools see where this worker stopped (the asynchronous commits may still be on
+    /// their way when the consumer closes).
+    fn commit_final(&self) {
+        let Ok(assignment) = self.consumer.assignment() else {
+            return;
+        };
+        let owned: Vec<(PartitionKey, i64)> = self
+            .committed
+            .iter()
+            .filter(|(key, _)| {
+                assignment
+                    .find_partition(&key.topic, key.partition)
+                    .is_some()
+            })
+            .map(|(key, next)| (key.clone(), *next))
+            .collect();
+        if !owned.is_empty() {
+            self.commit(&owned, CommitMode::Sync);
+        }
+    }
+
+    fn carry_out(&mut self, request: Request) {
+        let consumer = &self.consumer;
+        let assignment = || consumer.assignment();
+        match request {
+            Request::Pause | Request::Stop => {
+                if matches!(request, Request::Stop) {
+                    self.stopped = true;
+                }
+                consumer.context().paused.store(true, Ordering::Relaxed);
+                if let Err(e) = assignment().and_then(|a| consumer.pause(&a)) {
+                    tracing::warn!("pausing the partitions: {e}");
+                }
+            }
+            Request::Resume => {
+                consumer.context().paused.store(false, Ordering::Relaxed);
+                if let Err(e) = assignment().and_then(|a| consumer.resume(&a)) {
+                    tracing::warn!("resuming the partitions: {e}");
+                }
+            }
+            Request::Seek {
+                key,
+                offset,
+                generation,
+            } => {
+                self.seeks.push(Seek {
+                    key,
+                    offset,
+                    generation,
+                });
+                self.seek_pending();
+            }
+            Request::Commit(offsets) => {
+                self.commit(&offsets, CommitMode::Async);
+                self.committed.extend(offsets);
+            }
+            Request::Close => {}
+        }
+    }
+}
+
+impl IngestError {
+    pub(super) fn kafka(context: impl Into<String>, source: KafkaError) -> IngestError {
+        IngestError::Kafka {
+            context: context.into(),
+            source,
+        }
+    }
+}

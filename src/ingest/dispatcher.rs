@@ -1,0 +1,614 @@
+//! The dispatcher: turns the consumer thread's events into batches, writes up to
+//! `store.concurrency` of them at once (one per partition at a time), commits the offsets to
+//! Kafka after MySQL, keeps the memory held under `ingest.max_buffered_bytes` by pausing the
+//! consumer, and shuts down cleanly.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::mpsc as std_mpsc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+
+use super::batcher::{BatchLimits, PartitionBatcher, PendingBatch, Record};
+use super::consumer::{Event, Incoming, PartitionKey, Request};
+use super::kafka::DeadLetterTopic;
+use super::{IngestError, IngestStats};
+use crate::config::Settings;
+use crate::id::{IdError, IdGenerator};
+use crate::store::{Batch, DeadLetter, Row, StoreError, WriteOutcome, Writer};
+use crate::telemetry::exporter;
+use crate::transform::{Mapper, MessageFormat};
+
+/// Events handled in one round of the dispatcher's loop at most.
+const EVENTS_PER_ROUND: usize = 256;
+
+/// An owned partition.
+struct Partition {
+    batcher: PartitionBatcher,
+    /// Changes on every assignment and restart, so late news of an earlier one is ignored.
+    generation: u64,
+    /// Messages are dropped until the seek of this generation is done.
+    awaiting_seek: bool,
+}
+
+/// A write's result, with what is needed to act on it.
+struct Written {
+    key: PartitionKey,
+    generation: u64,
+    start_offset: i64,
+    next_offset: i64,
+    rows: usize,
+    tombstones: usize,
+    dead_letters: Vec<DeadLetter>,
+    outcome: Result<WriteOutcome, IngestError>,
+    /// Time spent stamping and writing.
+    nanos: usize,
+}
+
+pub struct Dispatcher {
+    group: String,
+    limits: BatchLimits,
+    concurrency: usize,
+    max_buffered_bytes: usize,
+    max_message_bytes: usize,
+    format: MessageFormat,
+    mapper: Mapper,
+    writer: Writer,
+    generator: Arc<IdGenerator>,
+    stats: Arc<IngestStats>,
+    dead_letter_topic: Option<DeadLetterTopic>,
+    requests: std_mpsc::Sender<Request>,
+    partitions: HashMap<PartitionKey, Partition>,
+    writes: JoinSet<Written>,
+    /// Partitions with a batch being written, by generation (a revoked partition's write still
+    /// counts until it ends).
+    writing: HashMap<PartitionKey, u64>,
+    revocations: Vec<(Vec<PartitionKey>, oneshot::Sender<()>)>,
+    next_generation: u64,
+    paused: bool,
+    stopping: Option<Instant>,
+    shutdown_timeout: Duration,
+}
+
+impl Dispatcher {
+    pub fn new(
+        settings: &Settings,
+        writer: Writer,
+        generator: Arc<IdGenerator>,
+        stats: Arc<IngestStats>,
+        dead_letter_topic: Option<DeadLetterTopic>,
+        requests: std_mpsc::Sender<Request>,
+    ) -> Dispatcher {
+        Dispatcher {
+            group: settings.kafka.group_id.clone(),
+            limits: BatchLimits {
+                max_rows: settings.batch.max_rows,
+                max_bytes: settings.batch.max_bytes,
+                linger: settings.batch.linger(),
+            },
+            concurrency: settings.store.concurrency,
+            max_buffered_bytes: settings.ingest.max_buffered_bytes,
+            max_message_bytes: settings.ingest.max_message_bytes,
+            format: settings.ingest.format,
+            mapper: Mapper::new(&settings.store.columns),
+            writer,
+            generator,
+            stats,
+            dead_letter_topic,
+            requests,
+            partitions: HashMap::new(),
+            writes: JoinSet::new(),
+            writing: HashMap::new(),
+            revocations: Vec::new(),
+            next_generation: 0,
+            paused: false,
+            stopping: None,
+            shutdown_timeout: settings.ingest.shutdown_timeout,
+        }
+    }
+
+    pub async fn run(
+        mut self,
+        mut events: mpsc::Receiver<Event>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), IngestError> {
+        let shutdown_timeout = self.shutdown_timeout;
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            let linger = self.next_deadline();
+            let give_up = self.stopping.map(|at| at + shutdown_timeout);
+            tokio::select! {
+                biased;
+                Some(written) = self.writes.join_next(), if !self.writes.is_empty() => {
+                    match written {
+                        Ok(written) => self.on_written(written)?,
+                        Err(e) => return Err(IngestError::Store(StoreError::Refused(format!(
+                            "a batch write ended abnormally: {e}"
+                        )))),
+                    }
+                }
+                () = &mut shutdown, if self.stopping.is_none() => self.stop(),
+                event = events.recv() => match event {
+                    Some(event) => {
+                        self.on_event(event)?;
+                        // Take what else is waiting before the bookkeeping below, which looks
+                        // at every partition: once per round, not once per message.
+                        for _ in 1..EVENTS_PER_ROUND {
+                            match events.try_recv() {
+                                Ok(event) => self.on_event(event)?,
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                    None => return Err(IngestError::ConsumerGone),
+                },
+                () = sleep_until(linger), if linger.is_some() => {
+                    let now = Instant::now();
+                    for partition in self.partitions.values_mut() {
+                        partition.batcher.close_if_lingered(now);
+                    }
+                }
+                () = sleep_until(give_up), if give_up.is_some() => {
+                    let unfinished = self.writes.len()
+                        + self.partitions.values().filter(|p| !p.batcher.is_idle()).count();
+                    self.writes.abort_all();
+                    return Err(IngestError::ShutdownTimedOut { timeout: shutdown_timeout, unfinished });
+                }
+            }
+            self.start_writes();
+            self.apply_backpressure();
+            self.answer_revocations();
+            if self.stopping.is_some()
+                && self.writes.is_empty()
+                && self.partitions.values().all(|p| p.batcher.is_idle())
+            {
+                tracing::info!(counts = ?self.stats.snapshot(), "everything read is committed");
+                return Ok(());
+            }
+        }
+    }
+
+    /// Stops taking messages and flushes every open batch.
+    fn stop(&mut self) {
+        tracing::info!("shutting down: flushing and committing what was read");
+        self.stopping = Some(Instant::now());
+        self.request(Request::Stop);
+        for partition in self.partitions.values_mut() {
+            partition.batcher.close();
+        }
+    }
+
+    fn request(&self, request: Request) {
+        // Fails only once the consumer thread is gone, which the event channel reports.
+        let _ = self.requests.send(request);
+    }
+
+    fn on_event(&mut self, event: Event) -> Result<(), IngestError> {
+        match event {
+            Event::Assigned(assigned) => {
+                for (key, stored) in assigned {
+                    let generation = self.new_generation();
+                    self.partitions.insert(
+                        key,
+                        Partition {
+                            batcher: PartitionBatcher::new(self.limits, stored),
+                            generation,
+                            awaiting_seek: false,
+                        },
+                    );
+                }
+            }
+            Event::Revoked { partitions, done } => {
+                // What was read but not written is dropped: the next owner reads it again from
+                // the offset in MySQL.
+                for key in &partitions {
+                    self.partitions.remove(key);
+                }
+                self.revocations.push((partitions, done));
+            }
+            Event::Message(message) => {
+                if self.stopping.is_none() {
+                    self.on_message(message)?;
+                }
+            }
+            Event::Seeked { key, generation } => {
+                if let Some(partition) = self.partitions.get_mut(&key)
+                    && partition.generation == generation
+                {
+                    partition.awaiting_seek = false;
+                }
+            }
+            Event::Failed(e) => return Err(e),
+        }
+        self.stats.partitions.store(
+            self.partitions.len() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        Ok(())
+    }
+
+    fn on_message(&mut self, message: Incoming) -> Result<(), IngestError> {
+        let Some(partition) = self.partitions.get_mut(&message.key) else {
+            // Read before the partition was revoked; its next owner reads it again.
+            return Ok(());
+        };
+        if partition.awaiting_seek {
+            return Ok(());
+        }
+        IngestStats::add(&self.stats.consumed, 1);
+        let started = Instant::now();
+        let record = decode(
+            &self.mapper,
+            self.format,
+            self.max_message_bytes,
+            message.offset,
+            message.payload,
+            message.size,
+        );
+        IngestStats::add(&self.stats.decode_nanos, elapsed_nanos(started));
+        partition
+            .batcher
+            .push(message.offset, record, message.size, Instant::now())
+            .map_err(|source| IngestError::OffsetBehind {
+                partition: message.key.to_string(),
+                source,
+            })
+    }
+
+    /// Starts writing closed batches while there is room, one per partition at a time.
+    fn start_writes(&mut self) {
+        for (key, partition) in &mut self.partitions {
+            if self.writes.len() >= self.concurrency {
+                break;
+            }
+            if self.writing.contains_key(key) {
+                continue;
+            }
+            let Some(pending) = partition.batcher.take_next() else {
+                continue;
+            };
+            self.writing.insert(key.clone(), partition.generation);
+            let writer = self.writer.clone();
+            let generator = self.generator.clone();
+            let group = self.group.clone();
+            let key = key.clone();
+            let generation = partition.generation;
+            self.writes.spawn(async move {
+                write(writer, generator, group, key, generation, pending).await
+            });
+        }
+    }
+
+    fn on_written(&mut self, written: Written) -> Result<(), IngestError> {
+        let Written {
+            key,
+            generation,
+            start_offset,
+            next_offset,
+            rows,
+            tombstones,
+            dead_letters,
+            outcome,
+            nanos,
+        } = written;
+        IngestStats::add(&self.stats.write_nanos, nanos);
+        self.writing.remove(&key);
+        let outcome = outcome?;
+        let owned = self
+            .partitions
+            .get(&key)
+            .is_some_and(|p| p.generation == generation);
+        if owned && let Some(partition) = self.partitions.get_mut(&key) {
+            partition.batcher.written();
+        }
+        match outcome {
+            WriteOutcome::Committed(committed) => {
+                IngestStats::add(&self.stats.stored, committed.rows);
+                IngestStats::add(&self.stats.tombstones, tombstones);
+                IngestStats::add(&self.stats.dead_lettered, committed.dead_letters);
+                IngestStats::add(&self.stats.batches, 1);
+                metrics::histogram!(exporter::BATCH_SECONDS).record(nanos as f64 / 1e9);
+                metrics::histogram!(exporter::BATCH_ROWS).record(committed.rows as f64);
+                if owned {
+                    self.request(Request::Commit(vec![(key.clone(), next_offset)]));
+                }
+                let mut letters = dead_letters;
+                letters.extend(committed.refused);
+                self.publish_dead_letters(&key, letters);
+            }
+            WriteOutcome::OffsetMoved { stored } if stored == Some(next_offset) => {
+                // This batch's own earlier commit, whose acknowledgement was lost.
+                IngestStats::add(&self.stats.stored, rows);
+                IngestStats::add(&self.stats.tombstones, tombstones);
+                IngestStats::add(&self.stats.dead_lettered, dead_letters.len());
+                IngestStats::add(&self.stats.batches, 1);
+            }
+            WriteOutcome::OffsetMoved { stored } => {
+                tracing::warn!(
+                    partition = %key,
+                    start_offset,
+                    ?stored,
+                    "another writer moved the partition's offset; reading again from there"
+                );
+                let generation = self.new_generation();
+                if owned && let Some(partition) = self.partitions.get_mut(&key) {
+                    partition.batcher.restart_at(stored);
+                    partition.generation = generation;
+                    partition.awaiting_seek = true;
+                    self.request(Request::Seek {
+                        key,
+                        offset: stored.unwrap_or(start_offset),
+                        generation,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn publish_dead_letters(&self, key: &PartitionKey, letters: Vec<DeadLetter>) {
+        let Some(topic) = self.dead_letter_topic.clone() else {
+            return;
+        };
+        if letters.is_empty() {
+            return;
+        }
+        let stats = self.stats.clone();
+        let key = key.clone();
+        tokio::spawn(async move {
+            for letter in &letters {
+                let counter = if topic.send(&key.topic, key.partition, letter).await {
+                    &stats.dead_letters_published
+                } else {
+                    &stats.dead_letters_unpublished
+                };
+                IngestStats::add(counter, 1);
+            }
+        });
+    }
+
+    /// Pauses the consumer while more than `ingest.max_buffered_bytes` are held, and resumes it
+    /// once below half of that.
+    fn apply_backpressure(&mut self) {
+        let held: usize = self.partitions.values().map(|p| p.batcher.bytes()).sum();
+        if !self.paused && held > self.max_buffered_bytes {
+            tracing::debug!(held, "memory budget reached: pausing the consumer");
+            self.paused = true;
+            self.request(Request::Pause);
+        } else if self.paused && held <= self.max_buffered_bytes / 2 && self.stopping.is_none() {
+            tracing::debug!(held, "resuming the consumer");
+            self.paused = false;
+            self.request(Request::Resume);
+        }
+    }
+
+    /// Lets revocations go once none of their partitions is being written.
+    fn answer_revocations(&mut self) {
+        let writing = &self.writing;
+        let (done, waiting): (Vec<_>, Vec<_>) = self
+            .revocations
+            .drain(..)
+            .partition(|(keys, _)| keys.iter().all(|k| !writing.contains_key(k)));
+        self.revocations = waiting;
+        for (_, answer) in done {
+            let _ = answer.send(());
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.partitions
+            .values()
+            .filter_map(|p| p.batcher.deadline())
+            .min()
+    }
+
+    fn new_generation(&mut self) -> u64 {
+        self.next_generation += 1;
+        self.next_generation
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    if let Some(at) = at {
+        tokio::time::sleep_until(at.into()).await;
+    }
+}
+
+/// What a message becomes: a row, a dead letter with the reason, or a skipped tombstone.
+fn decode(
+    mapper: &Mapper,
+    format: MessageFormat,
+    max_message_bytes: usize,
+    offset: i64,
+    payload: Option<Vec<u8>>,
+    size: usize,
+) -> Record {
+    let Some(payload) = payload else {
+        return Record::Tombstone;
+    };
+    if size > max_message_bytes {
+        let mut raw = payload;
+        raw.truncate(max_message_bytes);
+        return Record::Dead(DeadLetter {
+            offset,
+            reason: format!(
+                "message is {size} bytes, over ingest.max_message_bytes ({max_message_bytes}); its first {max_message_bytes} bytes are kept"
+            ),
+            raw,
+        });
+    }
+    match mapper.map_message(format, &payload) {
+        Ok(mapped) => Record::Row(mapped),
+        Err(e) => Record::Dead(DeadLetter {
+            offset,
+            reason: e.to_string(),
+            raw: payload,
+        }),
+    }
+}
+
+/// Stamps a batch with IDs and writes it.
+async fn write(
+    writer: Writer,
+    generator: Arc<IdGenerator>,
+    consumer_group: String,
+    key: PartitionKey,
+    generation: u64,
+    pending: PendingBatch,
+) -> Written {
+    let PendingBatch {
+        start_offset,
+        next_offset,
+        rows,
+        dead_letters,
+        tombstones,
+        ..
+    } = pending;
+    let started = Instant::now();
+    let row_count = rows.len();
+    let mut batch = Batch {
+        consumer_group,
+        topic: key.topic.to_string(),
+        partition: key.partition,
+        start_offset,
+        next_offset,
+        rows: Vec::new(),
+        dead_letters,
+    };
+    let outcome = match stamp(&generator, rows).await {
+        Ok(rows) => {
+            batch.rows = rows;
+            writer.write(&batch).await.map_err(IngestError::from)
+        }
+        Err(e) => Err(e.into()),
+    };
+    Written {
+        key,
+        generation,
+        start_offset,
+        next_offset,
+        rows: row_count,
+        tombstones,
+        dead_letters: batch.dead_letters,
+        outcome,
+        nanos: elapsed_nanos(started),
+    }
+}
+
+fn elapsed_nanos(since: Instant) -> usize {
+    usize::try_from(since.elapsed().as_nanos()).unwrap_or(usize::MAX)
+}
+
+/// How long stamping waits before asking again after a transient refusal (the lease raises its
+/// high-water mark within about a second).
+const STAMP_RETRY: Duration = Duration::from_millis(50);
+
+/// Gives each row its ID, in offset order, taking blocks of consecutive IDs (a block ends at
+/// the end of a second, so a batch may take more than one).
+async fn stamp(
+    generator: &IdGenerator,
+    rows: Vec<super::batcher::PendingRow>,
+) -> Result<Vec<Row>, IdError> {
+    let total = rows.len();
+    let mut stamped = Vec::with_capacity(total);
+    let mut rows = rows.into_iter();
+    while stamped.len() < total {
+        let wanted = u32::try_from(total - stamped.len()).unwrap_or(u32::MAX);
+        let block = match generator.next_block(wanted) {
+            Ok(block) => block,
+            Err(e) if e.is_transient() => {
+                tracing::debug!("stamping waits: {e}");
+                tokio::time::sleep(STAMP_RETRY).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        for id in block {
+            let Some(row) = rows.next() else { break };
+            stamped.push(Row {
+                id,
+                offset: row.offset,
+                mapped: row.mapped,
+            });
+        }
+    }
+    Ok(stamped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::schema::{ColumnSpec, ColumnType};
+
+    fn mapper() -> Mapper {
+        Mapper::new(&[ColumnSpec {
+            name: "n".into(),
+            pointer: "/n".into(),
+            column_type: ColumnType::Uint,
+            length: None,
+        }])
+    }
+
+    fn dead_reason(record: Record) -> (String, Vec<u8>) {
+        match record {
+            Record::Dead(letter) => (letter.reason, letter.raw),
+            other => panic!("not a dead letter: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_message_becomes_a_row_a_dead_letter_or_a_tombstone() {
+        let m = mapper();
+        let row = decode(
+            &m,
+            MessageFormat::Json,
+            100,
+            7,
+            Some(br#"{"n":3}"#.to_vec()),
+            7,
+        );
+        assert!(matches!(row, Record::Row(ref r) if r.document == r#"{"n":3}"#));
+        assert!(matches!(
+            decode(&m, MessageFormat::Json, 100, 7, None, 0),
+            Record::Tombstone
+        ));
+        let (reason, raw) = dead_reason(decode(
+            &m,
+            MessageFormat::Json,
+            100,
+            7,
+            Some(br#"{"n":"x"}"#.to_vec()),
+            9,
+        ));
+        assert!(reason.starts_with("column n:"), "{reason}");
+        assert_eq!(raw, br#"{"n":"x"}"#);
+        let raw_row = decode(
+            &m,
+            MessageFormat::Raw,
+            100,
+            7,
+            Some(b"plain text".to_vec()),
+            10,
+        );
+        assert!(matches!(raw_row, Record::Row(_)));
+    }
+
+    #[test]
+    fn an_oversized_message_keeps_its_first_bytes_and_says_how_large_it_was() {
+        // The consumer thread copies at most max_message_bytes + 1 bytes of a large message.
+        let (reason, raw) = dead_reason(decode(
+            &mapper(),
+            MessageFormat::Json,
+            4,
+            0,
+            Some(b"{\"n\":".to_vec()),
+            5000,
+        ));
+        assert_eq!(raw, b"{\"n\"");
+        assert!(reason.contains("5000 bytes"), "{reason}");
+        assert!(reason.contains("ingest.max_message_bytes (4)"), "{reason}");
+    }
+}

@@ -1,0 +1,240 @@
+//! librdkafka client settings built from logstamp's, and the dead-letter topic's producer.
+
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+use super::IngestError;
+use crate::config::{KafkaProperties, Settings};
+use crate::store::DeadLetter;
+
+/// How often librdkafka reports statistics to an ingest consumer (consumer lag comes from them).
+pub const STATISTICS_INTERVAL_MS: &str = "5000";
+
+/// Defaults for an ingest consumer, before `kafka.properties`: cooperative rebalancing moves
+/// only the partitions that change hands; a partition neither MySQL nor Kafka has an offset for
+/// is read from its start, since a log pipeline should not skip what is already there; the
+/// prefetch is kept to 16 MiB per process (librdkafka's default is 64 MiB) to bound memory; and
+/// statistics are reported for the consumer-lag metric.
+const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
+    ("partition.assignment.strategy", "cooperative-sticky"),
+    ("auto.offset.reset", "earliest"),
+    ("queued.max.messages.kbytes", "16384"),
+    ("statistics.interval.ms", STATISTICS_INTERVAL_MS),
+];
+
+/// The consumer's settings: logstamp's defaults, then `kafka.properties`, then what logstamp
+/// needs as it is (offsets are committed by logstamp, after MySQL).
+pub fn consumer_config(settings: &Settings) -> ClientConfig {
+    let kafka = &settings.kafka;
+    let mut config = ClientConfig::new();
+    for (name, value) in CONSUMER_DEFAULTS {
+        config.set(*name, *value);
+    }
+    apply(&mut config, &kafka.properties);
+    config
+        .set("bootstrap.servers", &kafka.brokers)
+        .set("group.id", &kafka.group_id)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "false");
+    if !kafka.instance_id.trim().is_empty() {
+        config.set("group.instance.id", kafka.instance_id.trim());
+    }
+    config
+}
+
+/// A producer's settings: the shared `kafka.properties` (security, for one), then idempotent
+/// delivery acknowledged by all in-sync replicas.
+pub fn producer_config(settings: &Settings) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    apply(&mut config, &settings.kafka.properties);
+    config
+        .set("bootstrap.servers", &settings.kafka.brokers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all");
+    config
+}
+
+fn apply(config: &mut ClientConfig, properties: &KafkaProperties) {
+    for (name, value) in &properties.0 {
+        config.set(name, value);
+    }
+}
+
+/// An error creating a client, without the value of the offending property (it may be a
+/// password).
+pub fn client_error(error: KafkaError) -> IngestError {
+    match error {
+        KafkaError::ClientConfig(_, description, name, _) => {
+            IngestError::Config(format!("kafka.properties.{name}: {description}"))
+        }
+        KafkaError::ClientCreation(reason) => {
+            IngestError::Config(format!("librdkafka refused the Kafka settings: {reason}"))
+        }
+        other => IngestError::kafka("creating a Kafka client", other),
+    }
+}
+
+/// Sends dead letters to `ingest.dead_letter_topic`.
+#[derive(Clone)]
+pub struct DeadLetterTopic {
+    producer: FutureProducer,
+    topic: String,
+}
+
+/// How long a dead letter waits for room in the producer's queue.
+const QUEUE_WAIT: Duration = Duration::from_secs(5);
+
+impl DeadLetterTopic {
+    pub fn new(settings: &Settings) -> Result<Option<DeadLetterTopic>, IngestError> {
+        let topic = settings.ingest.dead_letter_topic.trim();
+        if topic.is_empty() {
+            return Ok(None);
+        }
+        let producer = producer_config(settings).create().map_err(client_error)?;
+        Ok(Some(DeadLetterTopic {
+            producer,
+            topic: topic.to_string(),
+        }))
+    }
+
+    /// Produces one dead letter of `source`'s partition; returns whether Kafka acknowledged
+    /// it. Keyed by its coordinates, with the reason and coordinates in headers.
+    pub async fn send(&self, source_topic: &str, partition: i32, letter: &DeadLetter) -> bool {
+        let key = format!("{source_topic}/{partition}/{}", letter.offset);
+        let partition_text = partition.to_string();
+        let offset_text = letter.offset.to_string();
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "reason",
+                value: Some(letter.reason.as_str()),
+            })
+            .insert(Header {
+                key: "topic",
+                value: Some(source_topic),
+            })
+            .insert(Header {
+                key: "partition",
+                value: Some(partition_text.as_str()),
+            })
+            .insert(Header {
+                key: "offset",
+                value: Some(offset_text.as_str()),
+            });
+        let record = FutureRecord::to(&self.topic)
+            .key(&key)
+            .payload(&letter.raw)
+            .headers(headers);
+        match self.producer.send(record, QUEUE_WAIT).await {
+            Ok(_) => true,
+            Err((e, _)) => {
+                tracing::warn!(
+                    dead_letter_topic = %self.topic,
+                    %key,
+                    "producing a dead letter (it is in the dead_letters table): {e}"
+                );
+                false
+            }
+        }
+    }
+}
+
+/// A message to produce.
+#[derive(Debug, Clone, Default)]
+pub struct Outgoing {
+    /// `None`: the partitioner chooses (by key).
+    pub partition: Option<i32>,
+    pub key: Option<Vec<u8>>,
+    /// `None`: a tombstone.
+    pub payload: Option<Vec<u8>>,
+}
+
+/// Counts failed deliveries.
+#[derive(Default)]
+struct DeliveryCount {
+    failed: std::sync::atomic::AtomicU64,
+}
+
+impl rdkafka::ClientContext for DeliveryCount {}
+
+impl rdkafka::producer::ProducerContext for DeliveryCount {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result
+            && self
+                .failed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                == 0
+        {
+            tracing::warn!("a message was not delivered: {e}");
+        }
+    }
+}
+
+/// Produces `messages` to `topic` as fast as the brokers take them and waits until every one is
+/// acknowledged: for loading test data, the demo and benchmarks. Returns how many were sent.
+pub fn produce_all(
+    brokers: &str,
+    topic: &str,
+    messages: impl IntoIterator<Item = Outgoing>,
+) -> Result<u64, IngestError> {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let producer: BaseProducer<DeliveryCount> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("linger.ms", "5")
+        .set("batch.num.messages", "10000")
+        .set("queue.buffering.max.messages", "500000")
+        .create_with_context(DeliveryCount::default())
+        .map_err(client_error)?;
+    let mut sent = 0u64;
+    for message in messages {
+        let mut record = BaseRecord::to(topic);
+        if let Some(partition) = message.partition {
+            record = record.partition(partition);
+        }
+        if let Some(key) = &message.key {
+            record = record.key(key);
+        }
+        if let Some(payload) = &message.payload {
+            record = record.payload(payload);
+        }
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((
+                    KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
+                    back,
+                )) => {
+                    // The local queue is full: serve deliveries until it drains a little.
+                    producer.poll(Duration::from_millis(10));
+                    record = back;
+                }
+                Err((e, _)) => return Err(IngestError::kafka(format!("producing to {topic}"), e)),
+            }
+        }
+        sent += 1;
+        if sent.is_multiple_of(10_000) {
+            producer.poll(Duration::ZERO);
+        }
+    }
+    producer
+        .flush(Duration::from_secs(120))
+        .map_err(|e| IngestError::kafka(format!("flushing messages to {topic}"), e))?;
+    let failed = producer
+        .context()
+        .failed
+        .load(std::sync::atomic::Ordering::Relaxed);
+    if failed > 0 {
+        return Err(IngestError::Undelivered {
+            topic: topic.to_string(),
+            failed,
+            sent,
+        });
+    }
+    Ok(sent)
+}

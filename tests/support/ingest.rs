@@ -1,0 +1,469 @@
+//! Ingest test harness: an in-process Kafka cluster, a migrated database, workers run as tasks
+//! or as `logstamp ingest` processes, and the exactly-once check.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use logstamp::config::{ServiceIdSetting, Settings};
+use logstamp::id::IdGenerator;
+use logstamp::ingest::kafka::{Outgoing, produce_all};
+use logstamp::ingest::local_cluster::LocalCluster;
+use logstamp::ingest::{self, IngestError, IngestStats};
+use logstamp::store::log_table::TableSpec;
+use logstamp::store::schema::{ColumnSpec, ColumnType};
+use logstamp::store::{db, migrate};
+use mysql_async::prelude::Queryable;
+use serde_json::json;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::TestDb;
+use super::mariadb::MariaDb;
+
+pub const TOPIC: &str = "logs";
+
+/// A database and a cluster with one topic of `partitions` partitions.
+pub struct Setup {
+    pub db: TestDb,
+    /// The in-process cluster, unless the brokers are another process.
+    local: Option<LocalCluster>,
+    pub brokers: String,
+    pub settings: Settings,
+}
+
+impl Setup {
+    /// With an in-process cluster and a database of the shared server.
+    pub async fn new(hint: &str, partitions: i32, overrides: &[(&str, &str)]) -> Setup {
+        Setup::local(TestDb::create(hint).await, partitions, overrides).await
+    }
+
+    /// With an in-process cluster and `db`.
+    pub async fn local(db: TestDb, partitions: i32, overrides: &[(&str, &str)]) -> Setup {
+        let cluster = LocalCluster::start(1).unwrap();
+        cluster.create_topic(TOPIC, partitions).unwrap();
+        let brokers = cluster.bootstrap_servers();
+        let mut setup = Setup::with_brokers(db, &brokers, overrides).await;
+        setup.local = Some(cluster);
+        setup
+    }
+
+    /// With an in-process cluster and a private MariaDB server (see `mariadb`), which the test
+    /// may stop and start.
+    pub async fn on_private_server(
+        server_id: u32,
+        hint: &str,
+        partitions: i32,
+        overrides: &[(&str, &str)],
+    ) -> (MariaDb, Setup) {
+        let server = MariaDb::start(server_id, &[]).await;
+        let db = TestDb::create_on(&format!("mysql://root@127.0.0.1:{}", server.port), hint).await;
+        let setup = Setup::local(db, partitions, overrides).await;
+        (server, setup)
+    }
+
+    pub fn cluster(&self) -> &LocalCluster {
+        self.local.as_ref().expect("an in-process cluster")
+    }
+
+    /// With brokers that already hold the topic.
+    pub async fn with_brokers(db: TestDb, brokers: &str, overrides: &[(&str, &str)]) -> Setup {
+        // Logs of the workers, shown for failed tests (filter with RUST_LOG).
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let mut all = vec![
+            ("kafka.brokers", brokers),
+            ("kafka.group_id", "ingest-test"),
+            ("batch.linger_ms", "50"),
+            // The mock coordinator completes a rebalance only when a session times out, so a
+            // short session keeps joins quick (the default 45 s would make each one that long).
+            ("kafka.properties.session.timeout.ms", "3000"),
+            ("kafka.properties.heartbeat.interval.ms", "300"),
+            ("store.give_up_after", "60s"),
+            ("ingest.shutdown_timeout", "60s"),
+        ];
+        all.extend_from_slice(overrides);
+        let mut settings = db.settings(&all);
+        settings.store.columns.push(ColumnSpec {
+            name: "seq".into(),
+            pointer: "/seq".into(),
+            column_type: ColumnType::Uint,
+            length: None,
+        });
+        db::create_database(&db.mysql_url()).await.unwrap();
+        let mut conn = db.conn().await;
+        migrate::run(
+            &mut conn,
+            &migrate::builtin().unwrap(),
+            &TableSpec::from_settings(&settings),
+            Utc::now(),
+            false,
+        )
+        .await
+        .unwrap();
+        conn.disconnect().await.unwrap();
+        Setup {
+            db,
+            local: None,
+            brokers: brokers.to_string(),
+            settings,
+        }
+    }
+
+    /// Produces log messages with sequence numbers `from..to`, round-robin over `partitions`.
+    pub fn produce(&self, from: u64, to: u64, partitions: i32) {
+        produce_logs(&self.brokers, from, to, partitions);
+    }
+
+    /// Produces sequence numbers `from..to` in chunks, each once the rows stored are at most
+    /// one chunk behind: the mock broker keeps only the last 5 MB of each partition, so a
+    /// backlog larger than that would be lost to its retention before the workers read it.
+    pub async fn feed(&self, from: u64, to: u64, partitions: i32) {
+        const CHUNK: u64 = 30_000;
+        let mut start = from;
+        while start < to {
+            let end = (start + CHUNK).min(to);
+            if start >= from + CHUNK {
+                let behind = start - from - CHUNK;
+                self.wait_until_at_least(COUNT_ALL, behind, Duration::from_secs(120))
+                    .await;
+            }
+            let brokers = self.brokers.clone();
+            tokio::task::spawn_blocking(move || produce_logs(&brokers, start, end, partitions))
+                .await
+                .unwrap();
+            start = end;
+        }
+    }
+
+    pub fn produce_raw(&self, messages: Vec<Outgoing>) {
+        produce_all(&self.brokers, TOPIC, messages).unwrap();
+    }
+
+    /// Starts a worker with service ID `service_id` as a task of this runtime.
+    pub fn start_worker(&self, service_id: u32) -> Worker {
+        Worker::start(&self.settings, service_id)
+    }
+
+    pub async fn count(&self, sql: &str) -> u64 {
+        let mut conn = self.db.conn().await;
+        let n: Option<u64> = conn.query_first(sql).await.unwrap();
+        conn.disconnect().await.unwrap();
+        n.unwrap_or(0)
+    }
+
+    /// Waits until `sql` counts at least `least`, failing after `within`.
+    pub async fn wait_until_at_least(&self, sql: &str, least: u64, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let n = self.count(sql).await;
+            if n >= least {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{sql} counted {n}, not yet {least}, after {within:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until `sql` counts `expected`, failing after `within`.
+    pub async fn wait_for(&self, sql: &str, expected: u64, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let n = self.count(sql).await;
+            if n == expected {
+                return;
+            }
+            assert!(
+                n < expected,
+                "{sql} counted {n}, more than the {expected} expected"
+            );
+            assert!(
+                Instant::now() < deadline,
+                "{sql} counted {n} of {expected} after {within:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Every sequence number in `0..n` is stored exactly once, IDs are unique, and each ID's
+    /// service ID is one of `service_ids`.
+    pub async fn assert_exactly_once(&self, n: u64, service_ids: &[u32]) {
+        let mut conn = self.db.conn().await;
+        let (rows, seqs, low, high, ids): (u64, u64, Option<u64>, Option<u64>, u64) = conn
+            .query_first(
+                "SELECT COUNT(*), COUNT(DISTINCT seq), MIN(seq), MAX(seq), COUNT(DISTINCT id) FROM logs",
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (rows, seqs, ids),
+            (n, n, n),
+            "rows, distinct sequence numbers, distinct IDs"
+        );
+        if n > 0 {
+            assert_eq!((low, high), (Some(0), Some(n - 1)));
+        }
+        let layout = self.settings.id.layout;
+        let services: Vec<u64> = conn
+            .query(format!(
+                "SELECT DISTINCT (id >> {}) & {} FROM logs",
+                layout.counter_bits(),
+                (1u64 << layout.service_bits()) - 1
+            ))
+            .await
+            .unwrap();
+        for s in &services {
+            assert!(
+                service_ids.contains(&(*s as u32)),
+                "service ID {s} is not one of {service_ids:?}"
+            );
+        }
+        conn.disconnect().await.unwrap();
+    }
+}
+
+pub const COUNT_ALL: &str = "SELECT COUNT(*) FROM logs";
+
+/// The next offsets stored in MySQL, summed: with offsets from 0 and no gaps, the messages
+/// committed (rows, dead letters and tombstones).
+pub const SUM_OFFSETS: &str = "SELECT CAST(SUM(next_offset) AS UNSIGNED) FROM ingest_offsets";
+
+/// Produces log lines with sequence numbers `from..to`, round-robin over `partitions`.
+pub fn produce_logs(brokers: &str, from: u64, to: u64, partitions: i32) {
+    let messages = (from..to).map(|seq| Outgoing {
+        partition: Some((seq % partitions as u64) as i32),
+        key: None,
+        payload: Some(log_line(seq)),
+    });
+    produce_all(brokers, TOPIC, messages).unwrap();
+}
+
+/// A JSON log line carrying its sequence number.
+pub fn log_line(seq: u64) -> Vec<u8> {
+    let level = ["info", "warn", "error"][(seq % 3) as usize];
+    serde_json::to_vec(&json!({
+        "seq": seq,
+        "time": "2026-11-21T10:00:00.123Z",
+        "level": level,
+        "host": format!("host-{}", seq % 7),
+        "service": "checkout",
+        "message": format!("request {seq} served"),
+    }))
+    .unwrap()
+}
+
+/// A `logstamp ingest` process.
+pub struct Process {
+    pub child: std::process::Child,
+    pub log: std::path::PathBuf,
+}
+
+impl Setup {
+    /// A settings file for worker processes: this setup's database, cluster and columns.
+    pub fn config_file(&self, name: &str) -> std::path::PathBuf {
+        let s = &self.settings;
+        let mut text = format!(
+            "[mysql]\nurl = {:?}\n\n[kafka]\nbrokers = {:?}\ngroup_id = {:?}\n\n\
+             [batch]\nlinger_ms = {}\nmax_rows = {}\n\n\
+             [id]\nlease_ttl = \"10s\"\nauto_range = \"2-20\"\n\n\
+             [store]\ngive_up_after = \"60s\"\n\n\
+             [telemetry]\nlisten = \"127.0.0.1:0\"\n",
+            s.mysql.url.expose(),
+            s.kafka.brokers,
+            s.kafka.group_id,
+            s.batch.linger_ms,
+            s.batch.max_rows,
+        );
+        text.push_str("\n[kafka.properties]\n");
+        for (name, value) in &s.kafka.properties.0 {
+            text.push_str(&format!("{name:?} = {value:?}\n"));
+        }
+        for c in &s.store.columns {
+            text.push_str(&format!(
+                "\n[[store.columns]]\nname = {:?}\npointer = {:?}\ntype = {:?}\n",
+                c.name,
+                c.pointer,
+                serde_json::to_value(c.column_type)
+                    .unwrap()
+                    .as_str()
+                    .unwrap()
+            ));
+            if let Some(length) = c.length {
+                text.push_str(&format!("length = {length}\n"));
+            }
+        }
+        let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(&self.db.name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{name}.toml"));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// Starts `logstamp ingest` with `--service-id service_id` (a number or auto, which leases
+    /// one of 2-20); its log goes to a file beside the settings.
+    pub fn spawn_process(&self, service_id: &str, run: usize) -> Process {
+        let config = self.config_file("worker");
+        let log = config.with_file_name(format!("worker-{service_id}-{run}.log"));
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_logstamp"))
+            .arg("--config")
+            .arg(&config)
+            .args(["ingest", "--service-id", service_id])
+            .env("RUST_LOG", "logstamp=info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Process { child, log }
+    }
+}
+
+impl Process {
+    /// SIGTERM, then the exit status, within `within`.
+    pub fn terminate(mut self, within: Duration) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "worker did not exit within {within:?} of SIGTERM; log:\n{}",
+                    std::fs::read_to_string(&self.log).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until the log has a line containing `text`.
+    pub async fn wait_for_log(&self, text: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            if log.lines().any(|line| line.contains(text)) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no log line with {text:?} after {within:?}; log:\n{log}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGKILL: no chance to flush or commit.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+/// A worker running as a task.
+pub struct Worker {
+    stop: Option<oneshot::Sender<()>>,
+    pub task: JoinHandle<Result<(), IngestError>>,
+    pub stats: Arc<IngestStats>,
+}
+
+impl Worker {
+    pub fn start(settings: &Settings, service_id: u32) -> Worker {
+        let mut settings = settings.clone();
+        settings.id.service_id = ServiceIdSetting::Fixed(service_id);
+        let generator = Arc::new(IdGenerator::new(settings.id.layout, service_id).unwrap());
+        let stats = Arc::new(IngestStats::default());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn({
+            let stats = stats.clone();
+            async move {
+                ingest::run(&settings, generator, stats, async {
+                    let _ = stopped.await;
+                })
+                .await
+            }
+        });
+        Worker {
+            stop: Some(stop),
+            task,
+            stats,
+        }
+    }
+
+    /// Asks for a graceful shutdown and waits for it.
+    pub async fn stop(mut self) -> Result<(), IngestError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        (&mut self.task).await.unwrap()
+    }
+}
+
+/// The first `count` messages of partition 0 of `topic`: (key, `reason` header).
+pub fn read_topic(brokers: &str, topic: &str, count: usize) -> Vec<(String, String)> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::{Headers, Message};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "read-topic")
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut read = Vec::new();
+    while read.len() < count {
+        assert!(Instant::now() < deadline, "read {} of {count}", read.len());
+        if let Some(message) = consumer.poll(Duration::from_millis(100)) {
+            let message = message.unwrap();
+            let key = String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned();
+            let reason = message
+                .headers()
+                .and_then(|h| h.iter().find(|h| h.key == "reason"))
+                .and_then(|h| h.value)
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .unwrap_or_default();
+            read.push((key, reason));
+        }
+    }
+    read
+}
+
+/// The offsets `group` committed to Kafka for partitions `0..partitions` of the topic, in
+/// partition order; 0 where none.
+pub fn committed_in_kafka(brokers: &str, group: &str, partitions: i32) -> Vec<(i32, i64)> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(TOPIC, p);
+    }
+    let committed = consumer
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .unwrap();
+    committed
+        .elements()
+        .iter()
+        .map(|e| match e.offset() {
+            rdkafka::Offset::Offset(o) => (e.partition(), o),
+            _ => (e.partition(), 0),
+        })
+        .collect()
+}

@@ -1,0 +1,159 @@
+//! Metrics and health of a running `logstamp ingest` process, scraped over HTTP and checked
+//! against what it processed.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use support::ingest::{COUNT_ALL, Setup};
+
+/// A GET over plain HTTP/1.1: the status code and the body.
+fn get(address: &str, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// The value of the sample named exactly `name` (labels included), or `None`.
+fn sample(metrics: &str, name: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        let (sample, value) = line.rsplit_once(' ')?;
+        (sample == name).then(|| value.parse().ok())?
+    })
+}
+
+/// Polls `path` until `done` holds for the response, within `within`.
+async fn poll(
+    address: &str,
+    path: &str,
+    within: Duration,
+    done: impl Fn(u16, &str) -> bool,
+) -> (u16, String) {
+    let deadline = Instant::now() + within;
+    loop {
+        let (a, p) = (address.to_string(), path.to_string());
+        let (status, body) = tokio::task::spawn_blocking(move || get(&a, &p))
+            .await
+            .unwrap();
+        if done(status, &body) {
+            return (status, body);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} not as expected after {within:?}: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Polls `/health/ready` until it answers `status`; returns the body.
+async fn readiness_becomes(address: &str, status: u16) -> String {
+    let within = Duration::from_secs(30);
+    poll(address, "/health/ready", within, |got, _| got == status)
+        .await
+        .1
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_serves_its_totals_and_readiness_follows_kafka() {
+    const N: u64 = 2_000;
+    let setup = Setup::new("telemetry", 3, &[("batch.max_rows", "300")]).await;
+    setup.produce(0, N, 3);
+    let worker = setup.spawn_process("auto", 0);
+    worker
+        .wait_for_log("serving /metrics", Duration::from_secs(60))
+        .await;
+    let log = std::fs::read_to_string(&worker.log).unwrap();
+    let address = log
+        .lines()
+        .find(|l| l.contains("serving /metrics"))
+        .and_then(|l| l.split("address=").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address in the log: {log}"))
+        .to_string();
+
+    assert_eq!(get(&address, "/health/live"), (200, "live\n".into()));
+    setup.wait_for(COUNT_ALL, N, Duration::from_secs(120)).await;
+    let stored = format!("{N}");
+    let (_, metrics) = poll(&address, "/metrics", Duration::from_secs(30), |_, body| {
+        sample(body, "logstamp_ingest_records_stored_total") == stored.parse().ok()
+    })
+    .await;
+    let value =
+        |name: &str| sample(&metrics, name).unwrap_or_else(|| panic!("no {name} in:\n{metrics}"));
+    assert_eq!(value("logstamp_ingest_records_consumed_total"), N as f64);
+    assert_eq!(value("logstamp_ingest_records_dead_lettered_total"), 0.0);
+    assert_eq!(value("logstamp_lease_held"), 1.0);
+    assert_eq!(value("logstamp_ingest_partitions"), 3.0);
+    assert_eq!(value("logstamp_id_clock_back_events_total"), 0.0);
+    // Every committed batch is in both histograms, and the rows add up to what was stored.
+    let batches = value("logstamp_ingest_batches_total");
+    assert!(
+        batches >= (N / 300) as f64,
+        "{batches} batches of at most 300 rows"
+    );
+    assert_eq!(value("logstamp_ingest_batch_seconds_count"), batches);
+    assert_eq!(value("logstamp_ingest_batch_rows_count"), batches);
+    assert_eq!(value("logstamp_ingest_batch_rows_sum"), N as f64);
+    assert_eq!(
+        value("logstamp_ingest_batch_rows_bucket{le=\"+Inf\"}"),
+        batches
+    );
+
+    // Every partition caught up, once the offsets committed to Kafka reach the next
+    // statistics report (every 5 s).
+    let lag_of = |partition: i32| {
+        format!("logstamp_ingest_consumer_lag{{topic=\"logs\",partition=\"{partition}\"}}")
+    };
+    poll(&address, "/metrics", Duration::from_secs(30), |_, body| {
+        (0..3).all(|p| sample(body, &lag_of(p)) == Some(0.0))
+    })
+    .await;
+
+    readiness_becomes(&address, 200).await;
+    setup.cluster().broker_down(-1).unwrap();
+    let body = readiness_becomes(&address, 503).await;
+    assert!(body.contains("Kafka"), "{body}");
+    setup.cluster().broker_up(-1).unwrap();
+    readiness_becomes(&address, 200).await;
+
+    let status = worker.terminate(Duration::from_secs(60));
+    assert!(status.success(), "{status}");
+}
+
+#[test]
+fn an_address_in_use_is_a_clear_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_logstamp"))
+        .env_clear()
+        .env("LOGSTAMP__TELEMETRY__LISTEN", &address)
+        .env("LOGSTAMP__MYSQL__URL", "mysql://root@127.0.0.1:1/unused")
+        .arg("ingest")
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stderr.contains(&address), "{stderr}");
+    assert!(stderr.contains("already in use"), "{stderr}");
+}
