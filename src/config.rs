@@ -128,6 +128,16 @@ impl KafkaProperties {
             .any(|s| name.contains(s))
     }
 
+    /// A librdkafka client configuration holding these settings, for the caller to add its
+    /// own (which win).
+    pub fn client_config(&self) -> rdkafka::ClientConfig {
+        let mut config = rdkafka::ClientConfig::new();
+        for (name, value) in &self.0 {
+            config.set(name, value);
+        }
+        config
+    }
+
     fn check(&self) -> Result<(), (String, String)> {
         for name in self.0.keys() {
             if let Some((_, why)) = RESERVED_PROPERTIES.iter().find(|(r, _)| r == name) {

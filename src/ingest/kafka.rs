@@ -8,7 +8,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use super::IngestError;
-use crate::config::{KafkaProperties, Settings};
+use crate::config::Settings;
 use crate::store::DeadLetter;
 
 /// How often librdkafka reports statistics to an ingest consumer (consumer lag comes from them).
@@ -30,11 +30,12 @@ const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
 /// needs as it is (offsets are committed by logstamp, after MySQL).
 pub fn consumer_config(settings: &Settings) -> ClientConfig {
     let kafka = &settings.kafka;
-    let mut config = ClientConfig::new();
+    let mut config = kafka.properties.client_config();
     for (name, value) in CONSUMER_DEFAULTS {
-        config.set(*name, *value);
+        if config.get(name).is_none() {
+            config.set(*name, *value);
+        }
     }
-    apply(&mut config, &kafka.properties);
     config
         .set("bootstrap.servers", &kafka.brokers)
         .set("group.id", &kafka.group_id)
@@ -50,19 +51,12 @@ pub fn consumer_config(settings: &Settings) -> ClientConfig {
 /// A producer's settings: the shared `kafka.properties` (security, for one), then idempotent
 /// delivery acknowledged by all in-sync replicas.
 pub fn producer_config(settings: &Settings) -> ClientConfig {
-    let mut config = ClientConfig::new();
-    apply(&mut config, &settings.kafka.properties);
+    let mut config = settings.kafka.properties.client_config();
     config
         .set("bootstrap.servers", &settings.kafka.brokers)
         .set("enable.idempotence", "true")
         .set("acks", "all");
     config
-}
-
-fn apply(config: &mut ClientConfig, properties: &KafkaProperties) {
-    for (name, value) in &properties.0 {
-        config.set(name, value);
-    }
 }
 
 /// An error creating a client, without the value of the offending property (it may be a
@@ -237,4 +231,37 @@ pub fn produce_all(
         });
     }
     Ok(sent)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Sources;
+
+    #[test]
+    fn properties_override_the_defaults_but_not_what_logstamp_needs() {
+        let sources = Sources {
+            env: Some(Default::default()),
+            ..Sources::default()
+        }
+        .set("kafka.properties.auto.offset.reset", "latest")
+        .set("kafka.properties.security.protocol", "SASL_SSL")
+        .set("kafka.group_id", "fleet")
+        .set("kafka.instance_id", "host-7");
+        let settings = Settings::load(&sources).unwrap();
+        let consumer = consumer_config(&settings);
+        assert_eq!(consumer.get("auto.offset.reset"), Some("latest"));
+        assert_eq!(consumer.get("security.protocol"), Some("SASL_SSL"));
+        assert_eq!(
+            consumer.get("partition.assignment.strategy"),
+            Some("cooperative-sticky")
+        );
+        assert_eq!(consumer.get("group.id"), Some("fleet"));
+        assert_eq!(consumer.get("group.instance.id"), Some("host-7"));
+        assert_eq!(consumer.get("enable.auto.commit"), Some("false"));
+        let producer = producer_config(&settings);
+        assert_eq!(producer.get("security.protocol"), Some("SASL_SSL"));
+        assert_eq!(producer.get("acks"), Some("all"));
+        assert_eq!(producer.get("auto.offset.reset"), Some("latest"));
+    }
 }

@@ -155,9 +155,10 @@ impl RelayContext {
             .map(|c| c.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
     }
 
-    /// Kafka settings common to the producer and the consumers, for `brokers`.
+    /// Kafka settings common to the producer and the consumers, for `brokers`: the shared
+    /// `kafka.properties` (security, for one), then the relay's own.
     pub fn kafka_config(&self, brokers: &str) -> ClientConfig {
-        let mut config = ClientConfig::new();
+        let mut config = self.settings.kafka.properties.client_config();
         config
             .set("bootstrap.servers", brokers)
             .set("client.id", format!("logstamp-relay-{}", self.dc()));
