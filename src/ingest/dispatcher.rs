@@ -200,6 +200,7 @@ impl Dispatcher {
                         },
                     );
                 }
+                self.count_partitions();
             }
             Event::Revoked { partitions, done } => {
                 // What was read but not written is dropped: the next owner reads it again from
@@ -207,6 +208,7 @@ impl Dispatcher {
                 for key in &partitions {
                     self.partitions.remove(key);
                 }
+                self.count_partitions();
                 self.revocations.push((partitions, done));
             }
             Event::Message(message) => {
@@ -223,11 +225,15 @@ impl Dispatcher {
             }
             Event::Failed(e) => return Err(e),
         }
+        Ok(())
+    }
+
+    /// The partitions gauge, set where the set of partitions changes (not per message).
+    fn count_partitions(&self) {
         self.stats.partitions.store(
             self.partitions.len() as u64,
             std::sync::atomic::Ordering::Relaxed,
         );
-        Ok(())
     }
 
     fn on_message(&mut self, message: Incoming) -> Result<(), IngestError> {
