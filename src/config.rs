@@ -17,6 +17,8 @@ use crate::store::schema::ColumnSpec;
 use crate::store::{Ident, Period};
 use crate::time::{Zone, parse_time};
 use crate::transform::MessageFormat;
+use crate::transform::rollup::{RollupPlan, RollupSettings, SourceTable};
+use crate::transform::route::Condition;
 
 /// The defaults, also shipped as `config/default.toml` for reference.
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
@@ -79,6 +81,11 @@ pub struct Settings {
     pub ingest: IngestSettings,
     pub telemetry: TelemetrySettings,
     pub relay: RelaySettings,
+    /// Summary tables kept in step with the log tables (`[[rollups]]`).
+    pub rollups: Vec<RollupSettings>,
+    /// The rollups, checked against the tables.
+    #[serde(skip)]
+    pub rollup_plans: Vec<RollupPlan>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -386,6 +393,27 @@ pub struct StoreSettings {
     pub give_up_after: Duration,
     pub payload: bool,
     pub columns: Vec<ColumnSpec>,
+    /// Fan-out tables: records (or those meeting `when`) also go there, with the same ID.
+    #[serde(default)]
+    pub tables: Vec<FanoutTable>,
+}
+
+/// One `[[store.tables]]`: a table partitioned like the log table, keyed by the record's ID.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FanoutTable {
+    #[serde(
+        serialize_with = "serialize_ident",
+        deserialize_with = "as_text::deserialize"
+    )]
+    pub name: Ident,
+    /// Conditions on the record, all of which must hold; none: every record.
+    #[serde(default)]
+    pub when: Vec<Condition>,
+    /// Keep the whole record in a `payload` column here too.
+    #[serde(default)]
+    pub payload: bool,
+    pub columns: Vec<ColumnSpec>,
 }
 
 /// How the writer sends rows to MySQL.
@@ -511,6 +539,8 @@ struct RawSettings {
     ingest: IngestSettings,
     telemetry: TelemetrySettings,
     relay: RelaySettings,
+    #[serde(default)]
+    rollups: Vec<RollupSettings>,
 }
 
 impl Settings {
@@ -739,6 +769,7 @@ impl<'a> Layered<'a> {
             "ingest.maintenance_interval",
             raw.ingest.maintenance_interval.as_secs(),
         )?;
+        let rollup_plans = self.validate_fanout(&raw.store, &raw.rollups)?;
         tracing_subscriber::EnvFilter::try_new(&raw.telemetry.log_level)
             .map_err(|e| self.invalid("telemetry.log_level", e))?;
         self.validate_relay(&raw.relay)?;
@@ -759,7 +790,65 @@ impl<'a> Layered<'a> {
             ingest: raw.ingest,
             telemetry: raw.telemetry,
             relay: raw.relay,
+            rollups: raw.rollups,
+            rollup_plans,
         })
+    }
+
+    /// Fan-out tables and rollups: valid names, none taken twice, columns and conditions that
+    /// make sense; returns the checked rollups.
+    fn validate_fanout(
+        &self,
+        store: &StoreSettings,
+        rollups: &[RollupSettings],
+    ) -> Result<Vec<RollupPlan>, ConfigError> {
+        let mut tables =
+            std::collections::HashSet::from([store.table.as_str().to_ascii_lowercase()]);
+        for table in &store.tables {
+            let key = format!("store.tables.{}", table.name);
+            if !tables.insert(table.name.as_str().to_ascii_lowercase()) {
+                return Err(self.invalid(
+                    "store.tables",
+                    format!("table {} appears twice", table.name),
+                ));
+            }
+            if table.columns.is_empty() {
+                return Err(self.invalid(&key, "needs at least one column"));
+            }
+            let mut seen = std::collections::HashSet::new();
+            for column in &table.columns {
+                column.ident().map_err(|e| self.invalid(&key, e))?;
+                if !seen.insert(column.name.to_ascii_lowercase()) {
+                    return Err(
+                        self.invalid(&key, format!("column {:?} is mapped twice", column.name))
+                    );
+                }
+            }
+            for condition in &table.when {
+                condition.check().map_err(|e| self.invalid(&key, e))?;
+            }
+        }
+        let mut sources = vec![SourceTable {
+            name: &store.table,
+            columns: &store.columns,
+        }];
+        sources.extend(store.tables.iter().map(|t| SourceTable {
+            name: &t.name,
+            columns: &t.columns,
+        }));
+        let mut plans: Vec<RollupPlan> = Vec::new();
+        for rollup in rollups {
+            let plan = RollupPlan::compile(rollup, &sources)
+                .map_err(|e| self.invalid(&format!("rollups.{}", rollup.name), e))?;
+            if plans
+                .iter()
+                .any(|p| p.name.as_str().eq_ignore_ascii_case(plan.name.as_str()))
+            {
+                return Err(self.invalid("rollups", format!("rollup {} appears twice", plan.name)));
+            }
+            plans.push(plan);
+        }
+        Ok(plans)
     }
 
     fn validate_relay(&self, relay: &RelaySettings) -> Result<(), ConfigError> {

@@ -15,6 +15,7 @@ mod partitions;
 mod plan;
 mod query;
 mod relay;
+mod rollup;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -70,6 +71,9 @@ enum Command {
     /// Keep the relayed tables in sync with other data centres through the binlog.
     #[command(subcommand)]
     Relay(relay::RelayCommand),
+    /// Rollup tables: rebuild a time range from the raw rows.
+    #[command(subcommand)]
+    Rollup(rollup::RollupCommand),
 }
 
 /// A mistake in how the command was called (exit code 2), as opposed to a failure of the work.
@@ -136,6 +140,7 @@ fn run(command: Command, sources: Sources) -> anyhow::Result<ExitCode> {
         Command::Query(args) => query::run(args, sources),
         Command::Leases(cmd) => leases::run(cmd, sources),
         Command::Relay(cmd) => relay::run(cmd, sources),
+        Command::Rollup(cmd) => rollup::run(cmd, sources),
     }
 }
 

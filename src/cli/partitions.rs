@@ -40,6 +40,9 @@ pub struct EnsureArgs {
 
 #[derive(Debug, Args)]
 pub struct ListArgs {
+    /// The table: store.table (the default) or one of store.tables.
+    #[arg(long, value_name = "NAME")]
+    table: Option<String>,
     /// json (one object per line) or table.
     #[arg(long, value_enum, default_value = "json")]
     format: Format,
@@ -98,40 +101,51 @@ enum EnsureLine<'a> {
 fn ensure(args: EnsureArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&sources)?;
     let now = now_or(args.now.as_deref())?;
-    let spec = TableSpec::from_settings(&settings);
+    let specs = TableSpec::all_from_settings(&settings);
     let url = settings.mysql.url.clone();
-    let outcome = block_on(async {
+    let outcomes = block_on(async {
         let mut conn = db::connect(&url).await?;
-        let outcome = partitions::ensure(&mut conn, &spec, now, args.dry_run).await;
-        // The lock went with the call; a failed goodbye changes nothing on the server.
+        let mut outcomes = Vec::with_capacity(specs.len());
+        for spec in &specs {
+            match partitions::ensure(&mut conn, spec, now, args.dry_run).await {
+                Ok(outcome) => outcomes.push(outcome),
+                Err(e) => {
+                    let _ = conn.disconnect().await;
+                    return Err(e);
+                }
+            }
+        }
+        // The locks went with the calls; a failed goodbye changes nothing on the server.
         let _ = conn.disconnect().await;
-        outcome
+        Ok(outcomes)
     })??;
-    let table = spec.table.as_str();
     let mut lines = Vec::new();
-    match &outcome {
-        EnsureOutcome::Busy { lock } => lines.push(EnsureLine::Busy { table, lock }),
-        EnsureOutcome::Done(plan) => {
-            for p in &plan.add {
-                lines.push(if args.dry_run {
-                    EnsureLine::PartitionToAdd(p)
-                } else {
-                    EnsureLine::PartitionAdded(p)
+    for (spec, outcome) in specs.iter().zip(&outcomes) {
+        let table = spec.table.as_str();
+        match outcome {
+            EnsureOutcome::Busy { lock } => lines.push(EnsureLine::Busy { table, lock }),
+            EnsureOutcome::Done(plan) => {
+                for p in &plan.add {
+                    lines.push(if args.dry_run {
+                        EnsureLine::PartitionToAdd(p)
+                    } else {
+                        EnsureLine::PartitionAdded(p)
+                    });
+                }
+                for p in &plan.drop {
+                    lines.push(if args.dry_run {
+                        EnsureLine::PartitionToDrop(p)
+                    } else {
+                        EnsureLine::PartitionDropped(p)
+                    });
+                }
+                lines.push(EnsureLine::PartitionsEnsured {
+                    table,
+                    added: plan.add.len(),
+                    dropped: plan.drop.len(),
+                    dry_run: args.dry_run,
                 });
             }
-            for p in &plan.drop {
-                lines.push(if args.dry_run {
-                    EnsureLine::PartitionToDrop(p)
-                } else {
-                    EnsureLine::PartitionDropped(p)
-                });
-            }
-            lines.push(EnsureLine::PartitionsEnsured {
-                table,
-                added: plan.add.len(),
-                dropped: plan.drop.len(),
-                dry_run: args.dry_run,
-            });
         }
     }
     let mut out = Output::new();
@@ -144,7 +158,7 @@ fn ensure(args: EnsureArgs, sources: Sources) -> anyhow::Result<ExitCode> {
 
 fn list(args: ListArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&sources)?;
-    let spec = TableSpec::from_settings(&settings);
+    let spec = super::query::table_spec(&settings, args.table.as_deref())?;
     let url = settings.mysql.url.clone();
     let shown = block_on(async {
         let mut conn = db::connect(&url).await?;

@@ -8,10 +8,14 @@ use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 
-use logstamp::config::Sources;
+use chrono::{DateTime, Utc};
+
+use logstamp::config::{Settings, Sources};
 use logstamp::store::db;
 use logstamp::store::log_table::TableSpec;
 use logstamp::store::query::{self, Record, TimeQuery, parse_filter};
+use logstamp::store::rollup::{self, RollupRecord};
+use logstamp::transform::rollup::RollupPlan;
 
 use super::db::block_on;
 use super::output::{Format, Output, aligned, ignore_closed_pipe};
@@ -21,6 +25,12 @@ use super::{TimeRangeArgs, UsageError, load_settings};
 pub struct QueryArgs {
     #[command(flatten)]
     time: TimeRangeArgs,
+    /// Read this table of the settings: store.table (the default) or one of store.tables.
+    #[arg(long, value_name = "NAME")]
+    table: Option<String>,
+    /// Read this rollup's rows whose bucket starts in the range, instead of log rows.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["table", "filter", "explain"])]
+    rollup: Option<String>,
     /// Filter: `column OP value` joined by `and`; OP is = != < <= > >= or like; values are
     /// quoted text or numbers; columns are those of store.columns.
     #[arg(long = "where", value_name = "FILTER")]
@@ -46,8 +56,11 @@ struct Explained<'a> {
 
 pub fn run(args: QueryArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&sources)?;
-    let spec = TableSpec::from_settings(&settings);
     let (from, to) = args.time.parse()?;
+    if let Some(name) = &args.rollup {
+        return read_rollup(&settings, name, (from, to), args.format);
+    }
+    let spec = table_spec(&settings, args.table.as_deref())?;
     let mut query = TimeQuery::between(&settings.id.layout, from, to)
         .map_err(|e| UsageError::new("--from/--to", e))?;
     if let Some(text) = &args.filter {
@@ -76,7 +89,12 @@ pub fn run(args: QueryArgs, sources: Sources) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
-    let mut sink = Sink::new(out, args.format, &spec);
+    let mut header = vec!["id".to_string()];
+    header.extend(spec.columns.iter().map(|c| c.name.clone()));
+    if spec.payload {
+        header.push("payload".into());
+    }
+    let mut sink = Sink::new(out, args.format, header);
     block_on(async {
         let mut conn = db::connect(&url).await?;
         let result = query::run(&mut conn, &spec, &query, |record| sink.push(record)).await;
@@ -85,6 +103,82 @@ pub fn run(args: QueryArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     })??;
     sink.finish().context("writing output")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The log table or the fan-out table named.
+pub fn table_spec(settings: &Settings, name: Option<&str>) -> Result<TableSpec, UsageError> {
+    let all = TableSpec::all_from_settings(settings);
+    let Some(name) = name else {
+        return Ok(all
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| TableSpec::from_settings(settings)));
+    };
+    let names: Vec<String> = all.iter().map(|t| t.table.to_string()).collect();
+    all.into_iter()
+        .find(|t| t.table.as_str() == name)
+        .ok_or_else(|| {
+            UsageError::new(
+                "--table",
+                format!(
+                    "{name} is not a table of the settings ({})",
+                    names.join(", ")
+                ),
+            )
+        })
+}
+
+/// The rollup named in the settings.
+pub fn rollup_plan<'a>(settings: &'a Settings, name: &str) -> Result<&'a RollupPlan, UsageError> {
+    settings
+        .rollup_plans
+        .iter()
+        .find(|p| p.name.as_str() == name)
+        .ok_or_else(|| {
+            let names: Vec<&str> = settings
+                .rollup_plans
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect();
+            UsageError::new(
+                "--rollup",
+                if names.is_empty() {
+                    format!("{name}: the settings define no rollups ([[rollups]])")
+                } else {
+                    format!(
+                        "{name} is not a rollup of the settings ({})",
+                        names.join(", ")
+                    )
+                },
+            )
+        })
+}
+
+/// `query --rollup`: the rollup rows whose bucket starts in `[from, to)`.
+fn read_rollup(
+    settings: &Settings,
+    name: &str,
+    (from, to): (DateTime<Utc>, DateTime<Utc>),
+    format: Format,
+) -> anyhow::Result<ExitCode> {
+    let plan = rollup_plan(settings, name)?;
+    let range = (unix(from), unix(to));
+    let header = plan.column_names().iter().map(|c| c.to_string()).collect();
+    let mut sink = Sink::new(Output::new(), format, header);
+    let url = settings.mysql.url.clone();
+    block_on(async {
+        let mut conn = db::connect(&url).await?;
+        let result = rollup::read(&mut conn, plan, range, |record| sink.push(record)).await;
+        let _ = conn.disconnect().await;
+        result
+    })??;
+    sink.finish().context("writing output")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Unix seconds of a time, clamped at 0 (buckets start at the epoch at the earliest).
+pub fn unix(t: DateTime<Utc>) -> u64 {
+    u64::try_from(t.timestamp()).unwrap_or(0)
 }
 
 /// Rows buffered before a table's column widths are fixed; later rows are cut to fit.
@@ -102,13 +196,27 @@ struct Sink {
     failed: Option<io::Error>,
 }
 
+/// A row as the sink prints it: JSON for `--format json`, cells for a table.
+trait Printed: Serialize {
+    fn cells(&self) -> Vec<String>;
+}
+
+impl Printed for Record {
+    fn cells(&self) -> Vec<String> {
+        let mut cells = vec![self.id.to_string()];
+        cells.extend(self.columns.iter().map(|(_, value)| cell(value)));
+        cells
+    }
+}
+
+impl Printed for RollupRecord {
+    fn cells(&self) -> Vec<String> {
+        self.columns.iter().map(|(_, value)| cell(value)).collect()
+    }
+}
+
 impl Sink {
-    fn new(out: Output, format: Format, spec: &TableSpec) -> Sink {
-        let mut header = vec!["id".to_string()];
-        header.extend(spec.columns.iter().map(|c| c.name.clone()));
-        if spec.payload {
-            header.push("payload".into());
-        }
+    fn new(out: Output, format: Format, header: Vec<String>) -> Sink {
         Sink {
             out,
             format,
@@ -119,11 +227,11 @@ impl Sink {
         }
     }
 
-    fn push(&mut self, record: Record) -> ControlFlow<()> {
+    fn push(&mut self, record: impl Printed) -> ControlFlow<()> {
         let written = match self.format {
             Format::Json => self.out.json(&record),
             Format::Table => {
-                self.sample.push(cells(&record));
+                self.sample.push(record.cells());
                 if self.sample.len() >= TABLE_SAMPLE_ROWS || self.widths.is_some() {
                     self.flush_table()
                 } else {
@@ -178,27 +286,23 @@ impl Sink {
     }
 }
 
-/// A record's cells as text: strings as they are (control characters escaped so a row stays
-/// one line), NULL as NULL, anything else as compact JSON.
-fn cells(record: &Record) -> Vec<String> {
-    let mut cells = vec![record.id.to_string()];
-    cells.extend(record.columns.iter().map(|(_, value)| {
-        match value {
-            serde_json::Value::String(s) => s
-                .chars()
-                .map(|c| {
-                    if c.is_control() {
-                        c.escape_default().collect()
-                    } else {
-                        c.to_string()
-                    }
-                })
-                .collect(),
-            serde_json::Value::Null => "NULL".into(),
-            other => other.to_string(),
-        }
-    }));
-    cells
+/// A value as a table cell: strings as they are (control characters escaped so a row stays one
+/// line), NULL as NULL, anything else as compact JSON.
+fn cell(value: &serde_json::Value) -> String {
+    match value {
+        serde_json::Value::String(s) => s
+            .chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_default().collect()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect(),
+        serde_json::Value::Null => "NULL".into(),
+        other => other.to_string(),
+    }
 }
 
 fn column_widths(header: &[String], rows: &[Vec<String>]) -> Vec<usize> {

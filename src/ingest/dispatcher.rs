@@ -20,7 +20,7 @@ use crate::config::Settings;
 use crate::id::{IdError, IdGenerator};
 use crate::store::{Batch, DeadLetter, Row, StoreError, WriteOutcome, Writer};
 use crate::telemetry::exporter;
-use crate::transform::{Mapper, MessageFormat};
+use crate::transform::Pipeline;
 
 /// Events handled in one round of the dispatcher's loop at most.
 const EVENTS_PER_ROUND: usize = 256;
@@ -54,8 +54,7 @@ pub struct Dispatcher {
     concurrency: usize,
     max_buffered_bytes: usize,
     max_message_bytes: usize,
-    format: MessageFormat,
-    mapper: Mapper,
+    pipeline: Pipeline,
     writer: Writer,
     generator: Arc<IdGenerator>,
     stats: Arc<IngestStats>,
@@ -92,8 +91,7 @@ impl Dispatcher {
             concurrency: settings.store.concurrency,
             max_buffered_bytes: settings.ingest.max_buffered_bytes,
             max_message_bytes: settings.ingest.max_message_bytes,
-            format: settings.ingest.format,
-            mapper: Mapper::new(&settings.store.columns),
+            pipeline: Pipeline::from_settings(settings),
             writer,
             generator,
             stats,
@@ -247,9 +245,9 @@ impl Dispatcher {
         IngestStats::add(&self.stats.consumed, 1);
         let started = Instant::now();
         let record = decode(
-            &self.mapper,
-            self.format,
+            &self.pipeline,
             self.max_message_bytes,
+            &message.key.topic,
             message.offset,
             message.payload,
             message.size,
@@ -425,9 +423,9 @@ async fn sleep_until(at: Option<Instant>) {
 
 /// What a message becomes: a row, a dead letter with the reason, or a skipped tombstone.
 fn decode(
-    mapper: &Mapper,
-    format: MessageFormat,
+    pipeline: &Pipeline,
     max_message_bytes: usize,
+    topic: &str,
     offset: i64,
     payload: Option<Vec<u8>>,
     size: usize,
@@ -446,7 +444,7 @@ fn decode(
             raw,
         });
     }
-    match mapper.map_message(format, &payload) {
+    match pipeline.map(topic, &payload) {
         Ok(mapped) => Record::Row(mapped),
         Err(e) => Record::Dead(DeadLetter {
             offset,
@@ -548,14 +546,16 @@ async fn stamp(
 mod tests {
     use super::*;
     use crate::store::schema::{ColumnSpec, ColumnType};
+    use crate::transform::{Mapper, MessageFormat};
 
-    fn mapper() -> Mapper {
-        Mapper::new(&[ColumnSpec {
+    fn pipeline(format: MessageFormat) -> Pipeline {
+        let mapper = Mapper::new(&[ColumnSpec {
             name: "n".into(),
             pointer: "/n".into(),
             column_type: ColumnType::Uint,
             length: None,
-        }])
+        }]);
+        Pipeline::new(format, mapper, Vec::new())
     }
 
     fn dead_reason(record: Record) -> (String, Vec<u8>) {
@@ -567,34 +567,20 @@ mod tests {
 
     #[test]
     fn a_message_becomes_a_row_a_dead_letter_or_a_tombstone() {
-        let m = mapper();
-        let row = decode(
-            &m,
-            MessageFormat::Json,
-            100,
-            7,
-            Some(br#"{"n":3}"#.to_vec()),
-            7,
-        );
+        let m = pipeline(MessageFormat::Json);
+        let row = decode(&m, 100, "t", 7, Some(br#"{"n":3}"#.to_vec()), 7);
         assert!(matches!(row, Record::Row(ref r) if r.document == r#"{"n":3}"#));
         assert!(matches!(
-            decode(&m, MessageFormat::Json, 100, 7, None, 0),
+            decode(&m, 100, "t", 7, None, 0),
             Record::Tombstone
         ));
-        let (reason, raw) = dead_reason(decode(
-            &m,
-            MessageFormat::Json,
-            100,
-            7,
-            Some(br#"{"n":"x"}"#.to_vec()),
-            9,
-        ));
+        let (reason, raw) = dead_reason(decode(&m, 100, "t", 7, Some(br#"{"n":"x"}"#.to_vec()), 9));
         assert!(reason.starts_with("column n:"), "{reason}");
         assert_eq!(raw, br#"{"n":"x"}"#);
         let raw_row = decode(
-            &m,
-            MessageFormat::Raw,
+            &pipeline(MessageFormat::Raw),
             100,
+            "t",
             7,
             Some(b"plain text".to_vec()),
             10,
@@ -606,9 +592,9 @@ mod tests {
     fn an_oversized_message_keeps_its_first_bytes_and_says_how_large_it_was() {
         // The consumer thread copies at most max_message_bytes + 1 bytes of a large message.
         let (reason, raw) = dead_reason(decode(
-            &mapper(),
-            MessageFormat::Json,
+            &pipeline(MessageFormat::Json),
             4,
+            "t",
             0,
             Some(b"{\"n\":".to_vec()),
             5000,

@@ -30,9 +30,10 @@ use crate::id::{IdError, IdGenerator};
 use crate::store::log_table::TableSpec;
 use crate::store::partitions::{self, EnsureOutcome};
 use crate::store::retry::retrying;
-use crate::store::{StoreError, Writer, db, migrate};
+use crate::store::{StoreError, Writer, db, migrate, rollup};
 pub use batcher::BatchLimits;
 use consumer::{IngestContext, PollerSettings};
+use mysql_async::Conn;
 
 /// Events in flight from the consumer thread to the dispatcher. Small: the memory budget is
 /// enforced by pausing, and this only smooths the hand-over.
@@ -175,29 +176,45 @@ impl IngestStats {
 /// Checks the schema and brings the log table's partitions up to date, retrying a database that
 /// is not reachable yet for `store.give_up_after`.
 pub async fn prepare_database(settings: &Settings) -> Result<(), StoreError> {
-    let spec = TableSpec::from_settings(settings);
+    let specs = TableSpec::all_from_settings(settings);
     let known = migrate::builtin()?;
     retrying(
         settings.store.give_up_after,
         || "preparing the database".to_string(),
         async || {
             let mut conn = db::connect(&settings.mysql.url).await?;
-            migrate::check_up_to_date(&mut conn, &known).await?;
-            let outcome = partitions::ensure(&mut conn, &spec, Utc::now(), false).await;
+            let prepared = async {
+                migrate::check_up_to_date(&mut conn, &known).await?;
+                for plan in &settings.rollup_plans {
+                    rollup::ensure_table(&mut conn, plan, false).await?;
+                }
+                ensure_partitions(&mut conn, &specs).await
+            }
+            .await;
             let _ = conn.disconnect().await;
-            log_maintenance(&outcome?);
-            Ok(())
+            prepared
         },
     )
     .await
 }
 
-fn log_maintenance(outcome: &EnsureOutcome) {
+/// `partitions ensure` for the log table and every fan-out table.
+async fn ensure_partitions(conn: &mut Conn, specs: &[TableSpec]) -> Result<(), StoreError> {
+    for spec in specs {
+        let outcome = partitions::ensure(conn, spec, Utc::now(), false).await?;
+        log_maintenance(spec, &outcome);
+    }
+    Ok(())
+}
+
+fn log_maintenance(spec: &TableSpec, outcome: &EnsureOutcome) {
+    let table = spec.table.as_str();
     match outcome {
         EnsureOutcome::Busy { lock } => {
-            tracing::debug!(%lock, "partitions are being maintained by another process")
+            tracing::debug!(table, %lock, "partitions are being maintained by another process")
         }
         EnsureOutcome::Done(plan) if !plan.is_empty() => tracing::info!(
+            table,
             added = plan.add.len(),
             dropped = plan.drop.len(),
             "partitions maintained"
@@ -209,21 +226,20 @@ fn log_maintenance(outcome: &EnsureOutcome) {
 /// Runs `partitions ensure` every `ingest.maintenance_interval`; failures are logged and tried
 /// again next time (the table keeps `ingest.ahead` partitions of slack).
 async fn maintain_partitions(settings: Settings) {
-    let spec = TableSpec::from_settings(&settings);
+    let specs = TableSpec::all_from_settings(&settings);
     let mut every = tokio::time::interval(settings.ingest.maintenance_interval);
     every.tick().await;
     loop {
         every.tick().await;
         let outcome = async {
             let mut conn = db::connect(&settings.mysql.url).await?;
-            let outcome = partitions::ensure(&mut conn, &spec, Utc::now(), false).await;
+            let outcome = ensure_partitions(&mut conn, &specs).await;
             let _ = conn.disconnect().await;
             outcome
         }
         .await;
-        match outcome {
-            Ok(outcome) => log_maintenance(&outcome),
-            Err(e) => tracing::warn!("maintaining partitions (tried again later): {e}"),
+        if let Err(e) = outcome {
+            tracing::warn!("maintaining partitions (tried again later): {e}");
         }
     }
 }

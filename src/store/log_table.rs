@@ -47,6 +47,29 @@ impl TableSpec {
             retention: settings.partitions.retention.0,
         }
     }
+
+    /// The fan-out tables (`[[store.tables]]`): partitioned and kept like the log table.
+    pub fn fanout_from_settings(settings: &Settings) -> Vec<TableSpec> {
+        let main = TableSpec::from_settings(settings);
+        settings
+            .store
+            .tables
+            .iter()
+            .map(|t| TableSpec {
+                table: t.name.clone(),
+                columns: t.columns.clone(),
+                payload: t.payload,
+                ..main.clone()
+            })
+            .collect()
+    }
+
+    /// The log table, then the fan-out tables.
+    pub fn all_from_settings(settings: &Settings) -> Vec<TableSpec> {
+        let mut all = vec![TableSpec::from_settings(settings)];
+        all.extend(TableSpec::fanout_from_settings(settings));
+        all
+    }
 }
 
 /// A row of `logstamp_tables`: how a log table was made.

@@ -17,7 +17,9 @@ use super::StoreError;
 use super::db::current_database;
 use super::lock::{schema_lock, table_lock, with_lock};
 use super::log_table::{TableOutcome, TableSpec, ensure_table};
+use super::rollup;
 use super::rows::take;
+use crate::transform::rollup::RollupPlan;
 
 /// How long `migrate` waits for another run (or a partition maintenance) to finish.
 pub const LOCK_WAIT_SECONDS: u32 = 30;
@@ -260,16 +262,70 @@ pub async fn run(
     )
     .await?
     .ok_or_else(|| busy("the schema"))?;
-    let table_lock = table_lock(&database, spec.table.as_str());
-    let table = with_lock(conn, &table_lock, LOCK_WAIT_SECONDS, async |conn| {
-        ensure_table(conn, spec, now, force).await
-    })
-    .await?
-    .ok_or_else(|| busy(&format!("table {}", spec.table)))?;
+    let table = ensure_locked(conn, &database, spec, now, force).await?;
     Ok(MigrateReport {
         applied,
         schema_version: known.last().map_or(0, |m| m.version),
         table,
+    })
+}
+
+/// What `migrate` did with a rollup's table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum RollupOutcome {
+    RollupCreated { rollup: String },
+    RollupUnchanged { rollup: String },
+}
+
+/// After [`run`]: creates or checks the fan-out tables (`specs`, partitioned like the log
+/// table) and the rollups' tables.
+pub async fn ensure_fanout(
+    conn: &mut Conn,
+    specs: &[TableSpec],
+    rollups: &[RollupPlan],
+    now: DateTime<Utc>,
+    force: bool,
+) -> Result<(Vec<TableOutcome>, Vec<RollupOutcome>), StoreError> {
+    let database = current_database(conn).await?;
+    let mut tables = Vec::with_capacity(specs.len());
+    for spec in specs {
+        tables.push(ensure_locked(conn, &database, spec, now, force).await?);
+    }
+    let mut created = Vec::with_capacity(rollups.len());
+    for plan in rollups {
+        let rollup = plan.name.to_string();
+        created.push(if rollup::ensure_table(conn, plan, true).await? {
+            RollupOutcome::RollupCreated { rollup }
+        } else {
+            RollupOutcome::RollupUnchanged { rollup }
+        });
+    }
+    Ok((tables, created))
+}
+
+/// [`ensure_table`] under the table's lock, which concurrent runs and partition maintenance
+/// take too.
+async fn ensure_locked(
+    conn: &mut Conn,
+    database: &str,
+    spec: &TableSpec,
+    now: DateTime<Utc>,
+    force: bool,
+) -> Result<TableOutcome, StoreError> {
+    with_lock(
+        conn,
+        &table_lock(database, spec.table.as_str()),
+        LOCK_WAIT_SECONDS,
+        async |conn| ensure_table(conn, spec, now, force).await,
+    )
+    .await?
+    .ok_or_else(|| {
+        StoreError::Refused(format!(
+            "table {} of database {database} stayed locked by another logstamp for \
+             {LOCK_WAIT_SECONDS} s; try again when it is done",
+            spec.table
+        ))
     })
 }
 

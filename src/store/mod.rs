@@ -13,6 +13,7 @@ pub mod partition_plan;
 pub mod partitions;
 pub mod query;
 pub mod retry;
+pub mod rollup;
 pub(crate) mod rows;
 pub mod schema;
 pub mod writer;

@@ -24,11 +24,14 @@ use mysql_async::{Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts, Transactio
 use tokio::sync::OnceCell;
 
 use super::retry::retrying;
+use super::rollup;
 use super::{Ident, StoreError, db};
 use crate::config::{InsertMethod, Settings};
+use crate::id::Layout;
 use crate::transform::MappedRow;
+use crate::transform::rollup::RollupPlan;
 use infile::{InfileHandler, InfileServer};
-use insert::{InsertError, Target};
+use insert::{InsertError, Statement, TableRow, Target};
 
 /// Where each partition's next offset is kept.
 pub const OFFSETS_TABLE: &str = "ingest_offsets";
@@ -115,7 +118,12 @@ pub struct Writer {
 struct Inner {
     pool: Pool,
     infiles: Arc<InfileServer>,
+    /// The log table.
     target: Target,
+    /// The fan-out tables, in the order of [`MappedRow::fanout`].
+    fanout: Vec<Target>,
+    rollups: Vec<RollupPlan>,
+    layout: Layout,
     method: InsertMethod,
     give_up_after: Duration,
     /// Largest statement, from the server's `max_allowed_packet`.
@@ -125,11 +133,17 @@ struct Inner {
 impl Writer {
     pub fn new(settings: &Settings) -> Result<Writer, StoreError> {
         let store = &settings.store;
-        let columns = store
-            .columns
+        let idents = |columns: &[crate::store::schema::ColumnSpec]| {
+            columns
+                .iter()
+                .map(|c| c.ident().map_err(StoreError::Refused))
+                .collect::<Result<Vec<Ident>, _>>()
+        };
+        let fanout = store
+            .tables
             .iter()
-            .map(|c| c.ident().map_err(StoreError::Refused))
-            .collect::<Result<Vec<Ident>, _>>()?;
+            .map(|t| Ok(Target::new(t.name.clone(), idents(&t.columns)?, t.payload)))
+            .collect::<Result<Vec<Target>, StoreError>>()?;
         let infiles = Arc::new(InfileServer::default());
         let constraints = PoolConstraints::new(1, store.concurrency.max(1)).ok_or_else(|| {
             StoreError::Refused(format!("invalid pool size {}", store.concurrency))
@@ -148,7 +162,10 @@ impl Writer {
             inner: Arc::new(Inner {
                 pool: Pool::new(opts),
                 infiles,
-                target: Target::new(store.table.clone(), columns, store.payload),
+                target: Target::new(store.table.clone(), idents(&store.columns)?, store.payload),
+                fanout,
+                rollups: settings.rollup_plans.clone(),
+                layout: settings.id.layout,
                 method: store.insert_method,
                 give_up_after: store.give_up_after,
                 statement_budget: OnceCell::new(),
@@ -216,7 +233,8 @@ impl Writer {
     /// the ceiling the benchmark compares the writer with. Returns the rows loaded.
     pub async fn load_unbatched(&self, rows: &[Row]) -> Result<u64, StoreError> {
         let mut conn = self.conn().await?;
-        insert::load_data(&mut conn, &self.inner.infiles, &self.inner.target, rows)
+        let rows: Vec<TableRow> = rows.iter().map(main_row).collect();
+        insert::load_data(&mut conn, &self.inner.infiles, &self.inner.target, &rows)
             .await
             .map_err(InsertError::into_store)
     }
@@ -261,6 +279,27 @@ impl Writer {
                     "row at offset {} has {} values for {columns} columns",
                     row.offset,
                     row.mapped.values.len()
+                ));
+            }
+            if row.mapped.fanout.len() != self.inner.fanout.len() {
+                return refuse(format!(
+                    "row at offset {} is routed among {} fan-out tables, not {}",
+                    row.offset,
+                    row.mapped.fanout.len(),
+                    self.inner.fanout.len()
+                ));
+            }
+            let widths = row.mapped.fanout.iter().zip(&self.inner.fanout);
+            if let Some((values, table)) = widths
+                .filter_map(|(values, table)| Some((values.as_ref()?, table)))
+                .find(|(values, table)| values.len() != table.columns.len())
+            {
+                return refuse(format!(
+                    "row at offset {} has {} values for the {} columns of {}",
+                    row.offset,
+                    values.len(),
+                    table.columns.len(),
+                    table.table
                 ));
             }
         }
@@ -349,6 +388,7 @@ impl Writer {
                 Err(InsertError::Store(e)) => return Err(e),
             }
         };
+        let refused_rows: Vec<usize> = refused.iter().map(|(i, _)| *i).collect();
         let refused: Vec<DeadLetter> = refused
             .into_iter()
             .map(|(i, reason)| {
@@ -363,6 +403,8 @@ impl Writer {
         let mut dead_letters = batch.dead_letters.clone();
         dead_letters.extend(refused.iter().cloned());
         let dead = insert_dead_letters(tx, batch, &dead_letters, budget).await?;
+        self.add_to_rollups(tx, &batch.rows, &refused_rows, budget)
+            .await?;
         Ok(Step::Commit(Committed {
             rows: batch.rows.len() - refused.len(),
             dead_letters: dead,
@@ -370,16 +412,43 @@ impl Writer {
         }))
     }
 
+    /// Inserts the records' rows: every record into the log table, and into each fan-out table
+    /// the records routed there.
     async fn insert(
         &self,
         tx: &mut Transaction<'_>,
         rows: &[Row],
         budget: usize,
     ) -> Result<(), InsertError> {
+        let main: Vec<TableRow> = rows.iter().map(main_row).collect();
+        self.insert_into(tx, &self.inner.target, &main, budget)
+            .await?;
+        for (index, target) in self.inner.fanout.iter().enumerate() {
+            let routed: Vec<TableRow> = rows
+                .iter()
+                .filter_map(|row| {
+                    let values = row.mapped.fanout.get(index)?.as_deref()?;
+                    Some(TableRow {
+                        values,
+                        ..main_row(row)
+                    })
+                })
+                .collect();
+            self.insert_into(tx, target, &routed, budget).await?;
+        }
+        Ok(())
+    }
+
+    async fn insert_into(
+        &self,
+        tx: &mut Transaction<'_>,
+        target: &Target,
+        rows: &[TableRow<'_>],
+        budget: usize,
+    ) -> Result<(), InsertError> {
         if rows.is_empty() {
             return Ok(());
         }
-        let target = &self.inner.target;
         match self.inner.method {
             InsertMethod::Text => insert::text(tx, target, rows, budget).await,
             InsertMethod::Prepared => insert::prepared(tx, target, rows, budget).await,
@@ -388,6 +457,51 @@ impl Writer {
                 .await
                 .map(|_| ()),
         }
+    }
+
+    /// Adds the stored rows (all but `refused`, ascending indexes) to every rollup, in the
+    /// batch's transaction.
+    async fn add_to_rollups(
+        &self,
+        tx: &mut Transaction<'_>,
+        rows: &[Row],
+        refused: &[usize],
+        budget: usize,
+    ) -> Result<(), StoreError> {
+        for plan in &self.inner.rollups {
+            let stored = rows
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| refused.binary_search(i).is_err())
+                .filter_map(|(_, row)| {
+                    let values = match plan.source_index {
+                        0 => Some(row.mapped.values.as_slice()),
+                        n => row.mapped.fanout.get(n - 1)?.as_deref(),
+                    };
+                    Some((row.id, values?))
+                });
+            let aggregate = plan.aggregate(&self.inner.layout, stored);
+            if aggregate.is_empty() {
+                continue;
+            }
+            let (prefix, suffix, width) = rollup::upsert_statement(plan);
+            let statement = Statement {
+                prefix: &prefix,
+                suffix: &suffix,
+                width,
+                one_affected_per_row: false,
+            };
+            let values = aggregate.iter().map(rollup::upsert_values).collect();
+            insert::prepared_values(tx, &statement, values, budget)
+                .await
+                .map_err(|e| match e {
+                    InsertError::Store(e) => e,
+                    InsertError::Refused(reason) => {
+                        StoreError::Refused(format!("adding to rollup {}: {reason}", plan.name))
+                    }
+                })?;
+        }
+        Ok(())
     }
 
     /// Inserts the rows the database accepts, each part under a savepoint so a refused part
@@ -556,7 +670,13 @@ async fn insert_dead_letters(
         "INSERT INTO `{DEAD_LETTERS_TABLE}` (topic, kafka_partition, kafka_offset, reason, raw) \
          VALUES "
     );
-    insert::prepared_values(tx, &prefix, 5, rows, budget)
+    let statement = Statement {
+        prefix: &prefix,
+        suffix: "",
+        width: 5,
+        one_affected_per_row: true,
+    };
+    insert::prepared_values(tx, &statement, rows, budget)
         .await
         .map_err(|e| match e {
             InsertError::Store(e) => e,
@@ -566,6 +686,16 @@ async fn insert_dead_letters(
             }
         })?;
     Ok(dead_letters.len())
+}
+
+/// A record's row in the log table.
+fn main_row(row: &Row) -> TableRow<'_> {
+    TableRow {
+        id: row.id,
+        offset: row.offset,
+        values: &row.mapped.values,
+        document: &row.mapped.document,
+    }
 }
 
 /// The longest prefix of `s` within `max` bytes, on a character boundary.

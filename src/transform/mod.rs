@@ -6,6 +6,8 @@
 //! below the column's precision).
 
 mod convert;
+pub mod rollup;
+pub mod route;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
@@ -13,6 +15,9 @@ use serde_json::Value as Json;
 use crate::store::schema::{ColumnSpec, ColumnType, DEFAULT_STRING_LENGTH};
 
 pub use convert::{MAX_TEXT_BYTES, SqlValue};
+use route::Condition;
+
+use crate::config::Settings;
 
 /// MariaDB's `JSON_VALID` refuses documents nested 32 levels deep or more.
 pub const MAX_JSON_DEPTH: usize = 31;
@@ -63,6 +68,9 @@ pub struct MappedRow {
     /// The message exactly as received: valid UTF-8 and JSON that MariaDB's `JSON` accepts, so it
     /// can fill the `payload` column and numbers keep every digit.
     pub document: String,
+    /// The record's rows in the fan-out tables (`[[store.tables]]`, in order): `None` where it is
+    /// not routed.
+    pub fanout: Vec<Option<Vec<SqlValue>>>,
 }
 
 impl Mapper {
@@ -91,32 +99,26 @@ impl Mapper {
         format: MessageFormat,
         message: &[u8],
     ) -> Result<MappedRow, MapError> {
-        match format {
-            MessageFormat::Json => self.map(message),
-            MessageFormat::Raw => {
-                let text = utf8(message)?;
-                let document = serde_json::json!({ "message": text });
-                let encoded = document.to_string();
-                self.map_document(&document, encoded)
-            }
-        }
+        let (document, text) = parse(format, message)?;
+        self.map_document(&document, text)
     }
 
     /// Maps a JSON message.
     pub fn map(&self, message: &[u8]) -> Result<MappedRow, MapError> {
-        let text = utf8(message)?;
-        let document: Json =
-            serde_json::from_str(text).map_err(|e| MapError::NotJson(e.to_string()))?;
-        if depth(&document) > MAX_JSON_DEPTH {
-            return Err(MapError::TooDeep);
-        }
-        self.map_document(&document, text.to_string())
+        self.map_message(MessageFormat::Json, message)
     }
 
     /// Takes each column from `document`; `text` is the document as it is stored.
     fn map_document(&self, document: &Json, text: String) -> Result<MappedRow, MapError> {
-        let values = self
-            .columns
+        Ok(MappedRow {
+            values: self.values(document)?,
+            document: text,
+            fanout: Vec::new(),
+        })
+    }
+
+    fn values(&self, document: &Json) -> Result<Vec<SqlValue>, MapError> {
+        self.columns
             .iter()
             .map(|column| {
                 let value = document.pointer(&column.pointer).unwrap_or(&Json::Null);
@@ -127,11 +129,88 @@ impl Mapper {
                     }
                 })
             })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(MappedRow {
-            values,
-            document: text,
-        })
+            .collect()
+    }
+}
+
+/// A fan-out table as the mapping sees it: when a record goes there, and its columns.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub when: Vec<Condition>,
+    pub mapper: Mapper,
+}
+
+/// The whole way from a message to its rows: parse, map the log table's columns, and map the
+/// columns of every fan-out table the record is routed to.
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    format: MessageFormat,
+    main: Mapper,
+    routes: Vec<Route>,
+}
+
+impl Pipeline {
+    pub fn new(format: MessageFormat, main: Mapper, routes: Vec<Route>) -> Pipeline {
+        Pipeline {
+            format,
+            main,
+            routes,
+        }
+    }
+
+    /// The log table and the fan-out tables of the settings.
+    pub fn from_settings(settings: &Settings) -> Pipeline {
+        let routes = settings
+            .store
+            .tables
+            .iter()
+            .map(|table| Route {
+                when: table.when.clone(),
+                mapper: Mapper::new(&table.columns),
+            })
+            .collect();
+        Pipeline::new(
+            settings.ingest.format,
+            Mapper::new(&settings.store.columns),
+            routes,
+        )
+    }
+
+    /// Maps one message. A column that cannot be mapped, in any table the record goes to, makes
+    /// the whole record a dead letter: its rows are stored together or not at all.
+    pub fn map(&self, _topic: &str, message: &[u8]) -> Result<MappedRow, MapError> {
+        let (document, text) = parse(self.format, message)?;
+        let mut row = self.main.map_document(&document, text)?;
+        row.fanout = self
+            .routes
+            .iter()
+            .map(|route| {
+                route::all_hold(&route.when, &document)
+                    .then(|| route.mapper.values(&document))
+                    .transpose()
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(row)
+    }
+}
+
+/// The document a message holds, and its text as stored.
+fn parse(format: MessageFormat, message: &[u8]) -> Result<(Json, String), MapError> {
+    let text = utf8(message)?;
+    match format {
+        MessageFormat::Json => {
+            let document: Json =
+                serde_json::from_str(text).map_err(|e| MapError::NotJson(e.to_string()))?;
+            if depth(&document) > MAX_JSON_DEPTH {
+                return Err(MapError::TooDeep);
+            }
+            Ok((document, text.to_string()))
+        }
+        MessageFormat::Raw => {
+            let document = serde_json::json!({ "message": text });
+            let encoded = document.to_string();
+            Ok((document, encoded))
+        }
     }
 }
 

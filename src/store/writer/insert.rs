@@ -6,12 +6,22 @@ use bytes::Bytes;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Error as MysqlError, Transaction, Value};
 
-use super::Row;
 use super::infile::InfileServer;
 use crate::store::encode::{
     mysql_value, push_infile_field, push_infile_text, push_sql_literal, push_sql_string, size_bound,
 };
 use crate::store::{Ident, StoreError};
+use crate::transform::SqlValue;
+
+/// One row of one table: a record's ID and its values for that table's columns.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TableRow<'a> {
+    pub(super) id: u64,
+    pub(super) offset: i64,
+    pub(super) values: &'a [SqlValue],
+    /// The record, for the `payload` column.
+    pub(super) document: &'a str,
+}
 
 /// MySQL's limit on placeholders in one prepared statement.
 const MAX_PLACEHOLDERS: usize = 65_535;
@@ -154,28 +164,28 @@ impl Target {
         format!("INSERT INTO {} {} VALUES ", self.table, self.column_list)
     }
 
-    fn row_size(&self, row: &Row) -> usize {
-        let values: usize = row.mapped.values.iter().map(size_bound).sum();
+    fn row_size(&self, row: &TableRow) -> usize {
+        let values: usize = row.values.iter().map(size_bound).sum();
         let payload = if self.payload {
-            2 * row.mapped.document.len() + 12
+            2 * row.document.len() + 12
         } else {
             0
         };
         32 + values + payload
     }
 
-    fn params(&self, row: &Row) -> Vec<Value> {
+    fn params(&self, row: &TableRow) -> Vec<Value> {
         let mut params = Vec::with_capacity(self.width());
         params.push(Value::UInt(row.id));
-        params.extend(row.mapped.values.iter().map(mysql_value));
+        params.extend(row.values.iter().map(mysql_value));
         if self.payload {
-            params.push(Value::Bytes(row.mapped.document.as_bytes().to_vec()));
+            params.push(Value::Bytes(row.document.as_bytes().to_vec()));
         }
         params
     }
 }
 
-fn too_large(row: &Row, size: usize, budget: usize) -> InsertError {
+fn too_large(row: &TableRow, size: usize, budget: usize) -> InsertError {
     InsertError::Refused(format!(
         "the row at offset {} needs up to {size} bytes in a statement, more than \
          max_allowed_packet allows ({budget})",
@@ -188,7 +198,7 @@ fn too_large(row: &Row, size: usize, budget: usize) -> InsertError {
 pub(super) async fn text(
     session: &mut impl Session,
     target: &Target,
-    rows: &[Row],
+    rows: &[TableRow<'_>],
     budget: usize,
 ) -> Result<(), InsertError> {
     let prefix = target.insert_prefix();
@@ -224,17 +234,17 @@ pub(super) async fn text(
     Ok(())
 }
 
-fn push_text_row(sql: &mut String, target: &Target, row: &Row) {
+fn push_text_row(sql: &mut String, target: &Target, row: &TableRow) {
     use std::fmt::Write as _;
     // Writing to a String cannot fail.
     let _ = write!(sql, "({}", row.id);
-    for value in &row.mapped.values {
+    for value in row.values {
         sql.push(',');
         push_sql_literal(sql, value);
     }
     if target.payload {
         sql.push(',');
-        push_sql_string(sql, &row.mapped.document);
+        push_sql_string(sql, row.document);
     }
     sql.push(')');
 }
@@ -252,7 +262,7 @@ async fn send_text(session: &mut impl Session, sql: &str, rows: usize) -> Result
 pub(super) async fn prepared(
     session: &mut impl Session,
     target: &Target,
-    rows: &[Row],
+    rows: &[TableRow<'_>],
     budget: usize,
 ) -> Result<(), InsertError> {
     let sized = rows.iter().map(|row| {
@@ -264,25 +274,37 @@ pub(super) async fn prepared(
         }
     });
     let sized = sized.collect::<Result<Vec<_>, _>>()?;
-    prepared_values(
-        session,
-        &target.insert_prefix(),
-        target.width(),
-        sized,
-        budget,
-    )
-    .await
+    let prefix = target.insert_prefix();
+    let statement = Statement {
+        prefix: &prefix,
+        suffix: "",
+        width: target.width(),
+        one_affected_per_row: true,
+    };
+    prepared_values(session, &statement, sized, budget).await
 }
 
-/// Rows of `width` values (each with its size bound) in prepared multi-row statements after
-/// `prefix` (`INSERT INTO t (...) VALUES `).
+/// The text around a multi-row statement's values.
+pub(super) struct Statement<'a> {
+    /// `INSERT INTO t (...) VALUES `
+    pub(super) prefix: &'a str,
+    /// After the values, e.g. `ON DUPLICATE KEY UPDATE ...`.
+    pub(super) suffix: &'a str,
+    /// Values per row.
+    pub(super) width: usize,
+    /// Whether each row must count as one affected row (not so for upserts, where an update
+    /// counts two).
+    pub(super) one_affected_per_row: bool,
+}
+
+/// Rows of `statement.width` values (each with its size bound) in prepared multi-row statements.
 pub(super) async fn prepared_values(
     session: &mut impl Session,
-    prefix: &str,
-    width: usize,
+    statement: &Statement<'_>,
     rows: Vec<(usize, Vec<Value>)>,
     budget: usize,
 ) -> Result<(), InsertError> {
+    let width = statement.width;
     let max_rows = (MAX_PLACEHOLDERS / width.max(1)).max(1);
     let placeholders = format!("({})", vec!["?"; width].join(","));
     let mut params = Vec::new();
@@ -292,7 +314,7 @@ pub(super) async fn prepared_values(
         if count > 0 && (count == max_rows || size + row_size > budget) {
             send_prepared(
                 session,
-                prefix,
+                statement,
                 &placeholders,
                 count,
                 std::mem::take(&mut params),
@@ -306,32 +328,35 @@ pub(super) async fn prepared_values(
         size += row_size;
     }
     if count > 0 {
-        send_prepared(session, prefix, &placeholders, count, params).await?;
+        send_prepared(session, statement, &placeholders, count, params).await?;
     }
     Ok(())
 }
 
 async fn send_prepared(
     session: &mut impl Session,
-    prefix: &str,
+    statement: &Statement<'_>,
     placeholders: &str,
     rows: usize,
     params: Vec<Value>,
 ) -> Result<(), InsertError> {
-    let mut sql = String::with_capacity(prefix.len() + rows * (placeholders.len() + 1));
-    sql.push_str(prefix);
+    let mut sql = String::with_capacity(
+        statement.prefix.len() + rows * (placeholders.len() + 1) + statement.suffix.len(),
+    );
+    sql.push_str(statement.prefix);
     for i in 0..rows {
         if i > 0 {
             sql.push(',');
         }
         sql.push_str(placeholders);
     }
+    sql.push_str(statement.suffix);
     // The connection caches the statement, so batches of the usual size prepare it once.
     session
         .exec_drop(sql, params)
         .await
         .map_err(classify("inserting rows (prepared)"))?;
-    check_result(session, Some(rows)).await
+    check_result(session, statement.one_affected_per_row.then_some(rows)).await
 }
 
 /// One single-row prepared `INSERT` executed for every row with `exec_batch`, which sends
@@ -340,7 +365,7 @@ async fn send_prepared(
 pub(super) async fn batch(
     session: &mut impl Session,
     target: &Target,
-    rows: &[Row],
+    rows: &[TableRow<'_>],
     budget: usize,
 ) -> Result<(), InsertError> {
     let mut params = Vec::with_capacity(rows.len());
@@ -366,7 +391,7 @@ pub(super) async fn load_data(
     session: &mut impl Session,
     infiles: &InfileServer,
     target: &Target,
-    rows: &[Row],
+    rows: &[TableRow<'_>],
 ) -> Result<u64, InsertError> {
     let data = infile_lines(target, rows);
     let ticket = infiles.register(Bytes::from(data));
@@ -390,17 +415,17 @@ pub(super) async fn load_data(
 }
 
 /// The rows as `LOAD DATA` input: one line each, fields separated by tabs.
-pub(super) fn infile_lines(target: &Target, rows: &[Row]) -> Vec<u8> {
+pub(super) fn infile_lines(target: &Target, rows: &[TableRow<'_>]) -> Vec<u8> {
     let mut data = Vec::with_capacity(rows.iter().map(|r| target.row_size(r) / 2).sum());
     for row in rows {
         data.extend_from_slice(row.id.to_string().as_bytes());
-        for value in &row.mapped.values {
+        for value in row.values {
             data.push(b'\t');
             push_infile_field(&mut data, value);
         }
         if target.payload {
             data.push(b'\t');
-            push_infile_text(&mut data, &row.mapped.document);
+            push_infile_text(&mut data, row.document);
         }
         data.push(b'\n');
     }

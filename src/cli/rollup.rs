@@ -1,0 +1,80 @@
+//! `logstamp rollup rebuild`: recomputes a rollup over a time range from its raw table.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use logstamp::config::Sources;
+use logstamp::store::{db, rollup};
+
+use super::TimeRangeArgs;
+use super::db::block_on;
+use super::load_settings;
+use super::output::Output;
+use super::query::{rollup_plan, unix};
+
+#[derive(Debug, Subcommand)]
+pub enum RollupCommand {
+    /// Recompute NAME's buckets in --from..--to (widened to whole buckets) from its source
+    /// table, one day per transaction, safely while workers write; for a rollup added after its
+    /// data, or to check one.
+    Rebuild(RebuildArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RebuildArgs {
+    /// The rollup, by name ([[rollups]] name).
+    name: String,
+    #[command(flatten)]
+    time: TimeRangeArgs,
+}
+
+pub fn run(command: RollupCommand, sources: Sources) -> anyhow::Result<ExitCode> {
+    match command {
+        RollupCommand::Rebuild(args) => rebuild(args, sources),
+    }
+}
+
+fn rebuild(args: RebuildArgs, sources: Sources) -> anyhow::Result<ExitCode> {
+    let settings = load_settings(&sources)?;
+    let plan = rollup_plan(&settings, &args.name)
+        .map_err(|e| super::UsageError(e.0.replacen("--rollup", "NAME", 1)))?;
+    let (from, to) = args.time.parse()?;
+    let (from, to) = rollup::widen_to_buckets(plan, unix(from), unix(to));
+    // A bar for a person at a terminal; otherwise a log line per day.
+    let bar = if std::io::stderr().is_terminal() {
+        ProgressBar::new(to - from).with_style(
+            ProgressStyle::with_template("{msg} [{bar:30}] {percent}% eta {eta}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        )
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_message(format!("rebuilding {}", plan.name));
+    let layout = settings.id.layout;
+    let url = settings.mysql.url.clone();
+    let report = block_on(async {
+        let mut conn = db::connect(&url).await?;
+        let report = rollup::rebuild(&mut conn, plan, &layout, (from, to), |done, report| {
+            bar.set_position(done - from);
+            tracing::info!(
+                rollup = %report.rollup,
+                rows = report.rows,
+                counted = report.counted,
+                "rebuilt up to {}",
+                rollup::format_time(done)
+            );
+        })
+        .await;
+        let _ = conn.disconnect().await;
+        report
+    })??;
+    bar.finish_and_clear();
+    let mut out = Output::new();
+    out.json(&report).context("writing output")?;
+    out.finish().context("writing output")?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,527 @@
+//! Rollup tables in MySQL: their DDL, the upsert each batch adds in its own transaction, the
+//! rebuild of a time range from the raw table, and reading them back.
+//!
+//! A rollup row is keyed by `bucket` (the UTC start of its minute, hour or day, taken from the
+//! record's ID) and the dimension columns. Batches add to it with
+//! `INSERT ... ON DUPLICATE KEY UPDATE n = n + VALUES(n)` inside the transaction that claims the
+//! batch's offset, so a batch counts exactly once however often it is retried or replayed.
+
+use std::time::Duration;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, IsolationLevel, Row as MysqlRow, TxOpts, Value};
+use serde::Serialize;
+
+use super::encode::{mysql_value, size_bound};
+use super::lock::{table_lock, with_lock};
+use super::log_table::read_columns;
+use super::schema::ColumnType;
+use super::{StoreError, db};
+use crate::id::Layout;
+use crate::transform::rollup::{MeasureKind, RollupPlan, RollupRow};
+
+/// A rebuild recomputes this much time per transaction, so locks are held briefly and progress
+/// can be shown. Every bucket size divides it.
+pub const REBUILD_STEP_SECONDS: u64 = 86_400;
+
+/// How long a rebuild waits for the source table's lock (held by partition maintenance).
+const LOCK_WAIT_SECONDS: u32 = 60;
+
+/// `CREATE TABLE IF NOT EXISTS` for a rollup.
+pub fn create_table_sql(plan: &RollupPlan) -> String {
+    let mut lines = vec!["  `bucket` DATETIME NOT NULL".to_string()];
+    for d in &plan.dimensions {
+        let sql_type = match d.column_type {
+            ColumnType::String => format!("VARCHAR({})", d.length),
+            ColumnType::Int => "BIGINT".to_string(),
+            ColumnType::Uint => "BIGINT UNSIGNED".to_string(),
+            _ => "BOOLEAN".to_string(),
+        };
+        lines.push(format!("  {} {sql_type} NOT NULL", d.name));
+    }
+    lines.push("  `n` BIGINT UNSIGNED NOT NULL".to_string());
+    for m in &plan.measures {
+        let sql_type = match (m.kind, m.source.column_type) {
+            (_, ColumnType::Double) => "DOUBLE",
+            (MeasureKind::Sum, _) => "DECIMAL(65,0)",
+            (_, ColumnType::Int) => "BIGINT",
+            _ => "BIGINT UNSIGNED",
+        };
+        let null = if m.kind == MeasureKind::Sum {
+            "NOT NULL DEFAULT 0"
+        } else {
+            "NULL"
+        };
+        lines.push(format!("  {} {sql_type} {null}", m.column));
+    }
+    let mut key = vec!["`bucket`".to_string()];
+    key.extend(plan.dimensions.iter().map(|d| d.name.to_string()));
+    lines.push(format!("  PRIMARY KEY ({})", key.join(", ")));
+    format!(
+        "CREATE TABLE IF NOT EXISTS {} (\n{}\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        plan.name,
+        lines.join(",\n")
+    )
+}
+
+/// Creates the rollup's table if it is missing and `create` (`migrate`; a worker only checks);
+/// refuses an existing one whose columns are not the plan's (a rollup changed in the settings
+/// needs a new name, or its table dropped and rebuilt). Returns whether it was created.
+pub async fn ensure_table(
+    conn: &mut Conn,
+    plan: &RollupPlan,
+    create: bool,
+) -> Result<bool, StoreError> {
+    let existing = read_columns(conn, &plan.name).await?;
+    if existing.is_empty() {
+        if !create {
+            return Err(StoreError::Refused(format!(
+                "rollup table {} does not exist: run `logstamp migrate`",
+                plan.name
+            )));
+        }
+        conn.query_drop(create_table_sql(plan))
+            .await
+            .map_err(StoreError::mysql(format!(
+                "creating rollup table {}",
+                plan.name
+            )))?;
+        return Ok(true);
+    }
+    let have: Vec<String> = existing
+        .iter()
+        .map(|c| c.name.to_ascii_lowercase())
+        .collect();
+    let want: Vec<String> = plan
+        .column_names()
+        .iter()
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    if have != want {
+        return Err(StoreError::Refused(format!(
+            "rollup table {} has the columns ({}), the settings say ({}): give the changed \
+             rollup a new name, or drop the table, migrate and run `rollup rebuild`",
+            plan.name,
+            have.join(", "),
+            want.join(", ")
+        )));
+    }
+    Ok(false)
+}
+
+/// The upsert a batch adds its aggregate with: the text before and after the rows' values,
+/// and the values per row.
+pub fn upsert_statement(plan: &RollupPlan) -> (String, String, usize) {
+    let names = plan.column_names();
+    let columns: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+    let prefix = format!("INSERT INTO {} ({}) VALUES ", plan.name, columns.join(", "));
+    let mut updates = vec!["`n` = `n` + VALUES(`n`)".to_string()];
+    for m in &plan.measures {
+        let c = &m.column;
+        updates.push(match m.kind {
+            MeasureKind::Sum => format!("{c} = {c} + VALUES({c})"),
+            // A NULL on either side (no value yet) leaves the other; the comparison is NULL then.
+            MeasureKind::Min => {
+                format!("{c} = IF({c} IS NULL OR VALUES({c}) < {c}, VALUES({c}), {c})")
+            }
+            MeasureKind::Max => {
+                format!("{c} = IF({c} IS NULL OR VALUES({c}) > {c}, VALUES({c}), {c})")
+            }
+        });
+    }
+    let suffix = format!(" ON DUPLICATE KEY UPDATE {}", updates.join(", "));
+    (prefix, suffix, names.len())
+}
+
+/// A rollup row's values in the upsert's column order, with an upper bound of their size.
+pub fn upsert_values(row: &RollupRow) -> (usize, Vec<Value>) {
+    let mut values = Vec::with_capacity(2 + row.dimensions.len() + row.measures.len());
+    let mut size = 64;
+    values.push(mysql_value(&row.bucket));
+    for value in &row.dimensions {
+        size += size_bound(value);
+        values.push(mysql_value(value));
+    }
+    values.push(Value::UInt(row.n));
+    for value in &row.measures {
+        size += size_bound(value);
+        values.push(mysql_value(value));
+    }
+    (size, values)
+}
+
+/// The half-open time range `[from, to)` widened to whole buckets, in Unix seconds.
+pub fn widen_to_buckets(plan: &RollupPlan, from: u64, to: u64) -> (u64, u64) {
+    let width = plan.bucket.seconds();
+    let start = plan.bucket.start(from);
+    let end = to.div_ceil(width).saturating_mul(width);
+    (start, end.max(start))
+}
+
+/// The statements recomputing `[from, to)` (whole buckets) from the raw table: delete the
+/// range's rollup rows, then insert them again from a `GROUP BY` over the raw rows of the
+/// matching ID range. Bucket starts are computed as in [`RollupPlan::aggregate`], by adding
+/// seconds to 1970-01-01 (not `FROM_UNIXTIME`, which stops at 2038 on MariaDB 10.11), and
+/// missing dimensions count as the type's zero, as the writer counts them.
+pub fn rebuild_sql(plan: &RollupPlan, layout: &Layout) -> (String, String) {
+    let width = plan.bucket.seconds();
+    let epoch = layout.epoch_unix_seconds();
+    let delete = format!(
+        "DELETE FROM {} WHERE `bucket` >= ? AND `bucket` < ?",
+        plan.name
+    );
+    let mut select = vec![format!(
+        "TIMESTAMP'1970-01-01 00:00:00' + INTERVAL (((`id` >> 32) + {epoch}) DIV {width} * {width}) SECOND"
+    )];
+    for d in &plan.dimensions {
+        let zero = match d.column_type {
+            ColumnType::String => "''",
+            ColumnType::Bool => "FALSE",
+            _ => "0",
+        };
+        select.push(format!("COALESCE({}, {zero})", d.name));
+    }
+    select.push("COUNT(*)".to_string());
+    for m in &plan.measures {
+        let c = &m.source.name;
+        select.push(match m.kind {
+            MeasureKind::Sum => format!("COALESCE(SUM({c}), 0)"),
+            MeasureKind::Min => format!("MIN({c})"),
+            MeasureKind::Max => format!("MAX({c})"),
+        });
+    }
+    let group_by: Vec<String> = (1..=1 + plan.dimensions.len())
+        .map(|i| i.to_string())
+        .collect();
+    let columns: Vec<String> = plan
+        .column_names()
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect();
+    let insert = format!(
+        "INSERT INTO {} ({}) SELECT {} FROM {} WHERE `id` >= ? AND `id` < ? GROUP BY {}",
+        plan.name,
+        columns.join(", "),
+        select.join(", "),
+        plan.source,
+        group_by.join(", ")
+    );
+    (delete, insert)
+}
+
+/// What a rebuild did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RebuildReport {
+    pub rollup: String,
+    pub from: String,
+    pub to: String,
+    /// Rollup rows written.
+    pub rows: u64,
+    /// Raw rows counted.
+    pub counted: u64,
+}
+
+/// Recomputes the rollup over `[from, to)` (Unix seconds, widened to whole buckets) from its
+/// source table, one day per transaction, under the source table's lock (which partition
+/// maintenance also takes, so no partition is dropped or split meanwhile).
+///
+/// Safe while batches are written: each step runs at REPEATABLE READ, where InnoDB's
+/// `INSERT ... SELECT` reads the source with shared next-key locks. A batch committed before
+/// the step's locks is in both the deleted and the recomputed rows; a batch still open holds
+/// its raw rows, so the step waits for it (or one of them is chosen as a deadlock victim and
+/// retried); a batch starting later waits on the locked range and then adds its rows to the
+/// recomputed totals. No batch is counted twice or lost. `progress` is told each step's end.
+pub async fn rebuild(
+    conn: &mut Conn,
+    plan: &RollupPlan,
+    layout: &Layout,
+    (from, to): (u64, u64),
+    mut progress: impl FnMut(u64, &RebuildReport),
+) -> Result<RebuildReport, StoreError> {
+    let (from, to) = widen_to_buckets(plan, from, to);
+    let mut report = RebuildReport {
+        rollup: plan.name.to_string(),
+        from: format_time(from),
+        to: format_time(to),
+        ..RebuildReport::default()
+    };
+    let database = db::current_database(conn).await?;
+    let lock = table_lock(&database, plan.source.as_str());
+    let (delete, insert) = rebuild_sql(plan, layout);
+    let done = with_lock(conn, &lock, LOCK_WAIT_SECONDS, async |conn| {
+        let mut start = from;
+        while start < to {
+            let end = (start + REBUILD_STEP_SECONDS).min(to);
+            let (rows, counted) =
+                step_retrying_conflicts(conn, plan, layout, (&delete, &insert), (start, end))
+                    .await?;
+            report.rows += rows;
+            report.counted += counted;
+            progress(end, &report);
+            start = end;
+        }
+        Ok(())
+    })
+    .await?;
+    if done.is_none() {
+        return Err(StoreError::Refused(format!(
+            "table {} stayed locked for {LOCK_WAIT_SECONDS}s (partition maintenance or another \
+             rebuild); try again",
+            plan.source
+        )));
+    }
+    Ok(report)
+}
+
+/// Deadlock (1213) and lock wait timeout (1205): the rebuild step lost to a batch writer and
+/// rolled back; it is run again.
+const CONFLICT_CODES: &[u16] = &[1205, 1213];
+
+/// Conflicts with writers are retried a few times; anything else (a lost connection also loses
+/// the lock) ends the rebuild, which can simply be run again.
+const CONFLICT_RETRIES: u32 = 20;
+
+async fn step_retrying_conflicts(
+    conn: &mut Conn,
+    plan: &RollupPlan,
+    layout: &Layout,
+    statements: (&str, &str),
+    range: (u64, u64),
+) -> Result<(u64, u64), StoreError> {
+    let mut attempt = 0;
+    loop {
+        match rebuild_step(conn, plan, layout, statements, range).await {
+            Err(e)
+                if attempt < CONFLICT_RETRIES
+                    && e.server_code().is_some_and(|c| CONFLICT_CODES.contains(&c)) =>
+            {
+                attempt += 1;
+                tracing::info!("rebuilding {} met a batch writer ({e}); again", plan.name);
+                tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
+            }
+            result => return result,
+        }
+    }
+}
+
+/// One transaction of a rebuild; returns the rollup rows written and the raw rows counted.
+async fn rebuild_step(
+    conn: &mut Conn,
+    plan: &RollupPlan,
+    layout: &Layout,
+    (delete, insert): (&str, &str),
+    (start, end): (u64, u64),
+) -> Result<(u64, u64), StoreError> {
+    let context = || format!("rebuilding {} from {}", plan.name, format_time(start));
+    let ids = layout
+        .id_range(to_i64(start), to_i64(end))
+        .map_err(|e| StoreError::Refused(format!("{}: {e}", context())))?;
+    let mut options = TxOpts::default();
+    options.with_isolation_level(IsolationLevel::RepeatableRead);
+    let mut tx = conn
+        .start_transaction(options)
+        .await
+        .map_err(StoreError::mysql(context()))?;
+    let bounds = (datetime(start), datetime(end));
+    tx.exec_drop(delete, bounds.clone())
+        .await
+        .map_err(StoreError::mysql(context()))?;
+    tx.exec_drop(insert, (ids.start, ids.end))
+        .await
+        .map_err(StoreError::mysql(context()))?;
+    let rows = tx.affected_rows();
+    let counted: Option<Value> = tx
+        .exec_first(
+            format!(
+                "SELECT COALESCE(SUM(`n`), 0) FROM {} WHERE `bucket` >= ? AND `bucket` < ?",
+                plan.name
+            ),
+            bounds,
+        )
+        .await
+        .map_err(StoreError::mysql(context()))?;
+    tx.commit().await.map_err(StoreError::mysql(context()))?;
+    let counted = match counted {
+        Some(Value::Bytes(text)) => String::from_utf8_lossy(&text).parse().unwrap_or(0),
+        Some(Value::UInt(n)) => n,
+        Some(Value::Int(n)) => u64::try_from(n).unwrap_or(0),
+        _ => 0,
+    };
+    Ok((rows, counted))
+}
+
+/// A rollup row read back: each column by name, as JSON, in table order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RollupRecord {
+    pub columns: Vec<(String, serde_json::Value)>,
+}
+
+impl Serialize for RollupRecord {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.columns.len()))?;
+        for (name, value) in &self.columns {
+            map.serialize_entry(name, value)?;
+        }
+        map.end()
+    }
+}
+
+/// A rollup's rows with `from <= bucket < to` (Unix seconds), in key order.
+pub async fn read(
+    conn: &mut Conn,
+    plan: &RollupPlan,
+    (from, to): (u64, u64),
+    mut each: impl FnMut(RollupRecord) -> std::ops::ControlFlow<()>,
+) -> Result<(), StoreError> {
+    let names = plan.column_names();
+    let columns: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+    let mut key = vec!["`bucket`".to_string()];
+    key.extend(plan.dimensions.iter().map(|d| d.name.to_string()));
+    // DECIMAL sums come back as text and are shown as numbers, exactly.
+    let sql = format!(
+        "SELECT {} FROM {} WHERE `bucket` >= ? AND `bucket` < ? ORDER BY {}",
+        columns.join(", "),
+        plan.name,
+        key.join(", ")
+    );
+    let rows: Vec<MysqlRow> = conn
+        .exec(sql, (datetime(from), datetime(to)))
+        .await
+        .map_err(StoreError::mysql(format!("reading rollup {}", plan.name)))?;
+    for row in rows {
+        let values = row.unwrap();
+        let columns = names
+            .iter()
+            .zip(values)
+            .enumerate()
+            .map(|(i, (name, value))| (name.to_string(), json_value(value, i == 0)))
+            .collect();
+        if each(RollupRecord { columns }).is_break() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// A value read from a rollup as JSON: the bucket as RFC 3339 text, numbers as numbers (DECIMAL
+/// text too, exactly, when it is an integer).
+fn json_value(value: Value, is_bucket: bool) -> serde_json::Value {
+    use serde_json::Value as Json;
+    match value {
+        Value::NULL => Json::Null,
+        Value::Int(n) => Json::from(n),
+        Value::UInt(n) => Json::from(n),
+        Value::Float(f) => Json::from(f64::from(f)),
+        Value::Double(f) => Json::from(f),
+        Value::Bytes(bytes) => {
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            if is_bucket {
+                return Json::String(
+                    NaiveDateTime::parse_from_str(&text, "%Y-%m-%d %H:%M:%S")
+                        .map(|t| t.and_utc().to_rfc3339())
+                        .unwrap_or(text),
+                );
+            }
+            match serde_json::from_str::<serde_json::Number>(&text) {
+                Ok(number) => Json::Number(number),
+                Err(_) => Json::String(text),
+            }
+        }
+        Value::Date(y, mo, d, h, mi, s, _) => {
+            Json::String(format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}+00:00"))
+        }
+        Value::Time(..) => Json::Null,
+    }
+}
+
+fn to_i64(unix_seconds: u64) -> i64 {
+    i64::try_from(unix_seconds).unwrap_or(i64::MAX)
+}
+
+fn datetime(unix_seconds: u64) -> Value {
+    let t = DateTime::<Utc>::from_timestamp(to_i64(unix_seconds), 0)
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+        .naive_utc();
+    mysql_value(&crate::transform::SqlValue::Datetime(t))
+}
+
+/// A time as RFC 3339 UTC.
+pub fn format_time(unix_seconds: u64) -> String {
+    DateTime::<Utc>::from_timestamp(to_i64(unix_seconds), 0)
+        .map(|t| t.to_rfc3339())
+        .unwrap_or_else(|| unix_seconds.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Ident;
+    use crate::store::schema::ColumnSpec;
+    use crate::transform::rollup::{Bucket, RollupSettings, SourceTable};
+
+    fn plan() -> RollupPlan {
+        let columns = vec![
+            ColumnSpec {
+                name: "service".into(),
+                pointer: "/service".into(),
+                column_type: ColumnType::String,
+                length: Some(64),
+            },
+            ColumnSpec {
+                name: "latency_ms".into(),
+                pointer: "/latency_ms".into(),
+                column_type: ColumnType::Uint,
+                length: None,
+            },
+        ];
+        let logs = Ident::new("logs").unwrap();
+        RollupPlan::compile(
+            &RollupSettings {
+                name: "per_hour".into(),
+                source: String::new(),
+                bucket: Bucket::Hour,
+                dimensions: vec!["service".into()],
+                sums: vec!["latency_ms".into()],
+                mins: vec![],
+                maxs: vec!["latency_ms".into()],
+            },
+            &[SourceTable {
+                name: &logs,
+                columns: &columns,
+            }],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn table_and_statements() {
+        let plan = plan();
+        assert_eq!(
+            create_table_sql(&plan),
+            "CREATE TABLE IF NOT EXISTS `per_hour` (\n  `bucket` DATETIME NOT NULL,\n  \
+             `service` VARCHAR(64) NOT NULL,\n  `n` BIGINT UNSIGNED NOT NULL,\n  \
+             `sum_latency_ms` DECIMAL(65,0) NOT NULL DEFAULT 0,\n  \
+             `max_latency_ms` BIGINT UNSIGNED NULL,\n  PRIMARY KEY (`bucket`, `service`)\n) \
+             ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+        );
+        let (prefix, suffix, width) = upsert_statement(&plan);
+        assert_eq!(width, 5);
+        assert!(prefix.starts_with("INSERT INTO `per_hour` (`bucket`, `service`, `n`,"));
+        assert!(suffix.contains("`sum_latency_ms` = `sum_latency_ms` + VALUES(`sum_latency_ms`)"));
+        let layout = Layout::new(10, 0).unwrap();
+        let (_, insert) = rebuild_sql(&plan, &layout);
+        assert!(insert.contains("DIV 3600 * 3600"));
+        assert!(insert.contains("COALESCE(`service`, '')"));
+        assert!(insert.ends_with("GROUP BY 1, 2"));
+    }
+
+    #[test]
+    fn ranges_widen_to_whole_buckets() {
+        let plan = plan();
+        assert_eq!(widen_to_buckets(&plan, 3_601, 7_200), (3_600, 7_200));
+        assert_eq!(widen_to_buckets(&plan, 3_600, 7_201), (3_600, 10_800));
+        assert_eq!(widen_to_buckets(&plan, 5, 5), (0, 3_600));
+    }
+}
