@@ -5,6 +5,8 @@ use serde_json::json;
 
 const LEVELS: &[&str] = &["info", "info", "info", "info", "warn", "error", "debug"];
 const SERVICES: &[&str] = &["checkout", "search", "auth", "payments", "catalog"];
+const METHODS: &[&str] = &["GET", "GET", "POST", "PUT"];
+const STATUSES: &[u16] = &[200, 200, 201, 404, 500];
 
 /// Message `n` of a stream, its `time` field at `at`; other fields vary a little with `n`, and
 /// its `trace_id` is distinct for every `n`.
@@ -12,9 +14,10 @@ pub fn log_message(n: u64, at: DateTime<Utc>) -> String {
     // A cheap, fixed scramble (a bijection of u64) so values are not all alike.
     let h = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let i = n as usize;
-    json!({
+    let level = LEVELS[i % LEVELS.len()];
+    let mut message = json!({
         "time": at.to_rfc3339_opts(SecondsFormat::Millis, true),
-        "level": LEVELS[i % LEVELS.len()],
+        "level": level,
         "host": format!("web-{:03}.eu-west-1.example.com", h % 200),
         "service": SERVICES[i % SERVICES.len()],
         "message": format!(
@@ -27,8 +30,24 @@ pub fn log_message(n: u64, at: DateTime<Utc>) -> String {
         ),
         "trace_id": format!("{h:016x}{:016x}", h.rotate_left(17)),
         "client": format!("10.{}.{}.{}", h % 256, (h >> 8) % 256, (h >> 16) % 256),
-    })
-    .to_string()
+    });
+    // Every other message is an HTTP access record, and errors carry their details, for the
+    // fan-out tables of config/examples/pipeline.toml.
+    if n % 2 == 0 {
+        message["http"] = json!({
+            "request": { "method": METHODS[(h % 4) as usize] },
+            "path": format!("/api/v1/orders/{}", h % 1_000),
+            "status": STATUSES[(h % 5) as usize],
+            "latency_ms": h % 90 + 1,
+        });
+    }
+    if level == "error" {
+        message["error"] = json!({
+            "code": format!("E{}", h % 40),
+            "stack": "at orders::handler (src/orders.rs:120)",
+        });
+    }
+    message.to_string()
 }
 
 /// The time of message `n` of `count` spread evenly over `[start, start + span)`.

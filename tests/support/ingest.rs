@@ -23,6 +23,21 @@ use super::mariadb::MariaDb;
 
 pub const TOPIC: &str = "logs";
 
+/// What every test worker runs with, besides its database.
+fn test_overrides(brokers: &str) -> Vec<(&str, &str)> {
+    vec![
+        ("kafka.brokers", brokers),
+        ("kafka.group_id", "ingest-test"),
+        ("batch.linger_ms", "50"),
+        // The mock coordinator completes a rebalance only when a session times out, so a
+        // short session keeps joins quick (the default 45 s would make each one that long).
+        ("kafka.properties.session.timeout.ms", "3000"),
+        ("kafka.properties.heartbeat.interval.ms", "300"),
+        ("store.give_up_after", "60s"),
+        ("ingest.shutdown_timeout", "60s"),
+    ]
+}
+
 /// A database and a cluster with one topic of `partitions` partitions.
 pub struct Setup {
     pub db: TestDb,
@@ -30,6 +45,11 @@ pub struct Setup {
     local: Option<LocalCluster>,
     pub brokers: String,
     pub settings: Settings,
+    /// The `--config` file the settings came from, if any; worker processes are given it with
+    /// this setup's own settings as environment variables.
+    file: Option<std::path::PathBuf>,
+    /// Message `seq` of the stream `feed` and `produce` send.
+    pub message: fn(u64) -> Vec<u8>,
 }
 
 impl Setup {
@@ -66,24 +86,29 @@ impl Setup {
         self.local.as_ref().expect("an in-process cluster")
     }
 
+    /// With an in-process cluster, a database of the shared server, and the settings of
+    /// `file` (which maps its own columns: no `seq` column is added), fed with `message`.
+    pub async fn with_config(
+        hint: &str,
+        partitions: i32,
+        file: &std::path::Path,
+        message: fn(u64) -> Vec<u8>,
+    ) -> Setup {
+        let cluster = LocalCluster::start(1).unwrap();
+        cluster.create_topic(TOPIC, partitions).unwrap();
+        let brokers = cluster.bootstrap_servers();
+        let db = TestDb::create(hint).await;
+        let settings = db.settings_with_file(Some(file), &test_overrides(&brokers));
+        let mut setup = Setup::migrated(db, &brokers, settings).await;
+        setup.local = Some(cluster);
+        setup.file = Some(file.to_path_buf());
+        setup.message = message;
+        setup
+    }
+
     /// With brokers that already hold the topic.
     pub async fn with_brokers(db: TestDb, brokers: &str, overrides: &[(&str, &str)]) -> Setup {
-        // Logs of the workers, shown for failed tests (filter with RUST_LOG).
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
-        let mut all = vec![
-            ("kafka.brokers", brokers),
-            ("kafka.group_id", "ingest-test"),
-            ("batch.linger_ms", "50"),
-            // The mock coordinator completes a rebalance only when a session times out, so a
-            // short session keeps joins quick (the default 45 s would make each one that long).
-            ("kafka.properties.session.timeout.ms", "3000"),
-            ("kafka.properties.heartbeat.interval.ms", "300"),
-            ("store.give_up_after", "60s"),
-            ("ingest.shutdown_timeout", "60s"),
-        ];
+        let mut all = test_overrides(brokers);
         all.extend_from_slice(overrides);
         let mut settings = db.settings(&all);
         settings.store.columns.push(ColumnSpec {
@@ -92,6 +117,17 @@ impl Setup {
             column_type: ColumnType::Uint,
             length: None,
         });
+        Setup::migrated(db, brokers, settings).await
+    }
+
+    /// Creates and migrates the database of `settings`: the log table, the fan-out tables and
+    /// the rollups.
+    async fn migrated(db: TestDb, brokers: &str, settings: Settings) -> Setup {
+        // Logs of the workers, shown for failed tests (filter with RUST_LOG).
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         db::create_database(&db.mysql_url()).await.unwrap();
         let mut conn = db.conn().await;
         migrate::run(
@@ -103,18 +139,29 @@ impl Setup {
         )
         .await
         .unwrap();
+        migrate::ensure_fanout(
+            &mut conn,
+            &TableSpec::fanout_from_settings(&settings),
+            &settings.rollup_plans,
+            Utc::now(),
+            false,
+        )
+        .await
+        .unwrap();
         conn.disconnect().await.unwrap();
         Setup {
             db,
             local: None,
             brokers: brokers.to_string(),
             settings,
+            file: None,
+            message: log_line,
         }
     }
 
     /// Produces log messages with sequence numbers `from..to`, round-robin over `partitions`.
     pub fn produce(&self, from: u64, to: u64, partitions: i32) {
-        produce_logs(&self.brokers, from, to, partitions);
+        produce_messages(&self.brokers, from, to, partitions, self.message);
     }
 
     /// Produces sequence numbers `from..to` in chunks, each once the rows stored are at most
@@ -126,14 +173,18 @@ impl Setup {
         while start < to {
             let end = (start + CHUNK).min(to);
             if start >= from + CHUNK {
-                let behind = start - from - CHUNK;
-                self.wait_until_at_least(COUNT_ALL, behind, Duration::from_secs(120))
+                // Committed messages (rows, dead letters, tombstones), from offset 0 on.
+                let behind = start - CHUNK;
+                self.wait_until_at_least(SUM_OFFSETS, behind, Duration::from_secs(120))
                     .await;
             }
             let brokers = self.brokers.clone();
-            tokio::task::spawn_blocking(move || produce_logs(&brokers, start, end, partitions))
-                .await
-                .unwrap();
+            let message = self.message;
+            tokio::task::spawn_blocking(move || {
+                produce_messages(&brokers, start, end, partitions, message)
+            })
+            .await
+            .unwrap();
             start = end;
         }
     }
@@ -236,10 +287,21 @@ pub const SUM_OFFSETS: &str = "SELECT CAST(SUM(next_offset) AS UNSIGNED) FROM in
 
 /// Produces log lines with sequence numbers `from..to`, round-robin over `partitions`.
 pub fn produce_logs(brokers: &str, from: u64, to: u64, partitions: i32) {
+    produce_messages(brokers, from, to, partitions, log_line);
+}
+
+/// Produces `message(seq)` for `seq` in `from..to`, round-robin over `partitions`.
+pub fn produce_messages(
+    brokers: &str,
+    from: u64,
+    to: u64,
+    partitions: i32,
+    message: fn(u64) -> Vec<u8>,
+) {
     let messages = (from..to).map(|seq| Outgoing {
         partition: Some((seq % partitions as u64) as i32),
         key: None,
-        payload: Some(log_line(seq)),
+        payload: Some(message(seq)),
     });
     produce_all(brokers, TOPIC, messages).unwrap();
 }
@@ -305,14 +367,58 @@ impl Setup {
         path
     }
 
+    /// `logstamp ARGS` with this setup's `--config` file and settings (from `with_config`).
+    pub fn command(&self, args: &[&str]) -> std::process::Command {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_logstamp"));
+        if let Some(file) = &self.file {
+            command.arg("--config").arg(file);
+        }
+        for (key, value) in self.process_overrides() {
+            command.env(logstamp::config::env_var(&key), value);
+        }
+        command.args(args);
+        command
+    }
+
+    /// The settings `config_file` writes, as `(key, value)` pairs for environment variables.
+    fn process_overrides(&self) -> Vec<(String, String)> {
+        let s = &self.settings;
+        let mut all = vec![
+            ("mysql.url".to_string(), s.mysql.url.expose().to_string()),
+            ("kafka.brokers".into(), s.kafka.brokers.clone()),
+            ("kafka.group_id".into(), s.kafka.group_id.clone()),
+            ("batch.linger_ms".into(), s.batch.linger_ms.to_string()),
+            ("batch.max_rows".into(), s.batch.max_rows.to_string()),
+            ("id.lease_ttl".into(), "10s".into()),
+            ("id.auto_range".into(), "2-20".into()),
+            ("store.give_up_after".into(), "60s".into()),
+            ("telemetry.listen".into(), "127.0.0.1:0".into()),
+        ];
+        for (name, value) in &s.kafka.properties.0 {
+            all.push((format!("kafka.properties.{name}"), value.clone()));
+        }
+        all
+    }
+
     /// Starts `logstamp ingest` with `--service-id service_id` (a number or auto, which leases
     /// one of 2-20); its log goes to a file beside the settings.
     pub fn spawn_process(&self, service_id: &str, run: usize) -> Process {
-        let config = self.config_file("worker");
-        let log = config.with_file_name(format!("worker-{service_id}-{run}.log"));
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_logstamp"))
-            .arg("--config")
-            .arg(&config)
+        let written = self.config_file("worker");
+        let log = written.with_file_name(format!("worker-{service_id}-{run}.log"));
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_logstamp"));
+        match &self.file {
+            // The file's own settings, with this setup's database and cluster on top.
+            Some(file) => {
+                command.arg("--config").arg(file);
+                for (key, value) in self.process_overrides() {
+                    command.env(logstamp::config::env_var(&key), value);
+                }
+            }
+            None => {
+                command.arg("--config").arg(&written);
+            }
+        }
+        let child = command
             .args(["ingest", "--service-id", service_id])
             .env("RUST_LOG", "logstamp=info")
             .stdout(std::process::Stdio::null())

@@ -60,7 +60,17 @@ impl TestDb {
 
     /// Settings pointing at this database, with extra `(key, value)` overrides.
     pub fn settings(&self, overrides: &[(&str, &str)]) -> Settings {
+        self.settings_with_file(None, overrides)
+    }
+
+    /// Settings from `file` (a `--config` file) pointing at this database, with overrides.
+    pub fn settings_with_file(
+        &self,
+        file: Option<&std::path::Path>,
+        overrides: &[(&str, &str)],
+    ) -> Settings {
         let mut sources = Sources {
+            file: file.map(|f| f.to_path_buf()),
             env: Some(HashMap::new()),
             ..Sources::default()
         }

@@ -65,7 +65,14 @@ async fn bench(settings: &Settings, args: &IngestArgs, sources: &Sources) -> any
         .partitions
         .unwrap_or_else(|| LocalCluster::partitions_to_hold(args.messages, message_bytes));
     let cluster = LocalCluster::start(1)?;
-    let topic = format!("logstamp-bench-{}", std::process::id());
+    // The settings' own topic, so per-topic normalize rules apply as in production; the
+    // cluster, the group and the database are fresh for every run.
+    let topic = settings
+        .kafka
+        .topics
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "logs".to_string());
     cluster.create_topic(&topic, partitions)?;
     let brokers = cluster.bootstrap_servers();
 

@@ -62,7 +62,7 @@ pub fn median(mut values: Vec<f64>) -> f64 {
 }
 
 /// Runs `bench` in a scratch database beside `mysql.url`'s, with the schema production has
-/// (migrations and the log table), and drops the database afterwards whatever happened.
+/// (migrations, the log table, fan-out tables and rollups), and drops the database afterwards whatever happened.
 pub async fn in_scratch_database<T>(
     mut settings: Settings,
     bench: impl AsyncFnOnce(&Settings) -> anyhow::Result<T>,
@@ -79,6 +79,14 @@ pub async fn in_scratch_database<T>(
             &mut conn,
             &migrate::builtin()?,
             &TableSpec::from_settings(&settings),
+            Utc::now(),
+            false,
+        )
+        .await?;
+        migrate::ensure_fanout(
+            &mut conn,
+            &TableSpec::fanout_from_settings(&settings),
+            &settings.rollup_plans,
             Utc::now(),
             false,
         )

@@ -1,0 +1,399 @@
+//! The whole pipeline of `config/examples/pipeline.toml` against the real MariaDB and the
+//! in-process cluster: normalize, fan out with one shared ID, and exact rollups, including
+//! under SIGKILL and while `rollup rebuild` runs.
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use chrono::Utc;
+use mysql_async::prelude::Queryable;
+use rand::Rng;
+use serde_json::json;
+
+use logstamp::store::{db, rollup};
+use support::ingest::{SUM_OFFSETS, Setup};
+
+fn example() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/examples/pipeline.toml")
+}
+
+/// 2026-11-21T10:00:00.123Z, which every valid message's time is, in one of three formats.
+const EVENT_TIME: &str = "2026-11-21 10:00:00.123";
+
+/// Message `seq`: fields named and spelled in several ways, times in three formats, some HTTP
+/// records, some errors; every 50th from 7 lacks its message and every 50th from 13 has a time
+/// no format reads (both dead letters).
+fn message(seq: u64) -> Vec<u8> {
+    let service = ["checkout", "search", "auth"][(seq % 3) as usize];
+    let mut m = json!({
+        "seq": seq,
+        "service": service,
+        "host": format!("web-{}", seq % 5),
+        "message": format!("request {seq}"),
+    });
+    m["time"] = match seq % 3 {
+        0 => json!("2026-11-21T10:00:00.123Z"),
+        1 => json!("2026-11-21 18:00:00.123"),
+        _ => json!(1_795_255_200_123u64),
+    };
+    match seq % 6 {
+        0 => m["level"] = json!("INFO"),
+        1 => m["lvl"] = json!("warning"),
+        2 => m["level"] = json!("ERROR"),
+        3 => {}
+        4 => m["level"] = json!("fatal"),
+        _ => m["level"] = json!("debug"),
+    }
+    if is_error(seq) {
+        m["error"] = json!({"code": format!("E{}", seq % 5), "stack": "at main.rs:1"});
+    }
+    if is_http(seq) {
+        let method = ["GET", "POST"][(seq / 4 % 2) as usize];
+        let status = [200, 404, 500][(seq / 4 % 3) as usize];
+        m["http"] = json!({
+            "request": {"method": method},
+            "path": format!("/api/items/{}", seq % 10),
+            "status": status,
+            "latency_ms": seq % 250,
+        });
+    }
+    if seq % 50 == 7 {
+        m.as_object_mut().map(|o| o.remove("message"));
+    }
+    if seq % 50 == 13 {
+        m["time"] = json!("yesterday");
+    }
+    serde_json::to_vec(&m).unwrap()
+}
+
+fn is_error(seq: u64) -> bool {
+    matches!(seq % 6, 2 | 4)
+}
+
+fn is_http(seq: u64) -> bool {
+    seq % 4 == 0
+}
+
+fn is_dead(seq: u64) -> bool {
+    matches!(seq % 50, 7 | 13)
+}
+
+fn stored(n: u64) -> u64 {
+    (0..n).filter(|s| !is_dead(*s)).count() as u64
+}
+
+async fn rows<T: mysql_async::prelude::FromRow + Send + 'static>(
+    setup: &Setup,
+    sql: &str,
+) -> Vec<T> {
+    let mut conn = setup.db.conn().await;
+    let rows = conn.query(sql).await.unwrap();
+    conn.disconnect().await.unwrap();
+    rows
+}
+
+/// Every rollup row equals a `GROUP BY` over its raw table, computed here independently of the
+/// product's own rebuild statement, for every bucket and dimension.
+async fn assert_rollups_match_raw(setup: &Setup) {
+    let bucket = |width: u64| {
+        format!(
+            "DATE_FORMAT(TIMESTAMP'1970-01-01 00:00:00' + INTERVAL ((id >> 32) DIV {width} * {width}) SECOND, '%Y-%m-%d %H:%i:%s')"
+        )
+    };
+    type PerMinute = (String, String, String, u64);
+    let rollup: Vec<PerMinute> = rows(
+        setup,
+        "SELECT DATE_FORMAT(bucket, '%Y-%m-%d %H:%i:%s'), service, level, n \
+         FROM logs_per_minute ORDER BY 1, 2, 3",
+    )
+    .await;
+    let raw: Vec<PerMinute> = rows(
+        setup,
+        &format!(
+            "SELECT {}, COALESCE(service, ''), COALESCE(level, ''), COUNT(*) FROM logs \
+             GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+            bucket(60)
+        ),
+    )
+    .await;
+    assert!(!raw.is_empty());
+    assert_eq!(rollup, raw, "logs_per_minute against logs");
+    type PerHour = (String, String, u64, u64, String, Option<u64>, Option<u64>);
+    let rollup: Vec<PerHour> = rows(
+        setup,
+        "SELECT DATE_FORMAT(bucket, '%Y-%m-%d %H:%i:%s'), method, status, n, \
+         CAST(sum_latency_ms AS CHAR), min_latency_ms, max_latency_ms \
+         FROM http_per_hour ORDER BY 1, 2, 3",
+    )
+    .await;
+    let raw: Vec<PerHour> = rows(
+        setup,
+        &format!(
+            "SELECT {}, COALESCE(method, ''), COALESCE(status, 0), COUNT(*), \
+             CAST(COALESCE(SUM(latency_ms), 0) AS CHAR), MIN(latency_ms), MAX(latency_ms) \
+             FROM log_http GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+            bucket(3600)
+        ),
+    )
+    .await;
+    assert!(!raw.is_empty());
+    assert_eq!(rollup, raw, "http_per_hour against log_http");
+}
+
+/// Each stored message once (by its sequence number in the payload), each fan-out row with
+/// exactly one log row of the same ID, and each table holding exactly the records routed to it.
+async fn assert_fanout_exact(setup: &Setup, n: u64) {
+    let expected = stored(n);
+    let counted: Vec<(u64, u64, u64)> = rows(
+        setup,
+        "SELECT COUNT(*), COUNT(DISTINCT JSON_VALUE(payload, '$.seq')), COUNT(DISTINCT id) FROM logs",
+    )
+    .await;
+    assert_eq!(
+        counted,
+        vec![(expected, expected, expected)],
+        "rows, distinct seq, distinct IDs"
+    );
+    let errors = (0..n).filter(|s| !is_dead(*s) && is_error(*s)).count() as u64;
+    let http = (0..n).filter(|s| !is_dead(*s) && is_http(*s)).count() as u64;
+    for (table, want) in [("log_errors", errors), ("log_http", http)] {
+        let joined: Vec<(u64, u64, u64)> = rows(
+            setup,
+            &format!(
+                "SELECT COUNT(*), COUNT(l.id), COUNT(DISTINCT t.id) FROM {table} t \
+                 LEFT JOIN logs l ON l.id = t.id"
+            ),
+        )
+        .await;
+        assert_eq!(
+            joined,
+            vec![(want, want, want)],
+            "{table} joined to logs on id"
+        );
+    }
+    // The routing agrees with the normalized level and with the record's own fields.
+    let misrouted: Vec<u64> = rows(
+        setup,
+        "SELECT COUNT(*) FROM logs l LEFT JOIN log_errors e ON e.id = l.id \
+         WHERE (l.level = 'error') <> (e.id IS NOT NULL) \
+            OR (e.id IS NOT NULL AND e.error_code <> JSON_VALUE(l.payload, '$.error.code'))",
+    )
+    .await;
+    assert_eq!(misrouted, vec![0]);
+    let http_mismatch: Vec<u64> = rows(
+        setup,
+        "SELECT COUNT(*) FROM log_http h JOIN logs l ON l.id = h.id \
+         WHERE h.method <> JSON_VALUE(l.payload, '$.http.request.method') \
+            OR h.status <> JSON_VALUE(l.payload, '$.http.status') \
+            OR h.latency_ms <> JSON_VALUE(l.payload, '$.http.latency_ms')",
+    )
+    .await;
+    assert_eq!(http_mismatch, vec![0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn normalized_records_fan_out_with_one_id_and_rollups_match_the_raw_rows() {
+    let setup = Setup::with_config("pipeline_fanout", 4, &example(), message).await;
+    let n = 20_000;
+    let workers: Vec<_> = (1..=2).map(|s| setup.start_worker(s)).collect();
+    setup.feed(0, n, 4).await;
+    setup
+        .wait_for(SUM_OFFSETS, n, Duration::from_secs(120))
+        .await;
+    for worker in workers {
+        worker.stop().await.unwrap();
+    }
+    assert_fanout_exact(&setup, n).await;
+    assert_rollups_match_raw(&setup).await;
+
+    // Normalization: the three time formats give one instant, levels are renamed, defaulted,
+    // lower-cased and mapped, and the extracted method reached log_http.
+    let times: Vec<String> = rows(
+        &setup,
+        "SELECT DISTINCT DATE_FORMAT(event_time, '%Y-%m-%d %H:%i:%s.%f') FROM logs",
+    )
+    .await;
+    assert_eq!(times, vec![format!("{EVENT_TIME}000")]);
+    let levels: Vec<(String, u64)> = rows(
+        &setup,
+        "SELECT level, COUNT(*) FROM logs GROUP BY level ORDER BY level",
+    )
+    .await;
+    let count =
+        |keep: &dyn Fn(u64) -> bool| (0..n).filter(|s| !is_dead(*s) && keep(*s)).count() as u64;
+    assert_eq!(
+        levels,
+        vec![
+            ("debug".to_string(), count(&|s| s % 6 == 5)),
+            ("error".to_string(), count(&|s| matches!(s % 6, 2 | 4))),
+            ("info".to_string(), count(&|s| matches!(s % 6, 0 | 3))),
+            ("warn".to_string(), count(&|s| s % 6 == 1)),
+        ]
+    );
+    // Dead letters: each bad message at its place, with the rule that failed.
+    let dead: Vec<(String, u64)> = rows(
+        &setup,
+        "SELECT reason, COUNT(*) FROM dead_letters GROUP BY reason ORDER BY reason",
+    )
+    .await;
+    let missing = (0..n).filter(|s| s % 50 == 7).count() as u64;
+    let unreadable = (0..n).filter(|s| s % 50 == 13).count() as u64;
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    let total: u64 = dead.iter().map(|(_, c)| c).sum();
+    assert_eq!(total, missing + unreadable);
+    assert!(
+        dead.iter()
+            .any(|(r, c)| r.contains("require") && r.contains("/message") && *c == missing),
+        "{dead:?}"
+    );
+    assert!(
+        dead.iter()
+            .any(|(r, c)| r.contains("time") && r.contains("/time") && *c == unreadable),
+        "{dead:?}"
+    );
+}
+
+/// Worker processes killed at random points: every message still counts once in every table
+/// and every rollup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rollups_stay_exact_when_workers_are_killed() {
+    let setup = Setup::with_config("pipeline_kill", 4, &example(), message).await;
+    let n = 60_000;
+    let steady = setup.start_worker(1);
+    let kills = 4;
+    let killing = async {
+        let mut rng = rand::rng();
+        for run in 0..kills {
+            let process = setup.spawn_process("auto", run);
+            process
+                .wait_for_log(
+                    "assigned; reading from the offsets stored in MySQL partitions=logs/",
+                    Duration::from_secs(60),
+                )
+                .await;
+            let now = setup.count(SUM_OFFSETS).await;
+            let target = (now + rng.random_range(500..5_000)).min(n);
+            setup
+                .wait_until_at_least(SUM_OFFSETS, target, Duration::from_secs(60))
+                .await;
+            process.kill();
+        }
+    };
+    tokio::join!(setup.feed(0, n, 4), killing);
+    let last = setup.spawn_process("auto", kills);
+    setup
+        .wait_for(SUM_OFFSETS, n, Duration::from_secs(120))
+        .await;
+    assert!(last.terminate(Duration::from_secs(60)).success());
+    steady.stop().await.unwrap();
+    assert_fanout_exact(&setup, n).await;
+    assert_rollups_match_raw(&setup).await;
+}
+
+/// `rollup rebuild` over the range being written, again and again while workers write: the
+/// totals come out the same as the raw rows'. Then a rollup emptied (as if added later) is
+/// rebuilt from the raw rows by the command, and `query --rollup` reads it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rebuilding_while_ingesting_neither_loses_nor_double_counts() {
+    let setup = Setup::with_config("pipeline_rebuild", 4, &example(), message).await;
+    let n = 60_000;
+    let workers: Vec<_> = (1..=2).map(|s| setup.start_worker(s)).collect();
+    let now = Utc::now().timestamp() as u64;
+    let range = (now - 3_600, now + 3_600);
+    let layout = setup.settings.id.layout;
+    let feeding = setup.feed(0, n, 4);
+    let rebuilding = async {
+        let mut conn = db::connect(&setup.settings.mysql.url).await.unwrap();
+        let mut rounds = 0;
+        while setup.count(SUM_OFFSETS).await < n {
+            for plan in &setup.settings.rollup_plans {
+                rollup::rebuild(&mut conn, plan, &layout, range, |_, _| {})
+                    .await
+                    .unwrap();
+            }
+            rounds += 1;
+        }
+        conn.disconnect().await.unwrap();
+        rounds
+    };
+    let ((), rounds) = tokio::join!(feeding, rebuilding);
+    assert!(rounds >= 2, "only {rounds} rebuilds ran during the ingest");
+    for worker in workers {
+        worker.stop().await.unwrap();
+    }
+    assert_fanout_exact(&setup, n).await;
+    assert_rollups_match_raw(&setup).await;
+
+    // As if http_per_hour had been added after the data: empty, then rebuilt by the command.
+    let mut conn = setup.db.conn().await;
+    conn.query_drop("DELETE FROM http_per_hour").await.unwrap();
+    conn.disconnect().await.unwrap();
+    let from = chrono::DateTime::from_timestamp(range.0 as i64, 0)
+        .unwrap()
+        .to_rfc3339();
+    let to = chrono::DateTime::from_timestamp(range.1 as i64, 0)
+        .unwrap()
+        .to_rfc3339();
+    let output = setup
+        .command(&[
+            "rollup",
+            "rebuild",
+            "http_per_hour",
+            "--from",
+            &from,
+            "--to",
+            &to,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let http = (0..n).filter(|s| !is_dead(*s) && is_http(*s)).count() as u64;
+    assert_eq!(report["counted"], http, "{report}");
+    assert_rollups_match_raw(&setup).await;
+
+    let output = setup
+        .command(&[
+            "query",
+            "--rollup",
+            "http_per_hour",
+            "--from",
+            &from,
+            "--to",
+            &to,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let total: u64 = lines.iter().map(|l| l["n"].as_u64().unwrap()).sum();
+    assert_eq!(total, http);
+    let latency: u64 = lines
+        .iter()
+        .map(|l| l["sum_latency_ms"].as_u64().unwrap())
+        .sum();
+    let expected: u64 = (0..n)
+        .filter(|s| !is_dead(*s) && is_http(*s))
+        .map(|s| s % 250)
+        .sum();
+    assert_eq!(latency, expected);
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["bucket"].as_str().unwrap().ends_with(":00:00+00:00"))
+    );
+}
