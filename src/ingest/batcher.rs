@@ -218,6 +218,7 @@ mod tests {
         Record::Row(MappedRow {
             values: vec![],
             document: "{}".into(),
+            truncated: 0,
         })
     }
 

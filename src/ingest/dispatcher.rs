@@ -555,6 +555,7 @@ mod tests {
             pointer: "/n".into(),
             column_type: ColumnType::Uint,
             length: None,
+            truncate: false,
         }])
     }
 

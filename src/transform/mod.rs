@@ -3,9 +3,11 @@
 //!
 //! Pure: no I/O. Any input, however hostile, either maps exactly or is a [`MapError`] naming the
 //! column and the reason; nothing is truncated or rounded silently (except sub-millisecond time,
-//! below the column's precision).
+//! below the column's precision): columns that may cut long strings say so (`truncate`) and each
+//! row counts its cuts. [`normalize`] cleans documents up before they are mapped.
 
 mod convert;
+pub mod normalize;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
@@ -13,6 +15,7 @@ use serde_json::Value as Json;
 use crate::store::schema::{ColumnSpec, ColumnType, DEFAULT_STRING_LENGTH};
 
 pub use convert::{MAX_TEXT_BYTES, SqlValue};
+pub use normalize::Normalizer;
 
 /// MariaDB's `JSON_VALID` refuses documents nested 32 levels deep or more.
 pub const MAX_JSON_DEPTH: usize = 31;
@@ -29,6 +32,15 @@ pub enum MapError {
     TooDeep,
     #[error("column {column}: {reason}")]
     Column { column: String, reason: String },
+    /// A `[[normalize]]` step refused the document; indices count from 0 as in the settings.
+    #[error("normalize[{set}].steps[{step}] ({op} {field}): {reason}")]
+    Rule {
+        set: usize,
+        step: usize,
+        op: &'static str,
+        field: String,
+        reason: String,
+    },
 }
 
 /// How a message's bytes become the document the columns are mapped from.
@@ -48,6 +60,7 @@ struct Column {
     pointer: String,
     column_type: ColumnType,
     length: usize,
+    truncate: bool,
 }
 
 /// Maps messages to rows for a fixed list of columns.
@@ -63,6 +76,8 @@ pub struct MappedRow {
     /// The message exactly as received: valid UTF-8 and JSON that MariaDB's `JSON` accepts, so it
     /// can fill the `payload` column and numbers keep every digit.
     pub document: String,
+    /// Columns whose string was cut to the column's length (those with `truncate`).
+    pub truncated: u32,
 }
 
 impl Mapper {
@@ -75,6 +90,7 @@ impl Mapper {
                     pointer: c.pointer.clone(),
                     column_type: c.column_type,
                     length: c.length.unwrap_or(DEFAULT_STRING_LENGTH) as usize,
+                    truncate: c.truncate,
                 })
                 .collect(),
         }
@@ -115,22 +131,26 @@ impl Mapper {
 
     /// Takes each column from `document`; `text` is the document as it is stored.
     fn map_document(&self, document: &Json, text: String) -> Result<MappedRow, MapError> {
+        let mut truncated = 0;
         let values = self
             .columns
             .iter()
             .map(|column| {
                 let value = document.pointer(&column.pointer).unwrap_or(&Json::Null);
-                convert::convert(value, column.column_type, column.length).map_err(|reason| {
-                    MapError::Column {
-                        column: column.name.clone(),
-                        reason,
-                    }
-                })
+                let (value, cut) =
+                    convert::convert(value, column.column_type, column.length, column.truncate)
+                        .map_err(|reason| MapError::Column {
+                            column: column.name.clone(),
+                            reason,
+                        })?;
+                truncated += u32::from(cut);
+                Ok(value)
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(MappedRow {
             values,
             document: text,
+            truncated,
         })
     }
 }

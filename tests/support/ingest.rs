@@ -91,6 +91,7 @@ impl Setup {
             pointer: "/seq".into(),
             column_type: ColumnType::Uint,
             length: None,
+            truncate: false,
         });
         db::create_database(&db.mysql_url()).await.unwrap();
         let mut conn = db.conn().await;
