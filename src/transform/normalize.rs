@@ -391,10 +391,17 @@ impl Action {
             Action::Lowercase(field) => match field.get_mut(document) {
                 None | Some(Json::Null) => Ok(false),
                 Some(Json::String(s)) => {
-                    if !s.chars().any(char::is_uppercase) {
+                    // ASCII in place, without allocating; otherwise Unicode's full mapping.
+                    if s.is_ascii() {
+                        let changed = s.bytes().any(|b| b.is_ascii_uppercase());
+                        s.make_ascii_lowercase();
+                        return Ok(changed);
+                    }
+                    let lower = s.to_lowercase();
+                    if lower == *s {
                         return Ok(false);
                     }
-                    *s = s.to_lowercase();
+                    *s = lower;
                     Ok(true)
                 }
                 Some(other) => Err(format!("expected a string, got {}", kind(other))),

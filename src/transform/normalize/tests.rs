@@ -1,3 +1,4 @@
+use proptest::prelude::*;
 use serde_json::{Value as Json, json};
 
 use super::*;
@@ -118,7 +119,12 @@ fn lowercase_takes_strings_only() {
         run(&n, json!({ "level": "WARN Ü" })),
         (json!({ "level": "warn ü" }), true)
     );
+    assert_eq!(
+        run(&n, json!({ "level": "WARN" })),
+        (json!({ "level": "warn" }), true)
+    );
     assert!(!run(&n, json!({ "level": "warn" })).1);
+    assert!(!run(&n, json!({ "level": "ü" })).1);
     assert!(!run(&n, json!({ "level": null })).1);
     assert!(!run(&n, json!({})).1);
     let (set, step, reason) = fails(&n, json!({ "level": 3 }));
@@ -478,4 +484,40 @@ fn unchecked_bad_steps_fail_every_message_instead_of_being_skipped() {
     let (set, step, reason) = fails(&n, json!({}));
     assert_eq!((set, step), (0, 0));
     assert!(reason.starts_with("invalid step:"), "{reason}");
+}
+
+fn any_json() -> impl Strategy<Value = Json> {
+    let leaf = prop_oneof![
+        Just(Json::Null),
+        any::<bool>().prop_map(Json::from),
+        any::<i64>().prop_map(Json::from),
+        any::<f64>().prop_map(Json::from),
+        "[a-zA-Z0-9 :.+-]{0,24}".prop_map(Json::from),
+    ];
+    leaf.prop_recursive(4, 32, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Json::from),
+            prop::collection::btree_map("[a-c]", inner, 0..4)
+                .prop_map(|m| Json::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+proptest! {
+    #[test]
+    fn random_documents_never_panic(doc in any_json()) {
+        let n = steps(json!([
+            { "op": "rename", "from": "/a", "to": "/b/c" },
+            { "op": "extract", "from": "/b/0", "to": "/c/a" },
+            { "op": "drop", "field": "/c/b" },
+            { "op": "default", "field": "/a/b", "value": [1] },
+            { "op": "lowercase", "field": "/b/c" },
+            { "op": "map", "field": "/c/a", "values": { "x": "y" } },
+            { "op": "time", "field": "/b/a", "formats":
+                ["rfc3339", "%Y-%m-%d %H:%M:%S", "epoch_seconds", "epoch_millis"],
+              "zone": "America/New_York" },
+        ]));
+        let mut doc = doc;
+        let _ = n.apply("logs", &mut doc);
+    }
 }
