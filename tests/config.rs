@@ -1069,3 +1069,18 @@ fn bad_normalize_rules_are_refused_naming_the_problem() {
         assert!(e.to_string().contains(why), "{why:?} not in {e}");
     }
 }
+
+#[test]
+fn truncate_is_for_string_and_text_columns() {
+    let file = toml_file(
+        "[store]\n[[store.columns]]\nname = \"m\"\npointer = \"/m\"\ntype = \"text\"\ntruncate = true\n",
+    );
+    let s = load(Some(&file), &[], &[]);
+    assert!(s.store.columns[0].truncate);
+    let file = toml_file(
+        "[store]\n[[store.columns]]\nname = \"n\"\npointer = \"/n\"\ntype = \"int\"\ntruncate = true\n",
+    );
+    let e = load_err(Some(&file), &[], &[]);
+    assert_names(&e, "store.columns", &format!("file {}", file.display()));
+    assert!(e.to_string().contains("truncate applies only"), "{e}");
+}

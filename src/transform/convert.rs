@@ -45,7 +45,7 @@ pub fn convert(
     if value.is_null() {
         return Ok((SqlValue::Null, false));
     }
-    match column_type {
+    let scalar = match column_type {
         ColumnType::String => {
             let mut text = as_text(value)?;
             // Only a string with more bytes than `length` can have more characters.
@@ -61,7 +61,7 @@ pub fn convert(
                 text.truncate(at);
                 return Ok((SqlValue::Text(text), true));
             }
-            Ok((SqlValue::Text(text), false))
+            return Ok((SqlValue::Text(text), false));
         }
         ColumnType::Text => {
             let mut text = as_text(value)?;
@@ -80,16 +80,8 @@ pub fn convert(
                 text.truncate(at);
                 return Ok((SqlValue::Text(text), true));
             }
-            Ok((SqlValue::Text(text), false))
+            return Ok((SqlValue::Text(text), false));
         }
-        other => convert_scalar(value, other).map(|v| (v, false)),
-    }
-}
-
-/// Types that are never cut.
-fn convert_scalar(value: &Json, column_type: ColumnType) -> Result<SqlValue, String> {
-    match column_type {
-        ColumnType::String | ColumnType::Text => as_text(value).map(SqlValue::Text),
         ColumnType::Int => {
             let n = as_integer(value)?;
             i64::try_from(n)
@@ -108,7 +100,9 @@ fn convert_scalar(value: &Json, column_type: ColumnType) -> Result<SqlValue, Str
         ColumnType::Json => serde_json::to_string(value)
             .map(SqlValue::Json)
             .map_err(|e| format!("cannot write the value as JSON: {e}")),
-    }
+    };
+    // The other types are never cut.
+    scalar.map(|value| (value, false))
 }
 
 fn kind(value: &Json) -> &'static str {
