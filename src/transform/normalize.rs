@@ -11,7 +11,7 @@ use chrono::format::{Item, Parsed, StrftimeItems};
 use chrono::{DateTime, Datelike, SecondsFormat, Utc};
 use serde_json::{Map, Value as Json};
 
-use super::MapError;
+use super::{MAX_JSON_DEPTH, MapError};
 use crate::config::{NormalizeRule, NormalizeStep};
 use crate::time::Zone;
 
@@ -540,6 +540,12 @@ impl Pointer {
                 })
             })
             .collect::<Result<Vec<_>, String>>()?;
+        // Nothing deeper survives MariaDB's JSON check, so such a field is a mistake.
+        if tokens.len() > MAX_JSON_DEPTH {
+            return Err(format!(
+                "field {text:?} is deeper than the {MAX_JSON_DEPTH} levels MariaDB's JSON takes"
+            ));
+        }
         Ok(Pointer {
             text: text.to_string(),
             tokens,

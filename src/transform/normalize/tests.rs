@@ -471,6 +471,9 @@ fn check_refuses_bad_steps_naming_set_step_and_problem() {
         "{}",
         e.reason
     );
+    let deep = "/a".repeat(MAX_JSON_DEPTH + 1);
+    let e = refused(json!({ "steps": [{ "op": "require", "field": deep }] }));
+    assert!(e.reason.contains("deeper than"), "{}", e.reason);
     let e = refused(json!({ "steps": [] }));
     assert_eq!((e.set, e.step), (1, None));
     let e = refused(json!({ "topics": [""], "steps": [{ "op": "drop", "field": "/x" }] }));
