@@ -86,6 +86,56 @@ pub struct Settings {
     /// The rollups, checked against the tables.
     #[serde(skip)]
     pub rollup_plans: Vec<RollupPlan>,
+    /// Rule sets applied, in order, to each message's document before its columns are mapped.
+    pub normalize: Vec<NormalizeRule>,
+}
+
+/// One `[[normalize]]` rule set: steps applied in order to the documents of some topics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NormalizeRule {
+    /// Topics the set applies to; empty: every topic.
+    #[serde(default)]
+    pub topics: Vec<String>,
+    pub steps: Vec<NormalizeStep>,
+}
+
+/// One step of a rule set. Fields are JSON pointers (RFC 6901) into the document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum NormalizeStep {
+    /// Moves a value, if present.
+    Rename { from: String, to: String },
+    /// Copies a value, if present.
+    Extract { from: String, to: String },
+    /// Removes a value, if present.
+    Drop { field: String },
+    /// Sets a value where it is missing or null.
+    Default {
+        field: String,
+        value: serde_json::Value,
+    },
+    /// Lowercases a string.
+    Lowercase { field: String },
+    /// Replaces a string (or a number's or boolean's text) found in `values`.
+    Map {
+        field: String,
+        values: BTreeMap<String, String>,
+    },
+    /// Reads a time in the first of `formats` that matches and writes it as RFC 3339 UTC.
+    Time {
+        field: String,
+        formats: Vec<String>,
+        /// Zone of times written without an offset.
+        #[serde(default = "utc_name")]
+        zone: String,
+    },
+    /// Fails where the value is missing or null.
+    Require { field: String },
+}
+
+fn utc_name() -> String {
+    "UTC".to_string()
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -541,6 +591,7 @@ struct RawSettings {
     relay: RelaySettings,
     #[serde(default)]
     rollups: Vec<RollupSettings>,
+    normalize: Vec<NormalizeRule>,
 }
 
 impl Settings {
@@ -666,6 +717,7 @@ impl<'a> Layered<'a> {
                 key: Some(key),
                 ..
             } => {
+                let key = dotted_key(&key);
                 // An unknown field is reported at its section: name the field itself, so the
                 // layer that set it is found even when other layers set the same section.
                 let key = match unknown_field(&error.to_string()) {
@@ -773,6 +825,13 @@ impl<'a> Layered<'a> {
         tracing_subscriber::EnvFilter::try_new(&raw.telemetry.log_level)
             .map_err(|e| self.invalid("telemetry.log_level", e))?;
         self.validate_relay(&raw.relay)?;
+        crate::transform::normalize::check(&raw.normalize).map_err(|e| {
+            let key = match e.step {
+                Some(step) => format!("normalize[{}].steps[{step}]", e.set),
+                None => format!("normalize[{}]", e.set),
+            };
+            self.invalid(&key, e.reason)
+        })?;
         Ok(Settings {
             mysql: raw.mysql,
             kafka: raw.kafka,
@@ -792,6 +851,7 @@ impl<'a> Layered<'a> {
             relay: raw.relay,
             rollups: raw.rollups,
             rollup_plans,
+            normalize: raw.normalize,
         })
     }
 
@@ -940,6 +1000,21 @@ fn without_source_lines(text: &str) -> String {
         .filter(|line| !line.is_empty())
         .collect();
     kept.join(": ")
+}
+
+/// A key as the config crate reports it inside arrays (`normalize[0]steps[1]op`) written as a
+/// path it can look up again (`normalize[0].steps[1].op`), so the layer that set it is found.
+fn dotted_key(key: &str) -> String {
+    let mut dotted = String::with_capacity(key.len() + 4);
+    let mut after_index = false;
+    for c in key.chars() {
+        if after_index && c != '[' && c != '.' {
+            dotted.push('.');
+        }
+        after_index = c == ']';
+        dotted.push(c);
+    }
+    dotted
 }
 
 /// The field named by serde's "unknown field `name`, expected ..." message.

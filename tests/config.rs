@@ -950,3 +950,137 @@ fn ingest_settings_are_checked() {
         assert_names(&e, key, "the command line");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// [[normalize]]
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn normalize_rule_sets_load_from_inline_and_sub_tables() {
+    use logstamp::config::{NormalizeRule, NormalizeStep};
+    assert!(Settings::defaults().unwrap().normalize.is_empty());
+    let file = toml_file(
+        r#"
+[[normalize]]
+topics = ["logs"]
+steps = [
+  { op = "rename", from = "/lvl", to = "/level" },
+  { op = "extract", from = "/context/trace/id", to = "/trace_id" },
+  { op = "drop", field = "/debug" },
+  { op = "default", field = "/level", value = "info" },
+  { op = "lowercase", field = "/level" },
+  { op = "map", field = "/level", values = { warning = "warn", Err = "error" } },
+  { op = "time", field = "/time", formats = ["rfc3339", "%Y-%m-%d %H:%M:%S%.f", "epoch_seconds", "epoch_millis"], zone = "Asia/Shanghai" },
+  { op = "require", field = "/message" },
+]
+
+[[normalize]]
+[[normalize.steps]]
+op = "default"
+field = "/tags"
+value = { a = [1, 2.5], b = true }
+[[normalize.steps]]
+op = "time"
+field = "/t"
+formats = ["epoch_millis"]
+"#,
+    );
+    let s = load(Some(&file), &[], &[]);
+    assert_eq!(s.normalize.len(), 2);
+    let NormalizeRule { topics, steps } = &s.normalize[0];
+    assert_eq!(topics, &["logs"]);
+    assert_eq!(steps.len(), 8);
+    assert_eq!(
+        steps[0],
+        NormalizeStep::Rename {
+            from: "/lvl".into(),
+            to: "/level".into()
+        }
+    );
+    // Keys of `values` keep their case.
+    match &steps[5] {
+        NormalizeStep::Map { values, .. } => {
+            assert_eq!(values.get("Err").map(String::as_str), Some("error"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(s.normalize[1].topics.is_empty());
+    assert_eq!(
+        s.normalize[1].steps[0],
+        NormalizeStep::Default {
+            field: "/tags".into(),
+            value: serde_json::json!({ "a": [1, 2.5], "b": true }),
+        }
+    );
+    match &s.normalize[1].steps[1] {
+        NormalizeStep::Time { zone, .. } => assert_eq!(zone, "UTC"),
+        other => panic!("{other:?}"),
+    }
+
+    // And the loaded rules work.
+    let n = logstamp::transform::Normalizer::new(&s.normalize);
+    let mut doc =
+        serde_json::json!({ "lvl": "WARNING", "time": "2026-11-21 10:00:00", "message": "m" });
+    assert_eq!(n.apply("logs", &mut doc), Ok(true));
+    assert_eq!(doc["level"], "warn");
+    assert_eq!(doc["time"], "2026-11-21T02:00:00.000Z");
+}
+
+#[test]
+fn bad_normalize_rules_are_refused_naming_the_problem() {
+    for (steps, key, why) in [
+        (r#"{ op = "upcase", field = "/a" }"#, "normalize", "upcase"),
+        (
+            r#"{ op = "drop", field = "a" }"#,
+            "normalize[0].steps[1]",
+            "start it with /",
+        ),
+        (
+            r#"{ op = "time", field = "/t", formats = ["%Y-%m-%d %Q"] }"#,
+            "normalize[0].steps[1]",
+            "not a valid strftime pattern",
+        ),
+        (
+            r#"{ op = "time", field = "/t", formats = ["rfc3339"], zone = "Mars/Olympus" }"#,
+            "normalize[0].steps[1]",
+            "unknown time zone",
+        ),
+        (
+            r#"{ op = "time", field = "/t", formats = [] }"#,
+            "normalize[0].steps[1]",
+            "at least one format",
+        ),
+        (
+            r#"{ op = "default", field = "/t", value = nan }"#,
+            "normalize[0].steps[1]",
+            "not representable as JSON",
+        ),
+        (
+            r#"{ op = "drop", field = "/a", to = "/b" }"#,
+            "normalize[0].steps[1].to",
+            "unknown field `to`",
+        ),
+    ] {
+        let file = toml_file(&format!(
+            "[[normalize]]\nsteps = [{{ op = \"drop\", field = \"/ok\" }}, {steps}]\n"
+        ));
+        let e = load_err(Some(&file), &[], &[]);
+        assert_names(&e, key, &format!("file {}", file.display()));
+        assert!(e.to_string().contains(why), "{why:?} not in {e}");
+    }
+}
+
+#[test]
+fn truncate_is_for_string_and_text_columns() {
+    let file = toml_file(
+        "[store]\n[[store.columns]]\nname = \"m\"\npointer = \"/m\"\ntype = \"text\"\ntruncate = true\n",
+    );
+    let s = load(Some(&file), &[], &[]);
+    assert!(s.store.columns[0].truncate);
+    let file = toml_file(
+        "[store]\n[[store.columns]]\nname = \"n\"\npointer = \"/n\"\ntype = \"int\"\ntruncate = true\n",
+    );
+    let e = load_err(Some(&file), &[], &[]);
+    assert_names(&e, "store.columns", &format!("file {}", file.display()));
+    assert!(e.to_string().contains("truncate applies only"), "{e}");
+}

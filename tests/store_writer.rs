@@ -59,6 +59,7 @@ fn column(name: &str, column_type: ColumnType, length: Option<u32>) -> ColumnSpe
         pointer: format!("/{name}"),
         column_type,
         length,
+        truncate: false,
     }
 }
 

@@ -219,6 +219,7 @@ mod tests {
             values: vec![],
             document: "{}".into(),
             fanout: vec![],
+            truncated: 0,
         })
     }
 

@@ -546,7 +546,7 @@ async fn stamp(
 mod tests {
     use super::*;
     use crate::store::schema::{ColumnSpec, ColumnType};
-    use crate::transform::{Mapper, MessageFormat};
+    use crate::transform::{Mapper, MessageFormat, Normalizer};
 
     fn pipeline(format: MessageFormat) -> Pipeline {
         let mapper = Mapper::new(&[ColumnSpec {
@@ -554,8 +554,9 @@ mod tests {
             pointer: "/n".into(),
             column_type: ColumnType::Uint,
             length: None,
+            truncate: false,
         }]);
-        Pipeline::new(format, mapper, Vec::new())
+        Pipeline::new(format, Normalizer::default(), mapper, Vec::new())
     }
 
     fn dead_reason(record: Record) -> (String, Vec<u8>) {

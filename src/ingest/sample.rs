@@ -33,7 +33,7 @@ pub fn log_message(n: u64, at: DateTime<Utc>) -> String {
     });
     // Every other message is an HTTP access record, and errors carry their details, for the
     // fan-out tables of config/examples/pipeline.toml.
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         message["http"] = json!({
             "request": { "method": METHODS[(h % 4) as usize] },
             "path": format!("/api/v1/orders/{}", h % 1_000),

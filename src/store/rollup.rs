@@ -468,12 +468,14 @@ mod tests {
                 pointer: "/service".into(),
                 column_type: ColumnType::String,
                 length: Some(64),
+                truncate: false,
             },
             ColumnSpec {
                 name: "latency_ms".into(),
                 pointer: "/latency_ms".into(),
                 column_type: ColumnType::Uint,
                 length: None,
+                truncate: false,
             },
         ];
         let logs = Ident::new("logs").unwrap();

@@ -45,6 +45,10 @@ pub struct ColumnSpec {
     /// Characters, for `string` columns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub length: Option<u32>,
+    /// For `string` and `text` columns: cut a longer string to the column's length (counted in
+    /// the row's `truncated`) instead of refusing the message.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncate: bool,
 }
 
 impl ColumnSpec {
@@ -63,6 +67,12 @@ impl ColumnSpec {
         if self.length.is_some() && self.column_type != ColumnType::String {
             return Err(format!(
                 "length applies only to string columns ({:?})",
+                self.name
+            ));
+        }
+        if self.truncate && !matches!(self.column_type, ColumnType::String | ColumnType::Text) {
+            return Err(format!(
+                "truncate applies only to string and text columns ({:?})",
                 self.name
             ));
         }

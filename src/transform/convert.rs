@@ -34,31 +34,53 @@ pub enum SqlValue {
 }
 
 /// The value for a column of `column_type`; `length` is a `string` column's limit in characters.
+/// A longer string is an error, or with `truncate` is cut to fit and the flag returned is true.
 /// The error is the reason, without the column name.
-pub fn convert(value: &Json, column_type: ColumnType, length: usize) -> Result<SqlValue, String> {
+pub fn convert(
+    value: &Json,
+    column_type: ColumnType,
+    length: usize,
+    truncate: bool,
+) -> Result<(SqlValue, bool), String> {
     if value.is_null() {
-        return Ok(SqlValue::Null);
+        return Ok((SqlValue::Null, false));
     }
-    match column_type {
+    let scalar = match column_type {
         ColumnType::String => {
-            let text = as_text(value)?;
-            let chars = text.chars().count();
-            if chars > length {
-                return Err(format!(
-                    "{chars} characters, longer than the column's {length}"
-                ));
+            let mut text = as_text(value)?;
+            // Only a string with more bytes than `length` can have more characters.
+            if text.len() > length
+                && let Some((at, _)) = text.char_indices().nth(length)
+            {
+                if !truncate {
+                    let chars = text.chars().count();
+                    return Err(format!(
+                        "{chars} characters, longer than the column's {length}"
+                    ));
+                }
+                text.truncate(at);
+                return Ok((SqlValue::Text(text), true));
             }
-            Ok(SqlValue::Text(text))
+            return Ok((SqlValue::Text(text), false));
         }
         ColumnType::Text => {
-            let text = as_text(value)?;
+            let mut text = as_text(value)?;
             if text.len() > MAX_TEXT_BYTES {
-                return Err(format!(
-                    "{} bytes, longer than MEDIUMTEXT's {MAX_TEXT_BYTES}",
-                    text.len()
-                ));
+                if !truncate {
+                    return Err(format!(
+                        "{} bytes, longer than MEDIUMTEXT's {MAX_TEXT_BYTES}",
+                        text.len()
+                    ));
+                }
+                // Cut on a character boundary, so the text stays UTF-8.
+                let mut at = MAX_TEXT_BYTES;
+                while !text.is_char_boundary(at) {
+                    at -= 1;
+                }
+                text.truncate(at);
+                return Ok((SqlValue::Text(text), true));
             }
-            Ok(SqlValue::Text(text))
+            return Ok((SqlValue::Text(text), false));
         }
         ColumnType::Int => {
             let n = as_integer(value)?;
@@ -78,7 +100,9 @@ pub fn convert(value: &Json, column_type: ColumnType, length: usize) -> Result<S
         ColumnType::Json => serde_json::to_string(value)
             .map(SqlValue::Json)
             .map_err(|e| format!("cannot write the value as JSON: {e}")),
-    }
+    };
+    // The other types are never cut.
+    scalar.map(|value| (value, false))
 }
 
 fn kind(value: &Json) -> &'static str {

@@ -3,9 +3,11 @@
 //!
 //! Pure: no I/O. Any input, however hostile, either maps exactly or is a [`MapError`] naming the
 //! column and the reason; nothing is truncated or rounded silently (except sub-millisecond time,
-//! below the column's precision).
+//! below the column's precision): columns that may cut long strings say so (`truncate`) and each
+//! row counts its cuts. [`normalize`] cleans documents up before they are mapped.
 
 mod convert;
+pub mod normalize;
 pub mod rollup;
 pub mod route;
 
@@ -15,6 +17,7 @@ use serde_json::Value as Json;
 use crate::store::schema::{ColumnSpec, ColumnType, DEFAULT_STRING_LENGTH};
 
 pub use convert::{MAX_TEXT_BYTES, SqlValue};
+pub use normalize::Normalizer;
 use route::Condition;
 
 use crate::config::Settings;
@@ -34,6 +37,15 @@ pub enum MapError {
     TooDeep,
     #[error("column {column}: {reason}")]
     Column { column: String, reason: String },
+    /// A `[[normalize]]` step refused the document; indices count from 0 as in the settings.
+    #[error("normalize[{set}].steps[{step}] ({op} {field}): {reason}")]
+    Rule {
+        set: usize,
+        step: usize,
+        op: &'static str,
+        field: String,
+        reason: String,
+    },
 }
 
 /// How a message's bytes become the document the columns are mapped from.
@@ -53,6 +65,7 @@ struct Column {
     pointer: String,
     column_type: ColumnType,
     length: usize,
+    truncate: bool,
 }
 
 /// Maps messages to rows for a fixed list of columns.
@@ -71,6 +84,9 @@ pub struct MappedRow {
     /// The record's rows in the fan-out tables (`[[store.tables]]`, in order): `None` where it is
     /// not routed.
     pub fanout: Vec<Option<Vec<SqlValue>>>,
+    /// Columns whose string was cut to the column's length (those with `truncate`), in all the
+    /// record's tables.
+    pub truncated: u32,
 }
 
 impl Mapper {
@@ -83,6 +99,7 @@ impl Mapper {
                     pointer: c.pointer.clone(),
                     column_type: c.column_type,
                     length: c.length.unwrap_or(DEFAULT_STRING_LENGTH) as usize,
+                    truncate: c.truncate,
                 })
                 .collect(),
         }
@@ -110,26 +127,34 @@ impl Mapper {
 
     /// Takes each column from `document`; `text` is the document as it is stored.
     fn map_document(&self, document: &Json, text: String) -> Result<MappedRow, MapError> {
+        let (values, truncated) = self.values(document)?;
         Ok(MappedRow {
-            values: self.values(document)?,
+            values,
             document: text,
             fanout: Vec::new(),
+            truncated,
         })
     }
 
-    fn values(&self, document: &Json) -> Result<Vec<SqlValue>, MapError> {
-        self.columns
+    /// The columns' values, and how many were truncated.
+    fn values(&self, document: &Json) -> Result<(Vec<SqlValue>, u32), MapError> {
+        let mut truncated = 0;
+        let values = self
+            .columns
             .iter()
             .map(|column| {
                 let value = document.pointer(&column.pointer).unwrap_or(&Json::Null);
-                convert::convert(value, column.column_type, column.length).map_err(|reason| {
-                    MapError::Column {
-                        column: column.name.clone(),
-                        reason,
-                    }
-                })
+                let (value, cut) =
+                    convert::convert(value, column.column_type, column.length, column.truncate)
+                        .map_err(|reason| MapError::Column {
+                            column: column.name.clone(),
+                            reason,
+                        })?;
+                truncated += u32::from(cut);
+                Ok(value)
             })
-            .collect()
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((values, truncated))
     }
 }
 
@@ -145,14 +170,21 @@ pub struct Route {
 #[derive(Debug, Clone)]
 pub struct Pipeline {
     format: MessageFormat,
+    normalizer: Normalizer,
     main: Mapper,
     routes: Vec<Route>,
 }
 
 impl Pipeline {
-    pub fn new(format: MessageFormat, main: Mapper, routes: Vec<Route>) -> Pipeline {
+    pub fn new(
+        format: MessageFormat,
+        normalizer: Normalizer,
+        main: Mapper,
+        routes: Vec<Route>,
+    ) -> Pipeline {
         Pipeline {
             format,
+            normalizer,
             main,
             routes,
         }
@@ -171,25 +203,36 @@ impl Pipeline {
             .collect();
         Pipeline::new(
             settings.ingest.format,
+            Normalizer::new(&settings.normalize),
             Mapper::new(&settings.store.columns),
             routes,
         )
     }
 
-    /// Maps one message. A column that cannot be mapped, in any table the record goes to, makes
-    /// the whole record a dead letter: its rows are stored together or not at all.
-    pub fn map(&self, _topic: &str, message: &[u8]) -> Result<MappedRow, MapError> {
-        let (document, text) = parse(self.format, message)?;
+    /// Maps one message of `topic`: parses it, applies the topic's normalize rules (the stored
+    /// document is then the normalized one), and maps every table it goes to. A failed rule, or
+    /// a column that cannot be mapped in any of its tables, makes the whole record a dead
+    /// letter: its rows are stored together or not at all.
+    pub fn map(&self, topic: &str, message: &[u8]) -> Result<MappedRow, MapError> {
+        let (mut document, mut text) = parse(self.format, message)?;
+        if self.normalizer.applies_to(topic) && self.normalizer.apply(topic, &mut document)? {
+            // Renames and extracts can nest values deeper than MariaDB's JSON accepts.
+            if depth(&document) > MAX_JSON_DEPTH {
+                return Err(MapError::TooDeep);
+            }
+            text = document.to_string();
+        }
         let mut row = self.main.map_document(&document, text)?;
-        row.fanout = self
-            .routes
-            .iter()
-            .map(|route| {
-                route::all_hold(&route.when, &document)
-                    .then(|| route.mapper.values(&document))
-                    .transpose()
-            })
-            .collect::<Result<_, _>>()?;
+        row.fanout = Vec::with_capacity(self.routes.len());
+        for route in &self.routes {
+            if !route::all_hold(&route.when, &document) {
+                row.fanout.push(None);
+                continue;
+            }
+            let (values, truncated) = route.mapper.values(&document)?;
+            row.truncated += truncated;
+            row.fanout.push(Some(values));
+        }
         Ok(row)
     }
 }

@@ -424,6 +424,7 @@ mod tests {
             pointer: format!("/{name}"),
             column_type,
             length,
+            truncate: false,
         }
     }
 

@@ -10,6 +10,7 @@ fn spec(name: &str, pointer: &str, column_type: ColumnType, length: Option<u32>)
         pointer: pointer.into(),
         column_type,
         length,
+        truncate: false,
     }
 }
 
@@ -136,6 +137,62 @@ fn text_takes_big_fields_up_to_mediumtext() {
     let too_big = "x".repeat(MAX_TEXT_BYTES + 1);
     let reason = v(ColumnType::Text, json!(too_big)).unwrap_err();
     assert!(reason.contains("MEDIUMTEXT"), "{reason}");
+}
+
+fn truncating(name: &str, column_type: ColumnType, length: Option<u32>) -> ColumnSpec {
+    ColumnSpec {
+        truncate: true,
+        ..spec(name, &format!("/{name}"), column_type, length)
+    }
+}
+
+#[test]
+fn truncating_columns_cut_long_strings_and_count_them() {
+    let mapper = Mapper::new(&[
+        truncating("s", ColumnType::String, Some(4)),
+        truncating("t", ColumnType::Text, None),
+        truncating("u", ColumnType::String, Some(4)),
+    ]);
+    // Characters for string columns: four emoji of four bytes each.
+    let long_text = format!("{}é", "x".repeat(MAX_TEXT_BYTES - 1));
+    let message = json!({ "s": "😀😀😀😀😀", "t": long_text, "u": "abcd" }).to_string();
+    let row = mapper.map(message.as_bytes()).unwrap();
+    assert_eq!(row.truncated, 2);
+    assert_eq!(row.values[0], text(&"😀".repeat(4)));
+    // Text is cut to MEDIUMTEXT's bytes on a character boundary: "é" (2 bytes) would straddle it.
+    assert_eq!(row.values[1], text(&"x".repeat(MAX_TEXT_BYTES - 1)));
+    assert_eq!(row.values[2], text("abcd"));
+    assert_eq!(row.document, message);
+
+    let row = mapper.map(br#"{"s": 12345, "u": null}"#).unwrap();
+    assert_eq!((row.truncated, &row.values[0]), (1, &text("1234")));
+    let row = mapper.map(br#"{"s": "ok"}"#).unwrap();
+    assert_eq!(row.truncated, 0);
+}
+
+#[test]
+fn without_truncate_long_strings_are_still_refused() {
+    let mapper = Mapper::new(&[spec("s", "/s", ColumnType::String, Some(4))]);
+    assert!(matches!(
+        mapper.map(br#"{"s": "abcde"}"#),
+        Err(MapError::Column { .. })
+    ));
+    let mapper = Mapper::new(&[spec("t", "/t", ColumnType::Text, None)]);
+    let message = json!({ "t": "x".repeat(MAX_TEXT_BYTES + 1) }).to_string();
+    assert!(matches!(
+        mapper.map(message.as_bytes()),
+        Err(MapError::Column { .. })
+    ));
+}
+
+#[test]
+fn truncate_is_allowed_on_string_and_text_columns_only() {
+    assert!(truncating("s", ColumnType::String, None).ident().is_ok());
+    assert!(truncating("t", ColumnType::Text, None).ident().is_ok());
+    for other in [ColumnType::Int, ColumnType::Json, ColumnType::Datetime] {
+        let reason = truncating("c", other, None).ident().unwrap_err();
+        assert!(reason.contains("truncate"), "{reason}");
+    }
 }
 
 #[test]

@@ -116,6 +116,7 @@ impl Setup {
             pointer: "/seq".into(),
             column_type: ColumnType::Uint,
             length: None,
+            truncate: false,
         });
         Setup::migrated(db, brokers, settings).await
     }
