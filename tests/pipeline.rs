@@ -73,7 +73,7 @@ fn is_error(seq: u64) -> bool {
 }
 
 fn is_http(seq: u64) -> bool {
-    seq % 4 == 0
+    seq.is_multiple_of(4)
 }
 
 fn is_dead(seq: u64) -> bool {

@@ -284,7 +284,8 @@ pub const COUNT_ALL: &str = "SELECT COUNT(*) FROM logs";
 
 /// The next offsets stored in MySQL, summed: with offsets from 0 and no gaps, the messages
 /// committed (rows, dead letters and tombstones).
-pub const SUM_OFFSETS: &str = "SELECT CAST(SUM(next_offset) AS UNSIGNED) FROM ingest_offsets";
+pub const SUM_OFFSETS: &str =
+    "SELECT CAST(COALESCE(SUM(next_offset), 0) AS UNSIGNED) FROM ingest_offsets";
 
 /// Produces log lines with sequence numbers `from..to`, round-robin over `partitions`.
 pub fn produce_logs(brokers: &str, from: u64, to: u64, partitions: i32) {
