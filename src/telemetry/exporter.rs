@@ -1,5 +1,5 @@
-//! The process's Prometheus recorder. Totals a command already keeps (`IngestStats`, the ID
-//! generator's stats, the lease) are read at each scrape by the command's
+//! The process's Prometheus recorder. Totals a command already keeps (`IngestStats`,
+//! `RelayStats`, the ID generator's stats, the lease) are read at each scrape by the command's
 //! [`Source`](super::server::Source); only histograms, which need every observation, are
 //! recorded as they happen (through the `metrics` facade, a no-op until [`Exporter::install`]).
 
@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use super::ingest;
+use super::{ingest, relay};
 
 /// Histogram: seconds each committed batch took to stamp and write.
 pub const BATCH_SECONDS: &str = "logstamp_ingest_batch_seconds";
@@ -52,6 +52,7 @@ impl Exporter {
         // Only metrics that have a value are rendered, so describing every command's is
         // harmless.
         ingest::describe();
+        relay::describe();
         // Histogram observations wait in buffers until drained; drain them even if nobody
         // scrapes, so memory stays flat.
         let upkeep = handle.clone();
