@@ -1,5 +1,5 @@
 //! Metrics and health of a running `logstamp ingest` process, scraped over HTTP and checked
-//! against what it processed.
+//! against what it processed (the relay's are checked in `relay.rs`, with its servers).
 
 mod support;
 
@@ -73,15 +73,18 @@ async fn a_worker_serves_its_totals_and_readiness_follows_kafka() {
 fn an_address_in_use_is_a_clear_error() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let address = taken.local_addr().unwrap().to_string();
-    let run = std::process::Command::new(env!("CARGO_BIN_EXE_logstamp"))
-        .env_clear()
-        .env("LOGSTAMP__TELEMETRY__LISTEN", &address)
-        .env("LOGSTAMP__MYSQL__URL", "mysql://root@127.0.0.1:1/unused")
-        .arg("ingest")
-        .output()
-        .unwrap();
-    assert_eq!(run.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(stderr.contains(&address), "{stderr}");
-    assert!(stderr.contains("already in use"), "{stderr}");
+    // Both bind before they connect anywhere, so no server is needed to see it.
+    for command in [&["ingest"][..], &["relay", "run"]] {
+        let run = std::process::Command::new(env!("CARGO_BIN_EXE_logstamp"))
+            .env_clear()
+            .env("LOGSTAMP__TELEMETRY__LISTEN", &address)
+            .env("LOGSTAMP__MYSQL__URL", "mysql://root@127.0.0.1:1/unused")
+            .args(command)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(1), "{command:?}: {stderr}");
+        assert!(stderr.contains(&address), "{command:?}: {stderr}");
+        assert!(stderr.contains("already in use"), "{command:?}: {stderr}");
+    }
 }
