@@ -432,22 +432,20 @@ async fn acknowledge(
             }
             _ = ticker.tick() => {
                 if acked != saved {
-                    save(&mut conn, &dc, &mut acked).await?;
-                    record_checkpoint(stats, &acked);
+                    save(&mut conn, &dc, &mut acked, stats).await?;
                     saved = acked.clone();
                 }
             }
         }
     }
     if acked != saved {
-        save(&mut conn, &dc, &mut acked).await?;
-        record_checkpoint(stats, &acked);
+        save(&mut conn, &dc, &mut acked, stats).await?;
     }
     let _ = conn.disconnect().await;
     Ok(())
 }
 
-/// Shows where capture's recorded position is.
+/// Shows where capture's recorded position is (where a restart resumes).
 fn record_checkpoint(stats: &CaptureStats, c: &Checkpoint) {
     if let Some(file) = binlog_file_number(&c.file) {
         stats.checkpoint_file.store(file, Ordering::Relaxed);
@@ -460,6 +458,7 @@ async fn save(
     conn: &mut mysql_async::Conn,
     dc: &str,
     c: &mut Checkpoint,
+    stats: &CaptureStats,
 ) -> Result<(), RelayError> {
     if c.gtid_from_position {
         if let Some(state) = checkpoint::gtid_at(conn, &c.file, c.pos).await? {
@@ -468,6 +467,7 @@ async fn save(
         c.gtid_from_position = false;
     }
     checkpoint::save(conn, dc, c).await?;
+    record_checkpoint(stats, c);
     Ok(())
 }
 
