@@ -23,7 +23,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use logstamp::config::LoopFilterMode;
 use logstamp::id::{IdGenerator, Layout};
 use logstamp::relay::change::Change;
-use support::http::{get, readiness_becomes, sample, served_address};
+use support::http::{get, poll, readiness_becomes, sample, served_address};
 use support::mariadb::MariaDb;
 
 /// How long relayed changes may take to arrive everywhere.
@@ -836,6 +836,15 @@ async fn a_table_whose_columns_differ_waits_until_they_agree() {
     let mismatch = "logstamp_relay_apply_schema_mismatch{dc=\"b\",remote=\"a\"}";
     let (_, metrics) = get(&b_telemetry, "/metrics");
     assert_eq!(sample(&metrics, mismatch), Some(1.0), "{metrics}");
+    // The waiting transaction grows older.
+    let lag = "logstamp_relay_apply_lag_seconds{dc=\"b\",remote=\"a\"}";
+    poll(
+        &b_telemetry,
+        "/metrics",
+        Duration::from_secs(30),
+        |_, body| sample(body, lag).is_some_and(|lag| lag >= 1.0),
+    )
+    .await;
     // The same DDL here, by hand: applying goes on.
     let mut b = dcs[1].conn().await;
     b.query_drop("ALTER TABLE app.items ADD COLUMN extra INT NULL")
@@ -844,6 +853,7 @@ async fn a_table_whose_columns_differ_waits_until_they_agree() {
     wait_in_sync(&dcs, &[1, 0], "app.items").await;
     let (_, metrics) = get(&b_telemetry, "/metrics");
     assert_eq!(sample(&metrics, mismatch), Some(0.0), "{metrics}");
+    assert_eq!(sample(&metrics, lag), Some(0.0), "{metrics}");
     let error: Option<Option<String>> = b
         .query_first("SELECT last_error FROM logstamp.relay_applied WHERE source_dc = 'a'")
         .await
@@ -948,16 +958,35 @@ async fn each_relay_serves_what_it_relayed_and_readiness_follows_kafka() {
         assert!(metrics.contains("# TYPE logstamp_relay_apply_lag_seconds gauge"));
     }
 
-    // b's Kafka away: b cannot publish and a cannot read b's changes, so neither is ready.
+    // b's Kafka away: b cannot publish and a cannot read b's changes, so neither is ready,
+    // and what b writes meanwhile keeps b's capture behind.
     dcs[1].kafka.broker_down(-1).unwrap();
     for address in &addresses {
         let body = readiness_becomes(address, 503).await;
         assert!(body.contains("Kafka of b does not answer"), "{body}");
     }
+    let late = local[1] + 1;
+    writer(dcs[1].server.url("app"), 99, 1, 99, None).await;
+    let b_lag = "logstamp_relay_capture_lag_seconds{dc=\"b\"}";
+    let within = Duration::from_secs(30);
+    poll(&addresses[1], "/metrics", within, |_, body| {
+        sample(body, b_lag).is_some_and(|lag| lag >= 1.0)
+    })
+    .await;
     dcs[1].kafka.broker_up(-1).unwrap();
     for address in &addresses {
         readiness_becomes(address, 200).await;
     }
+    // Published and applied once Kafka is back, and nobody is behind.
+    let a_applied = "logstamp_relay_applied_transactions_total{dc=\"a\",remote=\"b\"}";
+    poll(&addresses[0], "/metrics", DEADLINE, |_, body| {
+        sample(body, a_applied) == Some(late as f64)
+    })
+    .await;
+    poll(&addresses[1], "/metrics", within, |_, body| {
+        sample(body, b_lag) == Some(0.0)
+    })
+    .await;
     for dc in &mut dcs {
         dc.stop_relay().await;
     }

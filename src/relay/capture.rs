@@ -231,12 +231,12 @@ pub async fn run_once(
             let pending = match handler.handle(&event)? {
                 None => continue,
                 Some(Step::Transaction(txn)) => {
-                    stats.lag.behind_since(txn.commit_ts);
+                    stats.read_lag.behind_since(txn.commit_ts);
                     publish(context, &producer, &topic, source_server_id, txn, &mut last).await?
                 }
                 Some(Step::Idle(position)) => {
                     // The server has sent all it wrote.
-                    stats.lag.caught_up();
+                    stats.read_lag.caught_up();
                     let done = binlog_file_number(&last.file).map(|n| (n, last.pos));
                     if position.order().is_none() || position.order() <= done {
                         continue;
@@ -413,6 +413,9 @@ async fn acknowledge(
             next = pending.recv() => {
                 let Some(next) = next else { break };
                 let messages = next.deliveries.len() as u64;
+                if messages > 0 {
+                    stats.publish_lag.behind_since(next.checkpoint.commit_ts);
+                }
                 for delivery in next.deliveries {
                     match delivery.await {
                         Ok(Ok(_)) => {}
@@ -427,6 +430,7 @@ async fn acknowledge(
                 if messages > 0 {
                     stats.published_transactions.fetch_add(1, Ordering::Relaxed);
                     stats.published_changes.fetch_add(messages, Ordering::Relaxed);
+                    stats.publish_lag.caught_up();
                 }
                 acked = next.checkpoint;
             }

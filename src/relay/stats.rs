@@ -58,7 +58,19 @@ pub struct CaptureStats {
     pub checkpoint_pos: AtomicU64,
     /// Capture reads the binlog now.
     pub connected: AtomicBool,
-    pub lag: Lag,
+    /// Behind in reading the binlog: since the last transaction read, until a heartbeat says
+    /// the server has sent all it wrote.
+    pub read_lag: Lag,
+    /// Behind in publishing: since the oldest transaction read that Kafka has not acknowledged.
+    pub publish_lag: Lag,
+}
+
+impl CaptureStats {
+    /// Seconds capture is behind the server: the older of what it has not read and what it has
+    /// not published.
+    pub fn lag_seconds(&self) -> u64 {
+        self.read_lag.seconds().max(self.publish_lag.seconds())
+    }
 }
 
 #[derive(Debug, Default)]

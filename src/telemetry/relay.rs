@@ -95,7 +95,7 @@ impl Source for RelaySource {
         );
         gauge(
             "logstamp_relay_capture_lag_seconds",
-            capture.lag.seconds() as f64,
+            capture.lag_seconds() as f64,
         );
         gauge("logstamp_relay_capture_connected", flag(&capture.connected));
         for (remote, apply) in self.stats.appliers() {
@@ -175,7 +175,7 @@ pub(super) fn describe() {
     );
     describe_gauge!(
         "logstamp_relay_capture_lag_seconds",
-        "Seconds since the commit of the last transaction capture read, until it has read all the server wrote (then 0)."
+        "Seconds since the commit of the oldest transaction capture has not read or not published; 0 when it has read all the server wrote and Kafka acknowledged it."
     );
     describe_gauge!(
         "logstamp_relay_capture_connected",
