@@ -542,6 +542,17 @@ pub struct RemoteDc {
     pub brokers: String,
 }
 
+impl RemoteDc {
+    /// Where that data centre's topic is read: its own brokers, else `local` (`kafka.brokers`).
+    pub fn brokers_or<'a>(&'a self, local: &'a str) -> &'a str {
+        if self.brokers.trim().is_empty() {
+            local
+        } else {
+            &self.brokers
+        }
+    }
+}
+
 /// How the relay keeps changes it applied from being captured and sent back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

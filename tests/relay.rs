@@ -23,6 +23,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use logstamp::config::LoopFilterMode;
 use logstamp::id::{IdGenerator, Layout};
 use logstamp::relay::change::Change;
+use support::http::{get, poll, readiness_becomes, sample, served_address};
 use support::mariadb::MariaDb;
 
 /// How long relayed changes may take to arrive everywhere.
@@ -92,7 +93,8 @@ impl Dc {
         let mut text = format!(
             "[mysql]\nurl = \"{}\"\n[kafka]\nbrokers = \"{}\"\n[relay]\ndc = \"{}\"\n\
              server_id = {}\ntables = [\"app.*\"]\nloop_filter = \"{mode}\"\n\
-             checkpoint_interval = \"{checkpoint_interval}\"\n",
+             checkpoint_interval = \"{checkpoint_interval}\"\n\
+             [telemetry]\nlisten = \"127.0.0.1:0\"\n",
             self.server.url("logstamp"),
             self.kafka.bootstrap_servers(),
             self.name,
@@ -178,6 +180,22 @@ impl Dc {
             .filter(|line| !line.is_empty())
             .map(|line| serde_json::from_slice(line).unwrap())
             .collect()
+    }
+
+    /// Where the running relay serves its metrics and health (it takes a free port).
+    async fn telemetry(&self) -> String {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if let Some(address) = served_address(&self.log()) {
+                return address;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the relay of {} names no telemetry address",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     fn log(&self) -> String {
@@ -814,15 +832,162 @@ async fn a_table_whose_columns_differ_waits_until_they_agree() {
     .await;
     assert!(dcs[1].rows("app.items").await.is_empty(), "nothing applied");
     assert!(dcs[0].log().contains("DDL in the binlog, not relayed"));
+    let b_telemetry = dcs[1].telemetry().await;
+    let mismatch = "logstamp_relay_apply_schema_mismatch{dc=\"b\",remote=\"a\"}";
+    let (_, metrics) = get(&b_telemetry, "/metrics");
+    assert_eq!(sample(&metrics, mismatch), Some(1.0), "{metrics}");
+    // The waiting transaction grows older.
+    let lag = "logstamp_relay_apply_lag_seconds{dc=\"b\",remote=\"a\"}";
+    poll(
+        &b_telemetry,
+        "/metrics",
+        Duration::from_secs(30),
+        |_, body| sample(body, lag).is_some_and(|lag| lag >= 1.0),
+    )
+    .await;
     // The same DDL here, by hand: applying goes on.
     let mut b = dcs[1].conn().await;
     b.query_drop("ALTER TABLE app.items ADD COLUMN extra INT NULL")
         .await
         .unwrap();
     wait_in_sync(&dcs, &[1, 0], "app.items").await;
+    let (_, metrics) = get(&b_telemetry, "/metrics");
+    assert_eq!(sample(&metrics, mismatch), Some(0.0), "{metrics}");
+    assert_eq!(sample(&metrics, lag), Some(0.0), "{metrics}");
     let error: Option<Option<String>> = b
         .query_first("SELECT last_error FROM logstamp.relay_applied WHERE source_dc = 'a'")
         .await
         .unwrap();
     assert_eq!(error, Some(None), "the error is cleared");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_relay_serves_what_it_relayed_and_readiness_follows_kafka() {
+    let mut dcs = two_dcs(ITEMS).await;
+    start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
+    let mut addresses = Vec::new();
+    for dc in &dcs {
+        let address = dc.telemetry().await;
+        assert_eq!(get(&address, "/health/live"), (200, "live\n".into()));
+        readiness_becomes(&address, 200).await;
+        // DDL is counted, not relayed.
+        let mut conn = dc.conn().await;
+        conn.query_drop("CREATE TABLE audit.notes (id INT PRIMARY KEY)")
+            .await
+            .unwrap();
+        addresses.push(address);
+    }
+    let local = write_everywhere(&dcs, 60).await;
+    wait_in_sync(&dcs, &local, "app.items").await;
+    // Messages in each topic: one per change, one offset each.
+    let messages: Vec<u64> = dcs.iter().map(|dc| dc.published().len() as u64).collect();
+
+    for (i, dc) in dcs.iter().enumerate() {
+        let j = 1 - i;
+        let (name, remote) = (&dc.name, &dcs[j].name);
+        let capture = |metric: &str| format!("{metric}{{dc=\"{name}\"}}");
+        let apply = |metric: &str| format!("{metric}{{dc=\"{name}\",remote=\"{remote}\"}}");
+        let address = &addresses[i];
+        // Polled: the last counts and the checkpoint follow Kafka's acknowledgements, and lag
+        // returns to 0 once each part has done all it was given.
+        wait_until(&format!("the metrics of {name} agree"), || {
+            let (capture, apply, local, messages) = (&capture, &apply, &local, &messages);
+            async move {
+                let mut conn = dc.conn().await;
+                let checkpoint: Option<(String, u64)> = conn
+                    .exec_first(
+                        "SELECT binlog_file, binlog_pos FROM logstamp.relay_checkpoints \
+                         WHERE dc = ?",
+                        (name,),
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let (file, pos) = checkpoint.ok_or("no checkpoint")?;
+                let file_number: u64 = file.rsplit_once('.').unwrap().1.parse().unwrap();
+                let (_, body) = get(address, "/metrics");
+                let value = |name: &str| sample(&body, name);
+                let expected = [
+                    (
+                        capture("logstamp_relay_published_transactions_total"),
+                        local[i],
+                    ),
+                    (
+                        capture("logstamp_relay_published_changes_total"),
+                        messages[i],
+                    ),
+                    (capture("logstamp_relay_checkpoint_file"), file_number),
+                    (capture("logstamp_relay_checkpoint_position"), pos),
+                    (capture("logstamp_relay_capture_lag_seconds"), 0),
+                    (apply("logstamp_relay_applied_transactions_total"), local[j]),
+                    (apply("logstamp_relay_applied_changes_total"), messages[j]),
+                    (apply("logstamp_relay_apply_offset"), messages[j]),
+                    (apply("logstamp_relay_apply_lag_seconds"), 0),
+                ];
+                let wrong: Vec<String> = expected
+                    .iter()
+                    .filter(|(metric, want)| value(metric) != Some(*want as f64))
+                    .map(|(metric, want)| format!("{metric} {:?}, not {want}", value(metric)))
+                    .collect();
+                if wrong.is_empty() {
+                    Ok(())
+                } else {
+                    Err(wrong.join("; "))
+                }
+            }
+        })
+        .await;
+        let (_, metrics) = get(address, "/metrics");
+        let value = |name: &str| {
+            sample(&metrics, name).unwrap_or_else(|| panic!("no {name} in:\n{metrics}"))
+        };
+        assert_eq!(value(&capture("logstamp_relay_ddl_skipped_total")), 1.0);
+        // The marker filter dropped every change applied here when capture read it back, in
+        // the local transactions that applied them (several source transactions may share one).
+        assert_eq!(
+            value(&capture("logstamp_relay_loop_dropped_changes_total")),
+            messages[j] as f64
+        );
+        let dropped = value(&capture("logstamp_relay_loop_dropped_transactions_total"));
+        assert!(
+            dropped >= 1.0 && dropped <= local[j] as f64,
+            "{dropped} transactions dropped"
+        );
+        assert_eq!(value(&capture("logstamp_relay_capture_connected")), 1.0);
+        assert_eq!(value(&apply("logstamp_relay_apply_running")), 1.0);
+        assert_eq!(value(&apply("logstamp_relay_apply_schema_mismatch")), 0.0);
+        assert!(metrics.contains("# TYPE logstamp_relay_apply_lag_seconds gauge"));
+    }
+
+    // b's Kafka away: b cannot publish and a cannot read b's changes, so neither is ready,
+    // and what b writes meanwhile keeps b's capture behind.
+    dcs[1].kafka.broker_down(-1).unwrap();
+    for address in &addresses {
+        let body = readiness_becomes(address, 503).await;
+        assert!(body.contains("Kafka of b does not answer"), "{body}");
+    }
+    let late = local[1] + 1;
+    writer(dcs[1].server.url("app"), 99, 1, 99, None).await;
+    let b_lag = "logstamp_relay_capture_lag_seconds{dc=\"b\"}";
+    let within = Duration::from_secs(30);
+    poll(&addresses[1], "/metrics", within, |_, body| {
+        sample(body, b_lag).is_some_and(|lag| lag >= 1.0)
+    })
+    .await;
+    dcs[1].kafka.broker_up(-1).unwrap();
+    for address in &addresses {
+        readiness_becomes(address, 200).await;
+    }
+    // Published and applied once Kafka is back, and nobody is behind.
+    let a_applied = "logstamp_relay_applied_transactions_total{dc=\"a\",remote=\"b\"}";
+    poll(&addresses[0], "/metrics", DEADLINE, |_, body| {
+        sample(body, a_applied) == Some(late as f64)
+    })
+    .await;
+    poll(&addresses[1], "/metrics", within, |_, body| {
+        sample(body, b_lag) == Some(0.0)
+    })
+    .await;
+    for dc in &mut dcs {
+        dc.stop_relay().await;
+    }
 }

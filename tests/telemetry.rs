@@ -1,78 +1,12 @@
 //! Metrics and health of a running `logstamp ingest` process, scraped over HTTP and checked
-//! against what it processed.
+//! against what it processed (the relay's are checked in `relay.rs`, with its servers).
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use support::http::{get, poll, readiness_becomes, sample, served_address};
 use support::ingest::{COUNT_ALL, Setup};
-
-/// A GET over plain HTTP/1.1: the status code and the body.
-fn get(address: &str, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(address).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"));
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
-        .unwrap_or_default();
-    (status, body)
-}
-
-/// The value of the sample named exactly `name` (labels included), or `None`.
-fn sample(metrics: &str, name: &str) -> Option<f64> {
-    metrics.lines().find_map(|line| {
-        let (sample, value) = line.rsplit_once(' ')?;
-        (sample == name).then(|| value.parse().ok())?
-    })
-}
-
-/// Polls `path` until `done` holds for the response, within `within`.
-async fn poll(
-    address: &str,
-    path: &str,
-    within: Duration,
-    done: impl Fn(u16, &str) -> bool,
-) -> (u16, String) {
-    let deadline = Instant::now() + within;
-    loop {
-        let (a, p) = (address.to_string(), path.to_string());
-        let (status, body) = tokio::task::spawn_blocking(move || get(&a, &p))
-            .await
-            .unwrap();
-        if done(status, &body) {
-            return (status, body);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{path} not as expected after {within:?}: {status} {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Polls `/health/ready` until it answers `status`; returns the body.
-async fn readiness_becomes(address: &str, status: u16) -> String {
-    let within = Duration::from_secs(30);
-    poll(address, "/health/ready", within, |got, _| got == status)
-        .await
-        .1
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_serves_its_totals_and_readiness_follows_kafka() {
@@ -84,13 +18,7 @@ async fn a_worker_serves_its_totals_and_readiness_follows_kafka() {
         .wait_for_log("serving /metrics", Duration::from_secs(60))
         .await;
     let log = std::fs::read_to_string(&worker.log).unwrap();
-    let address = log
-        .lines()
-        .find(|l| l.contains("serving /metrics"))
-        .and_then(|l| l.split("address=").nth(1))
-        .and_then(|rest| rest.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no address in the log: {log}"))
-        .to_string();
+    let address = served_address(&log).unwrap_or_else(|| panic!("no address in the log: {log}"));
 
     assert_eq!(get(&address, "/health/live"), (200, "live\n".into()));
     setup.wait_for(COUNT_ALL, N, Duration::from_secs(120)).await;
@@ -145,15 +73,18 @@ async fn a_worker_serves_its_totals_and_readiness_follows_kafka() {
 fn an_address_in_use_is_a_clear_error() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let address = taken.local_addr().unwrap().to_string();
-    let run = std::process::Command::new(env!("CARGO_BIN_EXE_logstamp"))
-        .env_clear()
-        .env("LOGSTAMP__TELEMETRY__LISTEN", &address)
-        .env("LOGSTAMP__MYSQL__URL", "mysql://root@127.0.0.1:1/unused")
-        .arg("ingest")
-        .output()
-        .unwrap();
-    assert_eq!(run.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(stderr.contains(&address), "{stderr}");
-    assert!(stderr.contains("already in use"), "{stderr}");
+    // Both bind before they connect anywhere, so no server is needed to see it.
+    for command in [&["ingest"][..], &["relay", "run"]] {
+        let run = std::process::Command::new(env!("CARGO_BIN_EXE_logstamp"))
+            .env_clear()
+            .env("LOGSTAMP__TELEMETRY__LISTEN", &address)
+            .env("LOGSTAMP__MYSQL__URL", "mysql://root@127.0.0.1:1/unused")
+            .args(command)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(1), "{command:?}: {stderr}");
+        assert!(stderr.contains(&address), "{command:?}: {stderr}");
+        assert!(stderr.contains("already in use"), "{command:?}: {stderr}");
+    }
 }

@@ -9,7 +9,8 @@ use clap::Args;
 use logstamp::config::Sources;
 use logstamp::ingest::{self, IngestError, IngestStats};
 use logstamp::store::lease::HeldLease;
-use logstamp::telemetry::exporter::{Exporter, WorkerView};
+use logstamp::telemetry::exporter::Exporter;
+use logstamp::telemetry::ingest::{IngestSource, WorkerView};
 use logstamp::telemetry::server;
 
 use super::output::Output;
@@ -39,16 +40,14 @@ pub fn run(args: IngestArgs, sources: Sources) -> anyhow::Result<ExitCode> {
         // at once, without flushing (stamping is refused from then on).
         // The address first: one in use is a mistake to report before anything starts.
         let listener = server::bind(settings.telemetry.listen).await?;
-        if let Ok(address) = listener.local_addr() {
-            tracing::info!(%address, "serving /metrics, /health/live and /health/ready");
-        }
         let lease = HeldLease::acquire(&settings).await?;
         let view = WorkerView {
             stats: stats.clone(),
             generator: lease.generator().clone(),
             lease: lease.watch(),
         };
-        let telemetry = server::serve(listener, Exporter::install()?, view, &settings);
+        let source = IngestSource::new(view, &settings);
+        let telemetry = server::serve(listener, Exporter::install()?, source);
         let worker = ingest::run(
             &settings,
             lease.generator().clone(),

@@ -10,6 +10,9 @@ use tokio::sync::watch;
 use logstamp::config::Sources;
 use logstamp::relay::status::{self, ApplyStatus, CaptureStatus};
 use logstamp::relay::{self, RelayContext};
+use logstamp::telemetry::exporter::Exporter;
+use logstamp::telemetry::relay::RelaySource;
+use logstamp::telemetry::server;
 
 use super::load_settings;
 use super::output::{Format, Output, aligned, ignore_closed_pipe};
@@ -53,7 +56,13 @@ fn run_relay(sources: Sources) -> anyhow::Result<ExitCode> {
             tracing::info!("stopping the relay");
             let _ = stop.send(true);
         });
-        relay::run(context, shutdown).await
+        // The address first: one in use is a mistake to report before anything starts.
+        let listener = server::bind(context.settings.telemetry.listen).await?;
+        let source = RelaySource::new(&context);
+        let telemetry = server::serve(listener, Exporter::install()?, source);
+        let result = relay::run(context, shutdown).await;
+        telemetry.abort();
+        result.map_err(anyhow::Error::from)
     })?;
     Ok(ExitCode::SUCCESS)
 }

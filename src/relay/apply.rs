@@ -9,6 +9,7 @@
 //! no consumer-group offsets are involved.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use mysql_async::Conn;
@@ -29,6 +30,7 @@ use super::change::{Change, Position, RowChange};
 use super::context::{APPLIED_TABLE, RelayContext, RelayError};
 use super::loop_filter::CacheKey;
 use super::sql::{self, LocalColumn};
+use super::stats::{ApplyStats, Running};
 
 /// The applier's session: strict, so a value that does not fit fails instead of being cut;
 /// backslash escapes in literals (no NO_BACKSLASH_ESCAPES), which [`sql`] writes; explicit
@@ -100,6 +102,10 @@ pub async fn run_once(
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), RelayError> {
     let topic = context.settings.relay.topic(&remote.dc);
+    let stats = context
+        .stats
+        .applier(&remote.dc)
+        .ok_or_else(|| RelayError::Refused(format!("{} is not one of relay.remotes", remote.dc)))?;
     let mut conn = db::connect(context.url()).await?;
     let mut setup: Vec<&str> = SESSION_SETUP.to_vec();
     if context.loop_filter() == LoopFilterMode::SkipReplication {
@@ -123,6 +129,10 @@ pub async fn run_once(
     }
     let applied = load_applied(&mut conn, &remote.dc, &topic).await?;
     let consumer = consumer(context, remote, &topic, applied.next_offset)?;
+    stats
+        .next_offset
+        .store(applied.next_offset, Ordering::Relaxed);
+    let _running = Running::mark(&stats.running);
     tracing::info!(
         dc = context.dc(),
         source = remote.dc,
@@ -136,7 +146,14 @@ pub async fn run_once(
     let mut stop_applying = shutdown.clone();
     tokio::try_join!(
         read(&consumer, &topic, remote, applied, shutdown, ready_tx),
-        apply_all(context, &mut conn, &remote.dc, ready_rx, &mut stop_applying),
+        apply_all(
+            context,
+            &mut conn,
+            &remote.dc,
+            stats,
+            ready_rx,
+            &mut stop_applying
+        ),
     )?;
     let _ = conn.disconnect().await;
     Ok(())
@@ -156,11 +173,7 @@ fn consumer(
     topic: &str,
     offset: i64,
 ) -> Result<StreamConsumer, RelayError> {
-    let brokers = if remote.brokers.trim().is_empty() {
-        &context.settings.kafka.brokers
-    } else {
-        &remote.brokers
-    };
+    let brokers = remote.brokers_or(&context.settings.kafka.brokers);
     let consumer: StreamConsumer = context
         .kafka_config(brokers)
         .set(
@@ -273,6 +286,7 @@ async fn apply_all(
     context: &RelayContext,
     conn: &mut Conn,
     source_dc: &str,
+    stats: &ApplyStats,
     mut ready: mpsc::Receiver<Ready>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), RelayError> {
@@ -288,10 +302,15 @@ async fn apply_all(
             }
         }
         let changes: Vec<&Change> = group.iter().flat_map(|t| &t.changes).collect();
+        stats.lag.behind_since(changes[0].commit_ts);
         loop {
             match check_schemas(conn, &mut schemas, context, &changes, source_dc).await {
-                Ok(()) => break,
+                Ok(()) => {
+                    stats.schema_mismatch.store(false, Ordering::Relaxed);
+                    break;
+                }
                 Err(RelayError::SchemaMismatch(message)) => {
+                    stats.schema_mismatch.store(true, Ordering::Relaxed);
                     tracing::error!(source = source_dc, "{message}");
                     record_error(conn, source_dc, &message).await?;
                     tokio::select! {
@@ -303,6 +322,18 @@ async fn apply_all(
             }
         }
         apply(context, conn, source_dc, &group).await?;
+        stats
+            .applied_transactions
+            .fetch_add(group.len() as u64, Ordering::Relaxed);
+        stats
+            .applied_changes
+            .fetch_add(changes.len() as u64, Ordering::Relaxed);
+        if let Some(last) = group.last() {
+            stats.next_offset.store(last.next_offset, Ordering::Relaxed);
+        }
+        if ready.is_empty() {
+            stats.lag.caught_up();
+        }
         group.clear();
     }
     Ok(())

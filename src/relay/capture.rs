@@ -4,6 +4,8 @@
 //! once Kafka acknowledged everything up to it (see [`super::checkpoint`]).
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -22,6 +24,7 @@ use super::checkpoint::{self, Checkpoint};
 use super::context::{RelayContext, RelayError};
 use super::events::{EventHandler, Step, Transaction};
 use super::loop_filter::CacheKey;
+use super::stats::{CaptureStats, RelayStats, Running};
 use super::table::Charsets;
 
 /// The server sends a heartbeat when it has nothing else to send for this long...
@@ -179,6 +182,8 @@ pub async fn run_once(
         topic,
         "capture started"
     );
+    let stats = &context.stats.capture;
+    let _connected = Running::mark(&stats.connected);
 
     let mut handler = EventHandler::new(
         context.clone(),
@@ -194,6 +199,7 @@ pub async fn run_once(
         dc.clone(),
         start.clone(),
         relay.checkpoint_interval,
+        context.stats.clone(),
     ));
     let mut last = start;
     let outcome: Result<(), RelayError> = async {
@@ -225,9 +231,12 @@ pub async fn run_once(
             let pending = match handler.handle(&event)? {
                 None => continue,
                 Some(Step::Transaction(txn)) => {
+                    stats.read_lag.behind_since(txn.commit_ts);
                     publish(context, &producer, &topic, source_server_id, txn, &mut last).await?
                 }
                 Some(Step::Idle(position)) => {
+                    // The server has sent all it wrote.
+                    stats.read_lag.caught_up();
                     let done = binlog_file_number(&last.file).map(|n| (n, last.pos));
                     if position.order().is_none() || position.order() <= done {
                         continue;
@@ -253,11 +262,10 @@ pub async fn run_once(
     }
     .await;
     drop(pending_tx);
-    let stats = handler.stats();
     tracing::info!(
         dc,
-        transactions = stats.transactions,
-        ddl = stats.ddl,
+        published_transactions = stats.published_transactions.load(Ordering::Relaxed),
+        ddl_skipped = stats.ddl_skipped.load(Ordering::Relaxed),
         "capture stopping"
     );
     if outcome.is_ok() {
@@ -296,7 +304,8 @@ async fn publish(
     txn: Transaction,
     last: &mut Checkpoint,
 ) -> Result<Pending, RelayError> {
-    let changes = match context.loop_filter() {
+    let read = txn.changes.len();
+    let changes: Vec<_> = match context.loop_filter() {
         LoopFilterMode::Marker if txn.has_marker => Vec::new(),
         LoopFilterMode::SkipReplication if txn.skip_flagged => Vec::new(),
         LoopFilterMode::Cache if !txn.changes.is_empty() => match context.cache() {
@@ -311,6 +320,18 @@ async fn publish(
         },
         _ => txn.changes,
     };
+    if changes.len() < read {
+        let stats = &context.stats.capture;
+        let dropped = (read - changes.len()) as u64;
+        stats
+            .loop_dropped_changes
+            .fetch_add(dropped, Ordering::Relaxed);
+        if changes.is_empty() {
+            stats
+                .loop_dropped_transactions
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
     let mut deliveries = Vec::with_capacity(changes.len());
     let mut checkpoint = Checkpoint {
         file: txn.end.file.clone(),
@@ -380,7 +401,10 @@ async fn acknowledge(
     dc: String,
     mut acked: Checkpoint,
     interval: Duration,
+    stats: Arc<RelayStats>,
 ) -> Result<(), RelayError> {
+    let stats = &stats.capture;
+    record_checkpoint(stats, &acked);
     let mut saved = acked.clone();
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -388,6 +412,10 @@ async fn acknowledge(
         tokio::select! {
             next = pending.recv() => {
                 let Some(next) = next else { break };
+                let messages = next.deliveries.len() as u64;
+                if messages > 0 {
+                    stats.publish_lag.behind_since(next.checkpoint.commit_ts);
+                }
                 for delivery in next.deliveries {
                     match delivery.await {
                         Ok(Ok(_)) => {}
@@ -399,21 +427,34 @@ async fn acknowledge(
                         }
                     }
                 }
+                if messages > 0 {
+                    stats.published_transactions.fetch_add(1, Ordering::Relaxed);
+                    stats.published_changes.fetch_add(messages, Ordering::Relaxed);
+                    stats.publish_lag.caught_up();
+                }
                 acked = next.checkpoint;
             }
             _ = ticker.tick() => {
                 if acked != saved {
-                    save(&mut conn, &dc, &mut acked).await?;
+                    save(&mut conn, &dc, &mut acked, stats).await?;
                     saved = acked.clone();
                 }
             }
         }
     }
     if acked != saved {
-        save(&mut conn, &dc, &mut acked).await?;
+        save(&mut conn, &dc, &mut acked, stats).await?;
     }
     let _ = conn.disconnect().await;
     Ok(())
+}
+
+/// Shows where capture's recorded position is (where a restart resumes).
+fn record_checkpoint(stats: &CaptureStats, c: &Checkpoint) {
+    if let Some(file) = binlog_file_number(&c.file) {
+        stats.checkpoint_file.store(file, Ordering::Relaxed);
+    }
+    stats.checkpoint_pos.store(c.pos, Ordering::Relaxed);
 }
 
 /// Saves a checkpoint, first reading the GTID state at its position if a heartbeat moved it.
@@ -421,6 +462,7 @@ async fn save(
     conn: &mut mysql_async::Conn,
     dc: &str,
     c: &mut Checkpoint,
+    stats: &CaptureStats,
 ) -> Result<(), RelayError> {
     if c.gtid_from_position {
         if let Some(state) = checkpoint::gtid_at(conn, &c.file, c.pos).await? {
@@ -429,6 +471,7 @@ async fn save(
         c.gtid_from_position = false;
     }
     checkpoint::save(conn, dc, c).await?;
+    record_checkpoint(stats, c);
     Ok(())
 }
 

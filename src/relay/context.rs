@@ -1,5 +1,5 @@
 //! What capture and the appliers of one relay share: its settings, the relayed tables, the loop
-//! cache, the errors they raise and the Kafka clients they use.
+//! cache, what they count, the errors they raise and the Kafka clients they use.
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -11,6 +11,7 @@ use crate::config::{LoopFilterMode, MysqlUrl, Settings};
 use crate::store::StoreError;
 
 use super::loop_filter::LoopCache;
+use super::stats::RelayStats;
 
 /// The table the appliers record their progress in; in `marker` mode it is also the marker.
 pub const APPLIED_TABLE: &str = "relay_applied";
@@ -109,6 +110,8 @@ pub struct RelayContext {
     pub tables: Arc<[TablePattern]>,
     /// The database of `mysql.url`, which holds the relay tables.
     pub state_database: String,
+    /// What capture and the appliers count, read by the metrics.
+    pub stats: Arc<RelayStats>,
     cache: Option<Arc<Mutex<LoopCache>>>,
 }
 
@@ -122,7 +125,9 @@ impl RelayContext {
             .collect::<Result<Vec<_>, _>>()?;
         let cache = (settings.relay.loop_filter == LoopFilterMode::Cache)
             .then(|| Arc::new(Mutex::new(LoopCache::new(settings.relay.cache_ttl))));
+        let stats = RelayStats::new(settings.relay.remotes.iter().map(|r| r.dc.clone()));
         Ok(RelayContext {
+            stats: Arc::new(stats),
             state_database: settings.mysql.url.database().to_string(),
             tables: tables.into(),
             settings: Arc::new(settings),

@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use mysql_async::binlog::EventType;
 use mysql_async::binlog::events::{Event, EventData, RowsEventData, TableMapEvent};
@@ -46,14 +47,6 @@ pub enum Step {
     Idle(Position),
 }
 
-/// What capture has counted since it started.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct EventStats {
-    pub transactions: u64,
-    /// DDL statements seen (logged, not relayed).
-    pub ddl: u64,
-}
-
 /// What the stream knows about a table ID.
 #[derive(Debug, Clone)]
 enum TableEntry {
@@ -85,7 +78,6 @@ pub struct EventHandler {
     gtid_state: GtidState,
     tables: HashMap<u64, TableEntry>,
     open: Option<OpenGroup>,
-    stats: EventStats,
 }
 
 impl EventHandler {
@@ -105,12 +97,7 @@ impl EventHandler {
             gtid_state,
             tables: HashMap::new(),
             open: None,
-            stats: EventStats::default(),
         }
-    }
-
-    pub fn stats(&self) -> EventStats {
-        self.stats
     }
 
     /// Handles one event; returns the transaction it completed, or the position a heartbeat
@@ -364,7 +351,11 @@ impl EventHandler {
                 // DDL is not relayed: its order against other data centres' writes cannot be
                 // kept, so schema changes are rolled out by hand in every data centre, and an
                 // applier refuses a table whose columns differ (see apply).
-                self.stats.ddl += 1;
+                self.context
+                    .stats
+                    .capture
+                    .ddl_skipped
+                    .fetch_add(1, Ordering::Relaxed);
                 let shown: String = statement.chars().take(200).collect();
                 tracing::warn!(schema, statement = %shown, "DDL in the binlog, not relayed");
             }
@@ -391,7 +382,6 @@ impl EventHandler {
             )));
         }
         self.gtid_state.update(open.gtid);
-        self.stats.transactions += 1;
         Ok(Some(Transaction {
             end: Position {
                 file: self.file.clone(),
@@ -499,6 +489,10 @@ mod tests {
         )
     }
 
+    fn ddl_skipped(h: &EventHandler) -> u64 {
+        h.context.stats.capture.ddl_skipped.load(Ordering::Relaxed)
+    }
+
     fn transaction(step: Option<Step>) -> Transaction {
         match step {
             Some(Step::Transaction(t)) => t,
@@ -516,7 +510,6 @@ mod tests {
         assert_eq!(t.gtid_state.to_string(), "0-11-5");
         assert_eq!(t.commit_ts, 1_700_000_000);
         assert!(!t.has_marker && !t.skip_flagged && t.changes.is_empty());
-        assert_eq!(h.stats().transactions, 1);
     }
 
     #[test]
@@ -538,13 +531,13 @@ mod tests {
         );
         assert!(t.changes.is_empty());
         assert_eq!(t.gtid_state.to_string(), "0-11-2");
-        assert_eq!(h.stats().ddl, 1);
+        assert_eq!(ddl_skipped(&h), 1);
         // A savepoint inside a transaction is neither an end nor DDL.
         h.handle(&gtid(3, 0x0c)).unwrap();
         assert_eq!(h.handle(&query("SAVEPOINT s1", 350)).unwrap(), None);
         assert_eq!(h.handle(&query("ROLLBACK TO s1", 360)).unwrap(), None);
         assert_eq!(transaction(h.handle(&xid(400)).unwrap()).end.pos, 400);
-        assert_eq!(h.stats().ddl, 1);
+        assert_eq!(ddl_skipped(&h), 1);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! One concern per module, after the shape of Materialize's MySQL source: `gtid` (MariaDB's
 //! raw events), `table` and `decode` (table maps and row images), `events` (binlog events to
 //! transactions), `change` (the message), `loop_filter`, `capture` and `checkpoint`, `sql` and
-//! `apply`, `status`, and `context` (what they share).
+//! `apply`, `status`, `stats` (what a running relay counts, for its metrics), and `context`
+//! (what they share).
 
 pub mod apply;
 pub mod capture;
@@ -17,6 +18,7 @@ pub mod events;
 pub mod gtid;
 pub mod loop_filter;
 pub mod sql;
+pub mod stats;
 pub mod status;
 pub mod table;
 

@@ -119,16 +119,15 @@ pub async fn appliers(
         let topic: String = take(&mut row, 1, "topic")?;
         let next_offset: i64 = take(&mut row, 2, "next_offset")?;
         let commit_ts: u32 = take(&mut row, 6, "source_commit_ts")?;
+        let local = &context.settings.kafka.brokers;
         let brokers = context
             .settings
             .relay
             .remotes
             .iter()
-            .find(|r| r.dc == source_dc && !r.brokers.trim().is_empty())
-            .map_or(context.settings.kafka.brokers.clone(), |r| {
-                r.brokers.clone()
-            });
-        let end_offset = end_offset(context, &brokers, &topic).await;
+            .find(|r| r.dc == source_dc)
+            .map_or(local.as_str(), |r| r.brokers_or(local));
+        let end_offset = end_offset(context, brokers, &topic).await;
         let behind = end_offset.map(|end| (end - next_offset).max(0));
         out.push(ApplyStatus {
             lag_seconds: lag(commit_ts, behind.map(|b| b > 0), now),

@@ -1,8 +1,11 @@
 //! Logging: `tracing` to stderr, filtered by `RUST_LOG` or `telemetry.log_level`, as text or JSON
 //! (stdout is left to commands' own output); Prometheus metrics and health checks over HTTP on
-//! `telemetry.listen` (`exporter`, `server`).
+//! `telemetry.listen` (`exporter`, `server`), with what `ingest` and `relay run` serve there
+//! (`ingest`, `relay`).
 
 pub mod exporter;
+pub mod ingest;
+pub mod relay;
 pub mod server;
 
 use std::io::IsTerminal;

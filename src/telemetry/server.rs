@@ -1,5 +1,5 @@
 //! The HTTP endpoints on `telemetry.listen`: `/metrics` (Prometheus text), `/health/live` (the
-//! process answers) and `/health/ready` (the lease is held and MySQL and Kafka answer).
+//! process answers) and `/health/ready` (what ready means is the command's: see [`Source`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,65 +9,60 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
+use rdkafka::ClientConfig;
 use rdkafka::producer::{BaseProducer, Producer};
 use tokio::net::TcpListener;
 
-use super::exporter::{Exporter, TelemetryError, WorkerView};
-use crate::config::{MysqlUrl, Settings};
-use crate::ingest::kafka;
+use super::exporter::{Exporter, TelemetryError};
+use crate::config::MysqlUrl;
 use crate::store::db;
-use crate::store::lease::LeaseStatus;
 
 /// How long a readiness check waits for MySQL and for Kafka.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Binds `telemetry.listen`; an address in use (or not local) is a clear error, before the
-/// worker starts.
+/// What a long-running command serves: its metrics, and whether it is ready.
+pub trait Source: Send + Sync + 'static {
+    /// The Prometheus text of everything, the command's totals read now.
+    fn render(&self, exporter: &Exporter) -> String;
+    /// `Ok` when ready, else the first reason it is not.
+    fn ready(&self) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+/// Binds `telemetry.listen` and logs the address it got (port 0 takes a free one). An address
+/// in use (or not local) is a clear error, before the command starts its work.
 pub async fn bind(listen: SocketAddr) -> Result<TcpListener, TelemetryError> {
-    TcpListener::bind(listen)
+    let listener = TcpListener::bind(listen)
         .await
         .map_err(|e| TelemetryError::Listen {
             address: listen.to_string(),
             reason: if e.kind() == std::io::ErrorKind::AddrInUse {
-                "the address is already in use (is another worker running here?)".into()
+                "the address is already in use (is another logstamp process running here?)".into()
             } else {
                 e.to_string()
             },
-        })
+        })?;
+    if let Ok(address) = listener.local_addr() {
+        tracing::info!(%address, "serving /metrics, /health/live and /health/ready");
+    }
+    Ok(listener)
 }
 
-struct Served {
+struct Served<S> {
     exporter: Exporter,
-    worker: WorkerView,
-    mysql: MysqlUrl,
-    /// A client of its own for asking Kafka for metadata: it answers only if a broker does.
-    kafka: Option<BaseProducer>,
+    source: S,
 }
 
 /// Serves the endpoints on `listener` for as long as the returned task runs.
-pub fn serve(
+pub fn serve<S: Source>(
     listener: TcpListener,
     exporter: Exporter,
-    worker: WorkerView,
-    settings: &Settings,
+    source: S,
 ) -> tokio::task::JoinHandle<()> {
-    let kafka = match kafka::producer_config(settings).create::<BaseProducer>() {
-        Ok(client) => Some(client),
-        Err(e) => {
-            tracing::warn!("readiness cannot check Kafka (it reports not ready): {e}");
-            None
-        }
-    };
-    let served = Arc::new(Served {
-        exporter,
-        worker,
-        mysql: settings.mysql.url.clone(),
-        kafka,
-    });
+    let served = Arc::new(Served { exporter, source });
     let app = Router::new()
-        .route("/metrics", get(metrics))
+        .route("/metrics", get(metrics::<S>))
         .route("/health/live", get(|| async { "live\n" }))
-        .route("/health/ready", get(ready))
+        .route("/health/ready", get(ready::<S>))
         .with_state(served);
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
@@ -76,39 +71,29 @@ pub fn serve(
     })
 }
 
-async fn metrics(
-    State(served): State<Arc<Served>>,
+async fn metrics<S: Source>(
+    State(served): State<Arc<Served<S>>>,
 ) -> (StatusCode, [(&'static str, &'static str); 1], String) {
     (
         StatusCode::OK,
         [("content-type", "text/plain; version=0.0.4")],
-        served.exporter.render(&served.worker),
+        served.source.render(&served.exporter),
     )
 }
 
 /// 200 `ready`, or 503 with the first reason it is not.
-async fn ready(State(served): State<Arc<Served>>) -> (StatusCode, String) {
-    let lease = served.worker.lease.borrow().clone();
-    let reason = match lease {
-        LeaseStatus::Lost(reason) => Some(format!("the service-ID lease is lost: {reason}")),
-        LeaseStatus::Held => match mysql_answers(&served.mysql).await {
-            Err(reason) => Some(format!("MySQL does not answer: {reason}")),
-            Ok(()) => kafka_answers(&served)
-                .await
-                .err()
-                .map(|reason| format!("Kafka does not answer: {reason}")),
-        },
-    };
-    match reason {
-        None => (StatusCode::OK, "ready\n".into()),
-        Some(reason) => (
+async fn ready<S: Source>(State(served): State<Arc<Served<S>>>) -> (StatusCode, String) {
+    match served.source.ready().await {
+        Ok(()) => (StatusCode::OK, "ready\n".into()),
+        Err(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("not ready: {reason}\n"),
         ),
     }
 }
 
-async fn mysql_answers(url: &MysqlUrl) -> Result<(), String> {
+/// Whether MySQL at `url` answers a ping within [`PROBE_TIMEOUT`].
+pub async fn mysql_answers(url: &MysqlUrl) -> Result<(), String> {
     let probe = async {
         let mut conn = db::connect(url).await.map_err(|e| e.to_string())?;
         let pinged = mysql_async::prelude::Queryable::ping(&mut conn).await;
@@ -120,19 +105,41 @@ async fn mysql_answers(url: &MysqlUrl) -> Result<(), String> {
         .unwrap_or_else(|_| Err(format!("no answer within {PROBE_TIMEOUT:?}")))
 }
 
-async fn kafka_answers(served: &Arc<Served>) -> Result<(), String> {
-    let served = served.clone();
-    tokio::task::spawn_blocking(move || {
-        let client = served
-            .kafka
-            .as_ref()
+/// A Kafka client of its own for asking a cluster for metadata: it answers only if a broker
+/// does.
+#[derive(Clone)]
+pub struct KafkaProbe {
+    client: Option<Arc<BaseProducer>>,
+}
+
+impl KafkaProbe {
+    /// A probe with `config`'s brokers and security settings. A client that cannot be made is
+    /// logged, and the probe then reports Kafka as not answering.
+    pub fn new(config: &ClientConfig) -> KafkaProbe {
+        let client = match config.create::<BaseProducer>() {
+            Ok(client) => Some(Arc::new(client)),
+            Err(e) => {
+                tracing::warn!("readiness cannot check Kafka (it reports not ready): {e}");
+                None
+            }
+        };
+        KafkaProbe { client }
+    }
+
+    /// Whether a broker answers a metadata request within [`PROBE_TIMEOUT`].
+    pub async fn answers(&self) -> Result<(), String> {
+        let client = self
+            .client
+            .clone()
             .ok_or_else(|| "no Kafka client".to_string())?;
-        client
-            .client()
-            .fetch_metadata(None, PROBE_TIMEOUT)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    })
-    .await
-    .map_err(|e| e.to_string())?
+        tokio::task::spawn_blocking(move || {
+            client
+                .client()
+                .fetch_metadata(None, PROBE_TIMEOUT)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| e.to_string())?
+    }
 }

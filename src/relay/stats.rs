@@ -1,0 +1,175 @@
+//! What a running relay counts, for its metrics and readiness: plain atomics, written where the
+//! work happens (capture, the checkpoint task, each applier) and read at each scrape. Nothing
+//! here knows about HTTP or Prometheus. Counts start at zero with the process, as Prometheus
+//! counters do; the durable totals are in `relay_checkpoints` and `relay_applied`.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The counts of one relay process: its capture and an applier per remote data centre.
+#[derive(Debug)]
+pub struct RelayStats {
+    pub capture: CaptureStats,
+    /// In the order of `relay.remotes`, by source data centre.
+    appliers: Vec<(String, ApplyStats)>,
+}
+
+impl RelayStats {
+    pub fn new<I: IntoIterator<Item = String>>(remotes: I) -> RelayStats {
+        RelayStats {
+            capture: CaptureStats::default(),
+            appliers: remotes
+                .into_iter()
+                .map(|dc| (dc, ApplyStats::default()))
+                .collect(),
+        }
+    }
+
+    /// The applier of `source_dc`'s changes.
+    pub fn applier(&self, source_dc: &str) -> Option<&ApplyStats> {
+        self.appliers
+            .iter()
+            .find(|(dc, _)| dc == source_dc)
+            .map(|(_, stats)| stats)
+    }
+
+    /// Every applier, with the data centre it applies.
+    pub fn appliers(&self) -> impl Iterator<Item = (&str, &ApplyStats)> {
+        self.appliers.iter().map(|(dc, stats)| (dc.as_str(), stats))
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct CaptureStats {
+    /// Transactions with relayed changes that Kafka acknowledged.
+    pub published_transactions: AtomicU64,
+    /// Their changes (one message each).
+    pub published_changes: AtomicU64,
+    /// Transactions with relayed changes of which the loop filter left nothing (they were
+    /// applied from another data centre).
+    pub loop_dropped_transactions: AtomicU64,
+    /// Changes the loop filter dropped.
+    pub loop_dropped_changes: AtomicU64,
+    /// DDL statements read from the binlog (not relayed).
+    pub ddl_skipped: AtomicU64,
+    /// The number of the binlog file of the last checkpoint recorded (`mariadb-bin.000042`:
+    /// 42), and the position in it.
+    pub checkpoint_file: AtomicU64,
+    pub checkpoint_pos: AtomicU64,
+    /// Capture reads the binlog now.
+    pub connected: AtomicBool,
+    /// Behind in reading the binlog: since the last transaction read, until a heartbeat says
+    /// the server has sent all it wrote.
+    pub read_lag: Lag,
+    /// Behind in publishing: since the oldest transaction read that Kafka has not acknowledged.
+    pub publish_lag: Lag,
+}
+
+impl CaptureStats {
+    /// Seconds capture is behind the server: the older of what it has not read and what it has
+    /// not published.
+    pub fn lag_seconds(&self) -> u64 {
+        self.read_lag.seconds().max(self.publish_lag.seconds())
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct ApplyStats {
+    /// Source transactions committed here.
+    pub applied_transactions: AtomicU64,
+    /// Their changes.
+    pub applied_changes: AtomicU64,
+    /// The offset of the next message to apply, as stored with the last commit.
+    pub next_offset: AtomicI64,
+    /// Applying waits because a table differs between the source and here.
+    pub schema_mismatch: AtomicBool,
+    /// The applier is connected to MySQL and reads its topic.
+    pub running: AtomicBool,
+    pub lag: Lag,
+}
+
+/// How far behind a part is: the commit time at the source of the oldest transaction it has
+/// in hand and not finished, or none when it has caught up. Measured like MariaDB's
+/// `Seconds_Behind_Master`, so an idle relay shows 0, not the time since the last write.
+#[derive(Debug, Default)]
+pub struct Lag {
+    /// Unix seconds; 0: caught up.
+    since: AtomicU64,
+}
+
+impl Lag {
+    /// The part works on a transaction committed at `commit_ts` (Unix seconds).
+    pub fn behind_since(&self, commit_ts: u32) {
+        // A commit time of 0 would read as caught up; the binlog never has one.
+        self.since
+            .store(u64::from(commit_ts.max(1)), Ordering::Relaxed);
+    }
+
+    /// The part has done everything it was given.
+    pub fn caught_up(&self) {
+        self.since.store(0, Ordering::Relaxed);
+    }
+
+    /// Seconds behind at `now` (Unix seconds); 0 when caught up or when the source's clock is
+    /// ahead of ours.
+    pub fn seconds_at(&self, now: u64) -> u64 {
+        match self.since.load(Ordering::Relaxed) {
+            0 => 0,
+            since => now.saturating_sub(since),
+        }
+    }
+
+    /// Seconds behind now.
+    pub fn seconds(&self) -> u64 {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        self.seconds_at(now)
+    }
+}
+
+/// Sets a flag for as long as it lives: a part that returns, by error or not, clears it.
+#[derive(Debug)]
+pub struct Running<'a>(&'a AtomicBool);
+
+impl<'a> Running<'a> {
+    pub fn mark(flag: &'a AtomicBool) -> Running<'a> {
+        flag.store(true, Ordering::Relaxed);
+        Running(flag)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lag_counts_from_the_commit_in_hand_and_is_zero_when_caught_up() {
+        let lag = Lag::default();
+        assert_eq!(lag.seconds_at(1_000), 0);
+        lag.behind_since(990);
+        assert_eq!(lag.seconds_at(1_000), 10);
+        // The source's clock ahead of ours: not behind.
+        assert_eq!(lag.seconds_at(980), 0);
+        lag.caught_up();
+        assert_eq!(lag.seconds_at(1_000), 0);
+    }
+
+    #[test]
+    fn running_is_cleared_when_the_part_ends() {
+        let stats = RelayStats::new(["b".to_string()]);
+        let applier = stats.applier("b").unwrap();
+        {
+            let _running = Running::mark(&applier.running);
+            assert!(applier.running.load(Ordering::Relaxed));
+        }
+        assert!(!applier.running.load(Ordering::Relaxed));
+        assert!(stats.applier("c").is_none());
+    }
+}

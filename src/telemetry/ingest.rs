@@ -1,0 +1,156 @@
+//! What `logstamp ingest` serves: the worker's totals, and ready while the service-ID lease is
+//! held and MySQL and Kafka answer.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use super::exporter::{BATCH_ROWS, BATCH_SECONDS, Exporter, label_value};
+use super::server::{KafkaProbe, Source, mysql_answers};
+use crate::config::{MysqlUrl, Settings};
+use crate::id::IdGenerator;
+use crate::ingest::{IngestStats, kafka};
+use crate::store::lease::LeaseStatus;
+
+/// What a scrape reads from one running worker.
+#[derive(Debug, Clone)]
+pub struct WorkerView {
+    pub stats: Arc<IngestStats>,
+    pub generator: Arc<IdGenerator>,
+    pub lease: watch::Receiver<LeaseStatus>,
+}
+
+/// The worker's endpoints.
+pub struct IngestSource {
+    worker: WorkerView,
+    mysql: MysqlUrl,
+    kafka: KafkaProbe,
+}
+
+impl IngestSource {
+    pub fn new(worker: WorkerView, settings: &Settings) -> IngestSource {
+        IngestSource {
+            worker,
+            mysql: settings.mysql.url.clone(),
+            kafka: KafkaProbe::new(&kafka::producer_config(settings)),
+        }
+    }
+}
+
+impl Source for IngestSource {
+    fn render(&self, exporter: &Exporter) -> String {
+        let worker = &self.worker;
+        let counts = worker.stats.snapshot();
+        let counter = |name: &'static str, value: u64| metrics::counter!(name).absolute(value);
+        counter("logstamp_ingest_records_consumed_total", counts.consumed);
+        counter("logstamp_ingest_records_stored_total", counts.stored);
+        counter(
+            "logstamp_ingest_records_dead_lettered_total",
+            counts.dead_lettered,
+        );
+        counter("logstamp_ingest_tombstones_total", counts.tombstones);
+        counter("logstamp_ingest_batches_total", counts.batches);
+        counter(
+            "logstamp_ingest_dead_letters_published_total",
+            counts.dead_letters_published,
+        );
+        counter(
+            "logstamp_ingest_dead_letters_unpublished_total",
+            counts.dead_letters_unpublished,
+        );
+        metrics::gauge!("logstamp_ingest_partitions").set(counts.partitions as f64);
+        let ids = worker.generator.stats();
+        counter("logstamp_id_borrowed_seconds_total", ids.borrowed_seconds);
+        counter("logstamp_id_clock_back_events_total", ids.clock_back_events);
+        counter("logstamp_id_clock_waits_total", ids.clock_waits);
+        let held = *worker.lease.borrow() == LeaseStatus::Held;
+        metrics::gauge!("logstamp_lease_held").set(if held { 1.0 } else { 0.0 });
+        metrics::gauge!("logstamp_service_id").set(f64::from(worker.generator.service_id()));
+        let mut text = exporter.render();
+        // Rendered here rather than recorded: a revoked partition's series must disappear, and
+        // the recorder keeps every series it was given.
+        text.push_str(
+            "# HELP logstamp_ingest_consumer_lag Messages between a partition's high watermark and the offset committed to Kafka, per partition assigned to this worker (librdkafka statistics).\n\
+             # TYPE logstamp_ingest_consumer_lag gauge\n",
+        );
+        for lag in worker.stats.consumer_lag() {
+            text.push_str(&format!(
+                "logstamp_ingest_consumer_lag{{topic=\"{}\",partition=\"{}\"}} {}\n",
+                label_value(&lag.topic),
+                lag.partition,
+                lag.messages
+            ));
+        }
+        text
+    }
+
+    async fn ready(&self) -> Result<(), String> {
+        let lease = self.worker.lease.borrow().clone();
+        if let LeaseStatus::Lost(reason) = lease {
+            return Err(format!("the service-ID lease is lost: {reason}"));
+        }
+        mysql_answers(&self.mysql)
+            .await
+            .map_err(|reason| format!("MySQL does not answer: {reason}"))?;
+        self.kafka
+            .answers()
+            .await
+            .map_err(|reason| format!("Kafka does not answer: {reason}"))
+    }
+}
+
+pub(super) fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        "logstamp_ingest_records_consumed_total",
+        "Messages taken off Kafka and mapped."
+    );
+    describe_counter!(
+        "logstamp_ingest_records_stored_total",
+        "Rows committed to the log table."
+    );
+    describe_counter!(
+        "logstamp_ingest_records_dead_lettered_total",
+        "Messages committed to the dead letters."
+    );
+    describe_counter!(
+        "logstamp_ingest_tombstones_total",
+        "Messages without payload, skipped."
+    );
+    describe_counter!("logstamp_ingest_batches_total", "Batches committed.");
+    describe_counter!(
+        "logstamp_ingest_dead_letters_published_total",
+        "Dead letters also produced to ingest.dead_letter_topic."
+    );
+    describe_counter!(
+        "logstamp_ingest_dead_letters_unpublished_total",
+        "Dead letters the dead-letter topic did not take (they are in the table)."
+    );
+    describe_gauge!(
+        "logstamp_ingest_partitions",
+        "Partitions assigned to this worker."
+    );
+    describe_histogram!(
+        BATCH_SECONDS,
+        metrics::Unit::Seconds,
+        "Time a committed batch took to stamp and write."
+    );
+    describe_histogram!(BATCH_ROWS, "Rows per committed batch (one transaction).");
+    describe_counter!(
+        "logstamp_id_borrowed_seconds_total",
+        "Seconds IDs moved ahead of the clock because a second's counter ran out."
+    );
+    describe_counter!(
+        "logstamp_id_clock_back_events_total",
+        "Times the clock was seen to step backwards."
+    );
+    describe_counter!(
+        "logstamp_id_clock_waits_total",
+        "Times stamping waited for the clock because borrowing reached its bound."
+    );
+    describe_gauge!(
+        "logstamp_lease_held",
+        "1 while this process holds its service-ID lease."
+    );
+    describe_gauge!("logstamp_service_id", "This process's service ID.");
+}

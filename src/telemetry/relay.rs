@@ -1,0 +1,208 @@
+//! What `logstamp relay run` serves: the counts of its capture and appliers (`RelayStats`),
+//! and ready while capture reads the binlog, every applier runs, and MySQL, this data centre's
+//! Kafka and every remote's Kafka answer.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use super::exporter::Exporter;
+use super::server::{KafkaProbe, Source, mysql_answers};
+use crate::config::MysqlUrl;
+use crate::relay::RelayContext;
+use crate::relay::stats::RelayStats;
+
+/// The relay's endpoints.
+pub struct RelaySource {
+    dc: String,
+    stats: Arc<RelayStats>,
+    mysql: MysqlUrl,
+    /// Where capture publishes.
+    kafka: KafkaProbe,
+    /// Where each applier reads, by source data centre.
+    remotes: Vec<(String, KafkaProbe)>,
+}
+
+impl RelaySource {
+    pub fn new(context: &RelayContext) -> RelaySource {
+        let settings = &context.settings;
+        RelaySource {
+            dc: context.dc().to_string(),
+            stats: context.stats.clone(),
+            mysql: context.url().clone(),
+            kafka: KafkaProbe::new(&context.kafka_config(&settings.kafka.brokers)),
+            remotes: settings
+                .relay
+                .remotes
+                .iter()
+                .map(|remote| {
+                    let config = context.kafka_config(remote.brokers_or(&settings.kafka.brokers));
+                    (remote.dc.clone(), KafkaProbe::new(&config))
+                })
+                .collect(),
+        }
+    }
+}
+
+fn count(value: &AtomicU64) -> u64 {
+    value.load(Ordering::Relaxed)
+}
+
+fn flag(value: &AtomicBool) -> f64 {
+    if value.load(Ordering::Relaxed) {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+impl Source for RelaySource {
+    fn render(&self, exporter: &Exporter) -> String {
+        let dc = self.dc.clone();
+        let capture = &self.stats.capture;
+        let counter = |name: &'static str, value: u64| {
+            metrics::counter!(name, "dc" => dc.clone()).absolute(value);
+        };
+        let gauge = |name: &'static str, value: f64| {
+            metrics::gauge!(name, "dc" => dc.clone()).set(value);
+        };
+        counter(
+            "logstamp_relay_published_transactions_total",
+            count(&capture.published_transactions),
+        );
+        counter(
+            "logstamp_relay_published_changes_total",
+            count(&capture.published_changes),
+        );
+        counter(
+            "logstamp_relay_loop_dropped_transactions_total",
+            count(&capture.loop_dropped_transactions),
+        );
+        counter(
+            "logstamp_relay_loop_dropped_changes_total",
+            count(&capture.loop_dropped_changes),
+        );
+        counter(
+            "logstamp_relay_ddl_skipped_total",
+            count(&capture.ddl_skipped),
+        );
+        gauge(
+            "logstamp_relay_checkpoint_file",
+            count(&capture.checkpoint_file) as f64,
+        );
+        gauge(
+            "logstamp_relay_checkpoint_position",
+            count(&capture.checkpoint_pos) as f64,
+        );
+        gauge(
+            "logstamp_relay_capture_lag_seconds",
+            capture.lag_seconds() as f64,
+        );
+        gauge("logstamp_relay_capture_connected", flag(&capture.connected));
+        for (remote, apply) in self.stats.appliers() {
+            let labels = [("dc", dc.clone()), ("remote", remote.to_string())];
+            metrics::counter!("logstamp_relay_applied_transactions_total", &labels)
+                .absolute(count(&apply.applied_transactions));
+            metrics::counter!("logstamp_relay_applied_changes_total", &labels)
+                .absolute(count(&apply.applied_changes));
+            metrics::gauge!("logstamp_relay_apply_offset", &labels)
+                .set(apply.next_offset.load(Ordering::Relaxed) as f64);
+            metrics::gauge!("logstamp_relay_apply_lag_seconds", &labels)
+                .set(apply.lag.seconds() as f64);
+            metrics::gauge!("logstamp_relay_apply_schema_mismatch", &labels)
+                .set(flag(&apply.schema_mismatch));
+            metrics::gauge!("logstamp_relay_apply_running", &labels).set(flag(&apply.running));
+        }
+        exporter.render()
+    }
+
+    async fn ready(&self) -> Result<(), String> {
+        if !self.stats.capture.connected.load(Ordering::Relaxed) {
+            return Err("capture is not reading the binlog (the log says why)".into());
+        }
+        for (remote, apply) in self.stats.appliers() {
+            if !apply.running.load(Ordering::Relaxed) {
+                return Err(format!(
+                    "the applier of {remote} is not running (the log says why)"
+                ));
+            }
+        }
+        mysql_answers(&self.mysql)
+            .await
+            .map_err(|reason| format!("MySQL does not answer: {reason}"))?;
+        self.kafka
+            .answers()
+            .await
+            .map_err(|reason| format!("Kafka of {} does not answer: {reason}", self.dc))?;
+        for (remote, probe) in &self.remotes {
+            probe
+                .answers()
+                .await
+                .map_err(|reason| format!("Kafka of {remote} does not answer: {reason}"))?;
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn describe() {
+    use metrics::{describe_counter, describe_gauge};
+    describe_counter!(
+        "logstamp_relay_published_transactions_total",
+        "Transactions with relayed changes that capture published and Kafka acknowledged."
+    );
+    describe_counter!(
+        "logstamp_relay_published_changes_total",
+        "Changes (messages) capture published and Kafka acknowledged."
+    );
+    describe_counter!(
+        "logstamp_relay_loop_dropped_transactions_total",
+        "Transactions with relayed changes the loop filter dropped whole (applied from another data centre)."
+    );
+    describe_counter!(
+        "logstamp_relay_loop_dropped_changes_total",
+        "Changes the loop filter dropped."
+    );
+    describe_counter!(
+        "logstamp_relay_ddl_skipped_total",
+        "DDL statements capture read from the binlog and did not relay."
+    );
+    describe_gauge!(
+        "logstamp_relay_checkpoint_file",
+        "Number of the binlog file of capture's last recorded checkpoint."
+    );
+    describe_gauge!(
+        "logstamp_relay_checkpoint_position",
+        "Position in that file of capture's last recorded checkpoint."
+    );
+    describe_gauge!(
+        "logstamp_relay_capture_lag_seconds",
+        "Seconds since the commit of the oldest transaction capture has not read or not published; 0 when it has read all the server wrote and Kafka acknowledged it."
+    );
+    describe_gauge!(
+        "logstamp_relay_capture_connected",
+        "1 while capture reads the binlog."
+    );
+    describe_counter!(
+        "logstamp_relay_applied_transactions_total",
+        "Source transactions applied from the remote data centre."
+    );
+    describe_counter!(
+        "logstamp_relay_applied_changes_total",
+        "Changes applied from the remote data centre."
+    );
+    describe_gauge!(
+        "logstamp_relay_apply_offset",
+        "Offset of the next message to apply from the remote data centre's topic, as committed."
+    );
+    describe_gauge!(
+        "logstamp_relay_apply_lag_seconds",
+        "Seconds since the source commit of the oldest transaction the applier holds unapplied; 0 when it holds none."
+    );
+    describe_gauge!(
+        "logstamp_relay_apply_schema_mismatch",
+        "1 while applying waits because a table differs between the remote data centre and here."
+    );
+    describe_gauge!(
+        "logstamp_relay_apply_running",
+        "1 while the applier is connected to MySQL and reads its topic."
+    );
+}

@@ -1,0 +1,80 @@
+//! Scraping a process's telemetry endpoints over plain HTTP.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// A GET over plain HTTP/1.1: the status code and the body.
+pub fn get(address: &str, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// The value of the sample named exactly `name` (labels included), or `None`.
+pub fn sample(metrics: &str, name: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        let (sample, value) = line.rsplit_once(' ')?;
+        (sample == name).then(|| value.parse().ok())?
+    })
+}
+
+/// Polls `path` until `done` holds for the response, within `within`.
+pub async fn poll(
+    address: &str,
+    path: &str,
+    within: Duration,
+    done: impl Fn(u16, &str) -> bool,
+) -> (u16, String) {
+    let deadline = Instant::now() + within;
+    loop {
+        let (a, p) = (address.to_string(), path.to_string());
+        let (status, body) = tokio::task::spawn_blocking(move || get(&a, &p))
+            .await
+            .unwrap();
+        if done(status, &body) {
+            return (status, body);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} not as expected after {within:?}: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Polls `/health/ready` until it answers `status`; returns the body.
+pub async fn readiness_becomes(address: &str, status: u16) -> String {
+    let within = Duration::from_secs(30);
+    poll(address, "/health/ready", within, |got, _| got == status)
+        .await
+        .1
+}
+
+/// The address in the last "serving /metrics" line of a process's (text) log, if any.
+pub fn served_address(log: &str) -> Option<String> {
+    log.lines()
+        .rev()
+        .find(|l| l.contains("serving /metrics"))
+        .and_then(|l| l.split("address=").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(str::to_string)
+}
