@@ -52,9 +52,15 @@ fn message(seq: u64) -> Vec<u8> {
     if is_http(seq) {
         let method = ["GET", "POST"][(seq / 4 % 2) as usize];
         let status = [200, 404, 500][(seq / 4 % 3) as usize];
+        // Every 100th path is longer than its column, which truncates it.
+        let path = if seq.is_multiple_of(100) {
+            format!("/{}", "x".repeat(299))
+        } else {
+            format!("/api/items/{}", seq % 10)
+        };
         m["http"] = json!({
             "request": {"method": method},
-            "path": format!("/api/items/{}", seq % 10),
+            "path": path,
             "status": status,
             "latency_ms": seq % 250,
         });

@@ -41,6 +41,8 @@ struct Written {
     start_offset: i64,
     next_offset: i64,
     rows: usize,
+    /// Values cut to their column's length in the batch's rows.
+    truncated: usize,
     tombstones: usize,
     dead_letters: Vec<DeadLetter>,
     outcome: Result<WriteOutcome, IngestError>,
@@ -293,6 +295,7 @@ impl Dispatcher {
             start_offset,
             next_offset,
             rows,
+            truncated,
             tombstones,
             dead_letters,
             outcome,
@@ -311,6 +314,7 @@ impl Dispatcher {
         match outcome {
             WriteOutcome::Committed(committed) => {
                 IngestStats::add(&self.stats.stored, committed.rows);
+                IngestStats::add(&self.stats.truncated, truncated);
                 IngestStats::add(&self.stats.tombstones, tombstones);
                 IngestStats::add(&self.stats.dead_lettered, committed.dead_letters);
                 IngestStats::add(&self.stats.batches, 1);
@@ -326,6 +330,7 @@ impl Dispatcher {
             WriteOutcome::OffsetMoved { stored } if stored == Some(next_offset) => {
                 // This batch's own earlier commit, whose acknowledgement was lost.
                 IngestStats::add(&self.stats.stored, rows);
+                IngestStats::add(&self.stats.truncated, truncated);
                 IngestStats::add(&self.stats.tombstones, tombstones);
                 IngestStats::add(&self.stats.dead_lettered, dead_letters.len());
                 IngestStats::add(&self.stats.batches, 1);
@@ -473,6 +478,7 @@ async fn write(
     } = pending;
     let started = Instant::now();
     let row_count = rows.len();
+    let truncated = rows.iter().map(|r| r.mapped.truncated as usize).sum();
     let mut batch = Batch {
         consumer_group,
         topic: key.topic.to_string(),
@@ -495,6 +501,7 @@ async fn write(
         start_offset,
         next_offset,
         rows: row_count,
+        truncated,
         tombstones,
         dead_letters: batch.dead_letters,
         outcome,

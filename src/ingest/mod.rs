@@ -89,6 +89,7 @@ pub struct IngestStats {
     stored: AtomicU64,
     dead_lettered: AtomicU64,
     tombstones: AtomicU64,
+    truncated: AtomicU64,
     batches: AtomicU64,
     dead_letters_published: AtomicU64,
     dead_letters_unpublished: AtomicU64,
@@ -120,6 +121,8 @@ pub struct IngestCounts {
     pub dead_lettered: u64,
     /// Messages without payload, skipped.
     pub tombstones: u64,
+    /// Values cut to their column's length (columns with `truncate`), in committed rows.
+    pub truncated: u64,
     /// Batches committed.
     pub batches: u64,
     /// Dead letters also produced to `ingest.dead_letter_topic`.
@@ -143,6 +146,7 @@ impl IngestStats {
             stored: get(&self.stored),
             dead_lettered: get(&self.dead_lettered),
             tombstones: get(&self.tombstones),
+            truncated: get(&self.truncated),
             batches: get(&self.batches),
             dead_letters_published: get(&self.dead_letters_published),
             dead_letters_unpublished: get(&self.dead_letters_unpublished),

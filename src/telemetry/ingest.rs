@@ -49,6 +49,7 @@ impl Source for IngestSource {
             counts.dead_lettered,
         );
         counter("logstamp_ingest_tombstones_total", counts.tombstones);
+        counter("logstamp_ingest_values_truncated_total", counts.truncated);
         counter("logstamp_ingest_batches_total", counts.batches);
         counter(
             "logstamp_ingest_dead_letters_published_total",
@@ -116,6 +117,10 @@ pub(super) fn describe() {
     describe_counter!(
         "logstamp_ingest_tombstones_total",
         "Messages without payload, skipped."
+    );
+    describe_counter!(
+        "logstamp_ingest_values_truncated_total",
+        "Values cut to their column's length (columns with truncate), in committed rows."
     );
     describe_counter!("logstamp_ingest_batches_total", "Batches committed.");
     describe_counter!(
