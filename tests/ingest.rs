@@ -36,25 +36,7 @@ async fn a_worker_killed_at_random_points_loses_and_duplicates_nothing() {
     let n = 150_000;
     let steady = setup.start_worker(1);
     let kills = 6;
-    let killing = async {
-        let mut rng = rand::rng();
-        for run in 0..kills {
-            let process = setup.spawn_process("auto", run);
-            process
-                .wait_for_log(
-                    "assigned; reading from the offsets stored in MySQL partitions=logs/",
-                    Duration::from_secs(60),
-                )
-                .await;
-            // Somewhere within the next few batches.
-            let now = setup.count(COUNT_ALL).await;
-            let target = (now + rng.random_range(500..6_000)).min(n);
-            setup
-                .wait_until_at_least(COUNT_ALL, target, Duration::from_secs(60))
-                .await;
-            process.kill();
-        }
-    };
+    let killing = setup.kill_processes_at_random_points(kills, COUNT_ALL, n);
     tokio::join!(setup.feed(0, n, 6), killing);
     let last = setup.spawn_process("auto", kills);
     setup.wait_for(COUNT_ALL, n, Duration::from_secs(120)).await;

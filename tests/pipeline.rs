@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use chrono::Utc;
 use mysql_async::prelude::Queryable;
-use rand::Rng;
 use serde_json::json;
 
 use logstamp::store::{db, rollup};
@@ -269,24 +268,7 @@ async fn rollups_stay_exact_when_workers_are_killed() {
     let n = 60_000;
     let steady = setup.start_worker(1);
     let kills = 4;
-    let killing = async {
-        let mut rng = rand::rng();
-        for run in 0..kills {
-            let process = setup.spawn_process("auto", run);
-            process
-                .wait_for_log(
-                    "assigned; reading from the offsets stored in MySQL partitions=logs/",
-                    Duration::from_secs(60),
-                )
-                .await;
-            let now = setup.count(SUM_OFFSETS).await;
-            let target = (now + rng.random_range(500..5_000)).min(n);
-            setup
-                .wait_until_at_least(SUM_OFFSETS, target, Duration::from_secs(60))
-                .await;
-            process.kill();
-        }
-    };
+    let killing = setup.kill_processes_at_random_points(kills, SUM_OFFSETS, n);
     tokio::join!(setup.feed(0, n, 4), killing);
     let last = setup.spawn_process("auto", kills);
     setup
@@ -342,46 +324,14 @@ async fn rebuilding_while_ingesting_neither_loses_nor_double_counts() {
     let to = chrono::DateTime::from_timestamp(range.1 as i64, 0)
         .unwrap()
         .to_rfc3339();
-    let output = setup
-        .command(&[
-            "rollup",
-            "rebuild",
-            "http_per_hour",
-            "--from",
-            &from,
-            "--to",
-            &to,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let output = setup.run_ok(&["rollup", "rebuild", "http_per_hour", "--from", &from, "--to", &to]);
+    let report: serde_json::Value = serde_json::from_slice(&output).unwrap();
     let http = (0..n).filter(|s| !is_dead(*s) && is_http(*s)).count() as u64;
     assert_eq!(report["counted"], http, "{report}");
     assert_rollups_match_raw(&setup).await;
 
-    let output = setup
-        .command(&[
-            "query",
-            "--rollup",
-            "http_per_hour",
-            "--from",
-            &from,
-            "--to",
-            &to,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let lines: Vec<serde_json::Value> = String::from_utf8(output.stdout)
+    let output = setup.run_ok(&["query", "--rollup", "http_per_hour", "--from", &from, "--to", &to]);
+    let lines: Vec<serde_json::Value> = String::from_utf8(output)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())

@@ -7,8 +7,7 @@ use clap::Args;
 use serde::Serialize;
 
 use logstamp::config::Sources;
-use logstamp::store::log_table::TableSpec;
-use logstamp::store::{StoreError, db, migrate};
+use logstamp::store::{db, migrate};
 
 use super::db::{block_on, now_or};
 use super::load_settings;
@@ -35,25 +34,21 @@ enum Line<'a> {
 pub fn run(args: MigrateArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&sources)?;
     let now = now_or(args.now.as_deref())?;
-    let spec = TableSpec::from_settings(&settings);
-    let fanout = TableSpec::fanout_from_settings(&settings);
-    let rollups = settings.rollup_plans.clone();
     let url = settings.mysql.url.clone();
     let known = migrate::builtin()?;
-    let report = block_on(async {
+    let full = block_on(async {
         db::create_database(&url).await?;
         let mut conn = db::connect(&url).await?;
-        let report = async {
-            let report = migrate::run(&mut conn, &known, &spec, now, args.force).await?;
-            let fanout = migrate::ensure_fanout(&mut conn, &fanout, &rollups, now, args.force);
-            Ok::<_, StoreError>((report, fanout.await?))
-        }
-        .await;
+        let full = migrate::run_all(&mut conn, &known, &settings, now, args.force).await;
         // The locks went with the run; a failed goodbye changes nothing on the server.
         let _ = conn.disconnect().await;
-        report
+        full
     })??;
-    let (report, (tables, rollups)) = report;
+    let migrate::FullReport {
+        report,
+        tables,
+        rollups,
+    } = full;
     let mut out = Output::new();
     for m in &report.applied {
         out.json(&Line::MigrationApplied {

@@ -19,6 +19,7 @@ use super::lock::{schema_lock, table_lock, with_lock};
 use super::log_table::{TableOutcome, TableSpec, ensure_table};
 use super::rollup;
 use super::rows::take;
+use crate::config::Settings;
 use crate::transform::rollup::RollupPlan;
 
 /// How long `migrate` waits for another run (or a partition maintenance) to finish.
@@ -267,6 +268,39 @@ pub async fn run(
         applied,
         schema_version: known.last().map_or(0, |m| m.version),
         table,
+    })
+}
+
+/// What [`run_all`] did: the migrations and the log table, then the fan-out and rollup tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FullReport {
+    pub report: MigrateReport,
+    pub tables: Vec<TableOutcome>,
+    pub rollups: Vec<RollupOutcome>,
+}
+
+/// Everything `logstamp migrate` does for `settings`: [`run`] for the log table, then
+/// [`ensure_fanout`] for the fan-out tables and the rollups.
+pub async fn run_all(
+    conn: &mut Conn,
+    known: &[Migration],
+    settings: &Settings,
+    now: DateTime<Utc>,
+    force: bool,
+) -> Result<FullReport, StoreError> {
+    let report = run(conn, known, &TableSpec::from_settings(settings), now, force).await?;
+    let (tables, rollups) = ensure_fanout(
+        conn,
+        &TableSpec::fanout_from_settings(settings),
+        &settings.rollup_plans,
+        now,
+        force,
+    )
+    .await?;
+    Ok(FullReport {
+        report,
+        tables,
+        rollups,
     })
 }
 

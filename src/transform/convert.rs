@@ -105,7 +105,8 @@ pub fn convert(
     scalar.map(|value| (value, false))
 }
 
-fn kind(value: &Json) -> &'static str {
+/// A value's JSON type, for messages.
+pub(super) fn kind(value: &Json) -> &'static str {
     match value {
         Json::Null => "null",
         Json::Bool(_) => "a boolean",

@@ -11,6 +11,7 @@ use chrono::format::{Item, Parsed, StrftimeItems};
 use chrono::{DateTime, Datelike, SecondsFormat, Utc};
 use serde_json::{Map, Value as Json};
 
+use super::convert::kind;
 use super::{MAX_JSON_DEPTH, MapError};
 use crate::config::{NormalizeRule, NormalizeStep};
 use crate::time::Zone;
@@ -470,16 +471,6 @@ impl Action {
     }
 }
 
-fn kind(value: &Json) -> &'static str {
-    match value {
-        Json::Null => "null",
-        Json::Bool(_) => "a boolean",
-        Json::Number(_) => "a number",
-        Json::String(_) => "a string",
-        Json::Array(_) => "an array",
-        Json::Object(_) => "an object",
-    }
-}
 
 /// A value's kind, with a clip of it for scalars, for reasons.
 fn describe(value: &Json) -> String {

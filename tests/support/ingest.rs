@@ -14,6 +14,7 @@ use logstamp::store::log_table::TableSpec;
 use logstamp::store::schema::{ColumnSpec, ColumnType};
 use logstamp::store::{db, migrate};
 use mysql_async::prelude::Queryable;
+use rand::Rng;
 use serde_json::json;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -131,24 +132,9 @@ impl Setup {
             .try_init();
         db::create_database(&db.mysql_url()).await.unwrap();
         let mut conn = db.conn().await;
-        migrate::run(
-            &mut conn,
-            &migrate::builtin().unwrap(),
-            &TableSpec::from_settings(&settings),
-            Utc::now(),
-            false,
-        )
-        .await
-        .unwrap();
-        migrate::ensure_fanout(
-            &mut conn,
-            &TableSpec::fanout_from_settings(&settings),
-            &settings.rollup_plans,
-            Utc::now(),
-            false,
-        )
-        .await
-        .unwrap();
+        migrate::run_all(&mut conn, &migrate::builtin().unwrap(), &settings, Utc::now(), false)
+            .await
+            .unwrap();
         conn.disconnect().await.unwrap();
         Setup {
             db,
@@ -380,6 +366,38 @@ impl Setup {
         }
         command.args(args);
         command
+    }
+
+    /// Runs `logstamp ARGS` (see `command`) to its end, requiring success; its stdout.
+    pub fn run_ok(&self, args: &[&str]) -> Vec<u8> {
+        let output = self.command(args).output().unwrap();
+        assert!(
+            output.status.success(),
+            "logstamp {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        output.stdout
+    }
+
+    /// `kills` times: starts a `logstamp ingest` process (auto service ID), waits until it
+    /// holds partitions, lets `sql` count a few thousand more, and kills it with SIGKILL.
+    pub async fn kill_processes_at_random_points(&self, kills: usize, sql: &str, n: u64) {
+        let mut rng = rand::rng();
+        for run in 0..kills {
+            let process = self.spawn_process("auto", run);
+            process
+                .wait_for_log(
+                    "assigned; reading from the offsets stored in MySQL partitions=logs/",
+                    Duration::from_secs(60),
+                )
+                .await;
+            // Somewhere within the next few batches.
+            let now = self.count(sql).await;
+            let target = (now + rng.random_range(500..6_000)).min(n);
+            self.wait_until_at_least(sql, target, Duration::from_secs(60))
+                .await;
+            process.kill();
+        }
     }
 
     /// The settings `config_file` writes, as `(key, value)` pairs for environment variables.

@@ -15,7 +15,6 @@ use chrono::Utc;
 
 use logstamp::config::{MysqlUrl, Settings, Sources};
 use logstamp::ingest::sample;
-use logstamp::store::log_table::TableSpec;
 use logstamp::store::{db, migrate};
 
 use super::db::with_database;
@@ -75,22 +74,7 @@ pub async fn in_scratch_database<T>(
     db::create_database(&scratch).await?;
     let result = async {
         let mut conn = db::connect(&scratch).await?;
-        migrate::run(
-            &mut conn,
-            &migrate::builtin()?,
-            &TableSpec::from_settings(&settings),
-            Utc::now(),
-            false,
-        )
-        .await?;
-        migrate::ensure_fanout(
-            &mut conn,
-            &TableSpec::fanout_from_settings(&settings),
-            &settings.rollup_plans,
-            Utc::now(),
-            false,
-        )
-        .await?;
+        migrate::run_all(&mut conn, &migrate::builtin()?, &settings, Utc::now(), false).await?;
         conn.disconnect().await?;
         bench(&settings).await
     }
