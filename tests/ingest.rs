@@ -4,8 +4,6 @@ mod support;
 
 use std::time::Duration;
 
-use rand::Rng;
-
 use support::ingest::{COUNT_ALL, SUM_OFFSETS, Setup};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

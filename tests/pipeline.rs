@@ -85,7 +85,7 @@ fn is_dead(seq: u64) -> bool {
     matches!(seq % 50, 7 | 13)
 }
 
-fn stored(n: u64) -> u64 {
+fn stored_count(n: u64) -> u64 {
     (0..n).filter(|s| !is_dead(*s)).count() as u64
 }
 
@@ -150,7 +150,7 @@ async fn assert_rollups_match_raw(setup: &Setup) {
 /// Each stored message once (by its sequence number in the payload), each fan-out row with
 /// exactly one log row of the same ID, and each table holding exactly the records routed to it.
 async fn assert_fanout_exact(setup: &Setup, n: u64) {
-    let expected = stored(n);
+    let expected = stored_count(n);
     let counted: Vec<(u64, u64, u64)> = rows(
         setup,
         "SELECT COUNT(*), COUNT(DISTINCT JSON_VALUE(payload, '$.seq')), COUNT(DISTINCT id) FROM logs",
@@ -324,13 +324,29 @@ async fn rebuilding_while_ingesting_neither_loses_nor_double_counts() {
     let to = chrono::DateTime::from_timestamp(range.1 as i64, 0)
         .unwrap()
         .to_rfc3339();
-    let output = setup.run_ok(&["rollup", "rebuild", "http_per_hour", "--from", &from, "--to", &to]);
+    let output = setup.run_ok(&[
+        "rollup",
+        "rebuild",
+        "http_per_hour",
+        "--from",
+        &from,
+        "--to",
+        &to,
+    ]);
     let report: serde_json::Value = serde_json::from_slice(&output).unwrap();
     let http = (0..n).filter(|s| !is_dead(*s) && is_http(*s)).count() as u64;
     assert_eq!(report["counted"], http, "{report}");
     assert_rollups_match_raw(&setup).await;
 
-    let output = setup.run_ok(&["query", "--rollup", "http_per_hour", "--from", &from, "--to", &to]);
+    let output = setup.run_ok(&[
+        "query",
+        "--rollup",
+        "http_per_hour",
+        "--from",
+        &from,
+        "--to",
+        &to,
+    ]);
     let lines: Vec<serde_json::Value> = String::from_utf8(output)
         .unwrap()
         .lines()
@@ -352,4 +368,46 @@ async fn rebuilding_while_ingesting_neither_loses_nor_double_counts() {
             .iter()
             .all(|l| l["bucket"].as_str().unwrap().ends_with(":00:00+00:00"))
     );
+}
+
+/// A record the database refuses in one of its tables (here a CHECK constraint on `log_http`)
+/// is stored in none: it becomes a dead letter with the server's reason, and no rollup counts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_record_refused_in_one_table_is_stored_in_none_and_counted_nowhere() {
+    let setup = Setup::with_config("pipeline_refused", 2, &example(), message).await;
+    let mut conn = setup.db.conn().await;
+    conn.query_drop("ALTER TABLE log_http ADD CONSTRAINT latency_not_13 CHECK (latency_ms <> 13)")
+        .await
+        .unwrap();
+    conn.disconnect().await.unwrap();
+    let n = 3_000;
+    let refused = |s: u64| !is_dead(s) && is_http(s) && s % 250 == 13;
+    let worker = setup.start_worker(1);
+    setup.feed(0, n, 2).await;
+    setup
+        .wait_for(SUM_OFFSETS, n, Duration::from_secs(120))
+        .await;
+    worker.stop().await.unwrap();
+
+    let expected = (0..n).filter(|s| refused(*s)).count() as u64;
+    assert!(expected > 0);
+    let letters: Vec<u64> = rows(
+        &setup,
+        "SELECT COUNT(*) FROM dead_letters WHERE reason LIKE 'the database refused the row:%latency_not_13%'",
+    )
+    .await;
+    assert_eq!(letters, vec![expected]);
+    let stored: Vec<u64> = rows(
+        &setup,
+        "SELECT COUNT(*) FROM logs WHERE JSON_VALUE(payload, '$.http.latency_ms') = 13",
+    )
+    .await;
+    assert_eq!(
+        stored,
+        vec![0],
+        "the refused records' log rows were rolled back too"
+    );
+    let total: Vec<u64> = rows(&setup, "SELECT COUNT(*) FROM logs").await;
+    assert_eq!(total, vec![stored_count(n) - expected]);
+    assert_rollups_match_raw(&setup).await;
 }

@@ -328,7 +328,7 @@ pub async fn ensure_fanout(
     }
     let mut created = Vec::with_capacity(rollups.len());
     for plan in rollups {
-        let rollup = plan.name.to_string();
+        let rollup = plan.name.as_str().to_string();
         created.push(if rollup::ensure_table(conn, plan, true).await? {
             RollupOutcome::RollupCreated { rollup }
         } else {

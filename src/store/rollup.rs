@@ -241,7 +241,7 @@ pub async fn rebuild(
 ) -> Result<RebuildReport, StoreError> {
     let (from, to) = widen_to_buckets(plan, from, to);
     let mut report = RebuildReport {
-        rollup: plan.name.to_string(),
+        rollup: plan.name.as_str().to_string(),
         from: format_time(from),
         to: format_time(to),
         ..RebuildReport::default()

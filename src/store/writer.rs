@@ -388,7 +388,8 @@ impl Writer {
                 Err(InsertError::Store(e)) => return Err(e),
             }
         };
-        let refused_rows: Vec<usize> = refused.iter().map(|(i, _)| *i).collect();
+        let mut refused_rows: Vec<usize> = refused.iter().map(|(i, _)| *i).collect();
+        refused_rows.sort_unstable();
         let refused: Vec<DeadLetter> = refused
             .into_iter()
             .map(|(i, reason)| {

@@ -471,7 +471,6 @@ impl Action {
     }
 }
 
-
 /// A value's kind, with a clip of it for scalars, for reasons.
 fn describe(value: &Json) -> String {
     match value {

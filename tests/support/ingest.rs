@@ -10,7 +10,6 @@ use logstamp::id::IdGenerator;
 use logstamp::ingest::kafka::{Outgoing, produce_all};
 use logstamp::ingest::local_cluster::LocalCluster;
 use logstamp::ingest::{self, IngestError, IngestStats};
-use logstamp::store::log_table::TableSpec;
 use logstamp::store::schema::{ColumnSpec, ColumnType};
 use logstamp::store::{db, migrate};
 use mysql_async::prelude::Queryable;
@@ -132,9 +131,15 @@ impl Setup {
             .try_init();
         db::create_database(&db.mysql_url()).await.unwrap();
         let mut conn = db.conn().await;
-        migrate::run_all(&mut conn, &migrate::builtin().unwrap(), &settings, Utc::now(), false)
-            .await
-            .unwrap();
+        migrate::run_all(
+            &mut conn,
+            &migrate::builtin().unwrap(),
+            &settings,
+            Utc::now(),
+            false,
+        )
+        .await
+        .unwrap();
         conn.disconnect().await.unwrap();
         Setup {
             db,

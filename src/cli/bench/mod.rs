@@ -74,7 +74,14 @@ pub async fn in_scratch_database<T>(
     db::create_database(&scratch).await?;
     let result = async {
         let mut conn = db::connect(&scratch).await?;
-        migrate::run_all(&mut conn, &migrate::builtin()?, &settings, Utc::now(), false).await?;
+        migrate::run_all(
+            &mut conn,
+            &migrate::builtin()?,
+            &settings,
+            Utc::now(),
+            false,
+        )
+        .await?;
         conn.disconnect().await?;
         bench(&settings).await
     }
