@@ -843,3 +843,35 @@ fn bad_usage_exits_2() {
         .success()
         .stdout(predicate::str::contains("partitions"));
 }
+
+/// A rollup or table the settings do not define is a usage error naming what they do define,
+/// before any database is reached.
+#[test]
+fn unknown_rollups_and_tables_are_usage_errors() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/examples/pipeline.toml");
+    let range = ["--from", "2026-11-21", "--to", "2026-11-22"];
+    logstamp()
+        .args(["--config", example, "rollup", "rebuild", "nope"])
+        .args(range)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "NAME: nope is not a rollup of the settings (logs_per_minute, http_per_hour)",
+        ));
+    logstamp()
+        .args(["query", "--rollup", "nope"])
+        .args(range)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "--rollup: nope: the settings define no rollups",
+        ));
+    logstamp()
+        .args(["--config", example, "query", "--table", "nope"])
+        .args(range)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "--table: nope is not a table of the settings (logs, log_errors, log_http)",
+        ));
+}

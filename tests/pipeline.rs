@@ -376,12 +376,12 @@ async fn rebuilding_while_ingesting_neither_loses_nor_double_counts() {
 async fn a_record_refused_in_one_table_is_stored_in_none_and_counted_nowhere() {
     let setup = Setup::with_config("pipeline_refused", 2, &example(), message).await;
     let mut conn = setup.db.conn().await;
-    conn.query_drop("ALTER TABLE log_http ADD CONSTRAINT latency_not_13 CHECK (latency_ms <> 13)")
+    conn.query_drop("ALTER TABLE log_http ADD CONSTRAINT latency_not_16 CHECK (latency_ms <> 16)")
         .await
         .unwrap();
     conn.disconnect().await.unwrap();
     let n = 3_000;
-    let refused = |s: u64| !is_dead(s) && is_http(s) && s % 250 == 13;
+    let refused = |s: u64| !is_dead(s) && is_http(s) && s % 250 == 16;
     let worker = setup.start_worker(1);
     setup.feed(0, n, 2).await;
     setup
@@ -393,13 +393,13 @@ async fn a_record_refused_in_one_table_is_stored_in_none_and_counted_nowhere() {
     assert!(expected > 0);
     let letters: Vec<u64> = rows(
         &setup,
-        "SELECT COUNT(*) FROM dead_letters WHERE reason LIKE 'the database refused the row:%latency_not_13%'",
+        "SELECT COUNT(*) FROM dead_letters WHERE reason LIKE 'the database refused the row:%latency_not_16%'",
     )
     .await;
     assert_eq!(letters, vec![expected]);
     let stored: Vec<u64> = rows(
         &setup,
-        "SELECT COUNT(*) FROM logs WHERE JSON_VALUE(payload, '$.http.latency_ms') = 13",
+        "SELECT COUNT(*) FROM logs WHERE JSON_VALUE(payload, '$.http.latency_ms') = 16",
     )
     .await;
     assert_eq!(

@@ -114,7 +114,7 @@ pub fn table_spec(settings: &Settings, name: Option<&str>) -> Result<TableSpec, 
             .next()
             .unwrap_or_else(|| TableSpec::from_settings(settings)));
     };
-    let names: Vec<String> = all.iter().map(|t| t.table.to_string()).collect();
+    let names: Vec<String> = all.iter().map(|t| t.table.as_str().to_string()).collect();
     all.into_iter()
         .find(|t| t.table.as_str() == name)
         .ok_or_else(|| {
@@ -128,8 +128,12 @@ pub fn table_spec(settings: &Settings, name: Option<&str>) -> Result<TableSpec, 
         })
 }
 
-/// The rollup named in the settings.
-pub fn rollup_plan<'a>(settings: &'a Settings, name: &str) -> Result<&'a RollupPlan, UsageError> {
+/// The rollup named in the settings; `flag` is where the name was given, for the error.
+pub fn rollup_plan<'a>(
+    settings: &'a Settings,
+    name: &str,
+    flag: &str,
+) -> Result<&'a RollupPlan, UsageError> {
     settings
         .rollup_plans
         .iter()
@@ -141,7 +145,7 @@ pub fn rollup_plan<'a>(settings: &'a Settings, name: &str) -> Result<&'a RollupP
                 .map(|p| p.name.as_str())
                 .collect();
             UsageError::new(
-                "--rollup",
+                flag,
                 if names.is_empty() {
                     format!("{name}: the settings define no rollups ([[rollups]])")
                 } else {
@@ -161,7 +165,7 @@ fn read_rollup(
     (from, to): (DateTime<Utc>, DateTime<Utc>),
     format: Format,
 ) -> anyhow::Result<ExitCode> {
-    let plan = rollup_plan(settings, name)?;
+    let plan = rollup_plan(settings, name, "--rollup")?;
     let range = (unix(from), unix(to));
     let header = plan.column_names().iter().map(|c| c.to_string()).collect();
     let mut sink = Sink::new(Output::new(), format, header);

@@ -40,8 +40,7 @@ pub fn run(command: RollupCommand, sources: Sources) -> anyhow::Result<ExitCode>
 
 fn rebuild(args: RebuildArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&sources)?;
-    let plan = rollup_plan(&settings, &args.name)
-        .map_err(|e| super::UsageError(e.0.replacen("--rollup", "NAME", 1)))?;
+    let plan = rollup_plan(&settings, &args.name, "NAME")?;
     let (from, to) = args.time.parse()?;
     let (from, to) = rollup::widen_to_buckets(plan, unix(from), unix(to));
     // A bar for a person at a terminal; otherwise a log line per day.
