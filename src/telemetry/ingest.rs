@@ -90,9 +90,7 @@ impl Source for IngestSource {
         if let LeaseStatus::Lost(reason) = lease {
             return Err(format!("the service-ID lease is lost: {reason}"));
         }
-        mysql_answers(&self.mysql)
-            .await
-            .map_err(|reason| format!("MySQL does not answer: {reason}"))?;
+        mysql_answers(&self.mysql).await?;
         self.kafka
             .answers()
             .await

@@ -126,9 +126,7 @@ impl Source for RelaySource {
                 ));
             }
         }
-        mysql_answers(&self.mysql)
-            .await
-            .map_err(|reason| format!("MySQL does not answer: {reason}"))?;
+        mysql_answers(&self.mysql).await?;
         self.kafka
             .answers()
             .await

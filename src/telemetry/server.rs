@@ -92,7 +92,7 @@ async fn ready<S: Source>(State(served): State<Arc<Served<S>>>) -> (StatusCode, 
     }
 }
 
-/// Whether MySQL at `url` answers a ping within [`PROBE_TIMEOUT`].
+/// Whether MySQL at `url` answers a ping within [`PROBE_TIMEOUT`]; the error is the readiness reason.
 pub async fn mysql_answers(url: &MysqlUrl) -> Result<(), String> {
     let probe = async {
         let mut conn = db::connect(url).await.map_err(|e| e.to_string())?;
@@ -103,6 +103,7 @@ pub async fn mysql_answers(url: &MysqlUrl) -> Result<(), String> {
     tokio::time::timeout(PROBE_TIMEOUT, probe)
         .await
         .unwrap_or_else(|_| Err(format!("no answer within {PROBE_TIMEOUT:?}")))
+        .map_err(|reason| format!("MySQL does not answer: {reason}"))
 }
 
 /// A Kafka client of its own for asking a cluster for metadata: it answers only if a broker
