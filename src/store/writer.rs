@@ -1,5 +1,6 @@
-//! The store writer: each batch's rows, its dead letters and its partition's next Kafka offset
-//! are committed in one MySQL transaction, so every message is stored exactly once.
+//! The store writer: each batch's rows (in the log table and in every fan-out table a record is
+//! routed to), its dead letters, its rollup increments and its partition's next Kafka offset are
+//! committed in one MySQL transaction, so every message is stored, and counted, exactly once.
 //!
 //! The offset is claimed first, with an update conditional on the offset the batch starts from:
 //! a stale owner (after a rebalance) or a second copy of the batch changes nothing, and its
@@ -8,8 +9,9 @@
 //! the other.
 //!
 //! Rows the database refuses (bad data for a column) do not stop the writer: the batch is
-//! written again in a fresh transaction that isolates the refused rows by bisection, moves them
-//! to the dead letters with the server's message, and commits the rest with the offset.
+//! written again in a fresh transaction that isolates the refused records by bisection (a record
+//! is refused whole, in all its tables), moves them to the dead letters with the server's
+//! message, and commits the rest with the offset; rollups count only what is committed.
 //! Transient failures (lost connection, deadlock) retry the whole batch with backoff, for at
 //! most `store.give_up_after`.
 
