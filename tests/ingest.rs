@@ -36,7 +36,7 @@ async fn a_worker_killed_at_random_points_loses_and_duplicates_nothing() {
     let kills = 6;
     let killing = setup.kill_processes_at_random_points(kills, COUNT_ALL, n);
     tokio::join!(setup.feed(0, n, 6), killing);
-    let last = setup.spawn_process("auto", kills);
+    let last = setup.spawn_process_holding_partitions(kills).await;
     setup.wait_for(COUNT_ALL, n, Duration::from_secs(120)).await;
     assert!(last.terminate(Duration::from_secs(60)).success());
     steady.stop().await.unwrap();

@@ -270,7 +270,7 @@ async fn rollups_stay_exact_when_workers_are_killed() {
     let kills = 4;
     let killing = setup.kill_processes_at_random_points(kills, SUM_OFFSETS, n);
     tokio::join!(setup.feed(0, n, 4), killing);
-    let last = setup.spawn_process("auto", kills);
+    let last = setup.spawn_process_holding_partitions(kills).await;
     setup
         .wait_for(SUM_OFFSETS, n, Duration::from_secs(120))
         .await;

@@ -384,18 +384,25 @@ impl Setup {
         output.stdout
     }
 
+    /// Starts `logstamp ingest` (auto service ID, see `spawn_process`) and waits until it holds
+    /// partitions, so it is past its start-up (a signal before then would find no handler).
+    pub async fn spawn_process_holding_partitions(&self, run: usize) -> Process {
+        let process = self.spawn_process("auto", run);
+        process
+            .wait_for_log(
+                "assigned; reading from the offsets stored in MySQL partitions=logs/",
+                Duration::from_secs(60),
+            )
+            .await;
+        process
+    }
+
     /// `kills` times: starts a `logstamp ingest` process (auto service ID), waits until it
     /// holds partitions, lets `sql` count a few thousand more, and kills it with SIGKILL.
     pub async fn kill_processes_at_random_points(&self, kills: usize, sql: &str, n: u64) {
         let mut rng = rand::rng();
         for run in 0..kills {
-            let process = self.spawn_process("auto", run);
-            process
-                .wait_for_log(
-                    "assigned; reading from the offsets stored in MySQL partitions=logs/",
-                    Duration::from_secs(60),
-                )
-                .await;
+            let process = self.spawn_process_holding_partitions(run).await;
             // Somewhere within the next few batches.
             let now = self.count(sql).await;
             let target = (now + rng.random_range(500..6_000)).min(n);
