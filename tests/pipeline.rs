@@ -12,6 +12,7 @@ use mysql_async::prelude::Queryable;
 use serde_json::json;
 
 use logstamp::store::{db, rollup};
+use support::TestDb;
 use support::ingest::{SUM_OFFSETS, Setup};
 
 fn example() -> PathBuf {
@@ -89,11 +90,8 @@ fn stored_count(n: u64) -> u64 {
     (0..n).filter(|s| !is_dead(*s)).count() as u64
 }
 
-async fn rows<T: mysql_async::prelude::FromRow + Send + 'static>(
-    setup: &Setup,
-    sql: &str,
-) -> Vec<T> {
-    let mut conn = setup.db.conn().await;
+async fn rows<T: mysql_async::prelude::FromRow + Send + 'static>(db: &TestDb, sql: &str) -> Vec<T> {
+    let mut conn = db.conn().await;
     let rows = conn.query(sql).await.unwrap();
     conn.disconnect().await.unwrap();
     rows
@@ -101,7 +99,7 @@ async fn rows<T: mysql_async::prelude::FromRow + Send + 'static>(
 
 /// Every rollup row equals a `GROUP BY` over its raw table, computed here independently of the
 /// product's own rebuild statement, for every bucket and dimension.
-async fn assert_rollups_match_raw(setup: &Setup) {
+async fn assert_rollups_match_raw(db: &TestDb) {
     let bucket = |width: u64| {
         format!(
             "DATE_FORMAT(TIMESTAMP'1970-01-01 00:00:00' + INTERVAL ((id >> 32) DIV {width} * {width}) SECOND, '%Y-%m-%d %H:%i:%s')"
@@ -109,13 +107,13 @@ async fn assert_rollups_match_raw(setup: &Setup) {
     };
     type PerMinute = (String, String, String, u64);
     let rollup: Vec<PerMinute> = rows(
-        setup,
+        db,
         "SELECT DATE_FORMAT(bucket, '%Y-%m-%d %H:%i:%s'), service, level, n \
          FROM logs_per_minute ORDER BY 1, 2, 3",
     )
     .await;
     let raw: Vec<PerMinute> = rows(
-        setup,
+        db,
         &format!(
             "SELECT {}, COALESCE(service, ''), COALESCE(level, ''), COUNT(*) FROM logs \
              GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
@@ -127,14 +125,14 @@ async fn assert_rollups_match_raw(setup: &Setup) {
     assert_eq!(rollup, raw, "logs_per_minute against logs");
     type PerHour = (String, String, u64, u64, String, Option<u64>, Option<u64>);
     let rollup: Vec<PerHour> = rows(
-        setup,
+        db,
         "SELECT DATE_FORMAT(bucket, '%Y-%m-%d %H:%i:%s'), method, status, n, \
          CAST(sum_latency_ms AS CHAR), min_latency_ms, max_latency_ms \
          FROM http_per_hour ORDER BY 1, 2, 3",
     )
     .await;
     let raw: Vec<PerHour> = rows(
-        setup,
+        db,
         &format!(
             "SELECT {}, COALESCE(method, ''), COALESCE(status, 0), COUNT(*), \
              CAST(COALESCE(SUM(latency_ms), 0) AS CHAR), MIN(latency_ms), MAX(latency_ms) \
@@ -152,7 +150,7 @@ async fn assert_rollups_match_raw(setup: &Setup) {
 async fn assert_fanout_exact(setup: &Setup, n: u64) {
     let expected = stored_count(n);
     let counted: Vec<(u64, u64, u64)> = rows(
-        setup,
+        &setup.db,
         "SELECT COUNT(*), COUNT(DISTINCT JSON_VALUE(payload, '$.seq')), COUNT(DISTINCT id) FROM logs",
     )
     .await;
@@ -165,7 +163,7 @@ async fn assert_fanout_exact(setup: &Setup, n: u64) {
     let http = (0..n).filter(|s| !is_dead(*s) && is_http(*s)).count() as u64;
     for (table, want) in [("log_errors", errors), ("log_http", http)] {
         let joined: Vec<(u64, u64, u64)> = rows(
-            setup,
+            &setup.db,
             &format!(
                 "SELECT COUNT(*), COUNT(l.id), COUNT(DISTINCT t.id) FROM {table} t \
                  LEFT JOIN logs l ON l.id = t.id"
@@ -180,7 +178,7 @@ async fn assert_fanout_exact(setup: &Setup, n: u64) {
     }
     // The routing agrees with the normalized level and with the record's own fields.
     let misrouted: Vec<u64> = rows(
-        setup,
+        &setup.db,
         "SELECT COUNT(*) FROM logs l LEFT JOIN log_errors e ON e.id = l.id \
          WHERE (l.level = 'error') <> (e.id IS NOT NULL) \
             OR (e.id IS NOT NULL AND e.error_code <> JSON_VALUE(l.payload, '$.error.code'))",
@@ -188,7 +186,7 @@ async fn assert_fanout_exact(setup: &Setup, n: u64) {
     .await;
     assert_eq!(misrouted, vec![0]);
     let http_mismatch: Vec<u64> = rows(
-        setup,
+        &setup.db,
         "SELECT COUNT(*) FROM log_http h JOIN logs l ON l.id = h.id \
          WHERE h.method <> JSON_VALUE(l.payload, '$.http.request.method') \
             OR h.status <> JSON_VALUE(l.payload, '$.http.status') \
@@ -211,18 +209,18 @@ async fn normalized_records_fan_out_with_one_id_and_rollups_match_the_raw_rows()
         worker.stop().await.unwrap();
     }
     assert_fanout_exact(&setup, n).await;
-    assert_rollups_match_raw(&setup).await;
+    assert_rollups_match_raw(&setup.db).await;
 
     // Normalization: the three time formats give one instant, levels are renamed, defaulted,
     // lower-cased and mapped, and the extracted method reached log_http.
     let times: Vec<String> = rows(
-        &setup,
+        &setup.db,
         "SELECT DISTINCT DATE_FORMAT(event_time, '%Y-%m-%d %H:%i:%s.%f') FROM logs",
     )
     .await;
     assert_eq!(times, vec![format!("{EVENT_TIME}000")]);
     let levels: Vec<(String, u64)> = rows(
-        &setup,
+        &setup.db,
         "SELECT level, COUNT(*) FROM logs GROUP BY level ORDER BY level",
     )
     .await;
@@ -239,7 +237,7 @@ async fn normalized_records_fan_out_with_one_id_and_rollups_match_the_raw_rows()
     );
     // Dead letters: each bad message at its place, with the rule that failed.
     let dead: Vec<(String, u64)> = rows(
-        &setup,
+        &setup.db,
         "SELECT reason, COUNT(*) FROM dead_letters GROUP BY reason ORDER BY reason",
     )
     .await;
@@ -277,7 +275,7 @@ async fn rollups_stay_exact_when_workers_are_killed() {
     assert!(last.terminate(Duration::from_secs(60)).success());
     steady.stop().await.unwrap();
     assert_fanout_exact(&setup, n).await;
-    assert_rollups_match_raw(&setup).await;
+    assert_rollups_match_raw(&setup.db).await;
 }
 
 /// `rollup rebuild` over the range being written, again and again while workers write: the
@@ -312,7 +310,7 @@ async fn rebuilding_while_ingesting_neither_loses_nor_double_counts() {
         worker.stop().await.unwrap();
     }
     assert_fanout_exact(&setup, n).await;
-    assert_rollups_match_raw(&setup).await;
+    assert_rollups_match_raw(&setup.db).await;
 
     // As if http_per_hour had been added after the data: empty, then rebuilt by the command.
     let mut conn = setup.db.conn().await;
@@ -336,7 +334,7 @@ async fn rebuilding_while_ingesting_neither_loses_nor_double_counts() {
     let report: serde_json::Value = serde_json::from_slice(&output).unwrap();
     let http = (0..n).filter(|s| !is_dead(*s) && is_http(*s)).count() as u64;
     assert_eq!(report["counted"], http, "{report}");
-    assert_rollups_match_raw(&setup).await;
+    assert_rollups_match_raw(&setup.db).await;
 
     let output = setup.run_ok(&[
         "query",
@@ -391,14 +389,13 @@ async fn a_record_refused_in_one_table_is_stored_in_none_and_counted_nowhere() {
 
     let expected = (0..n).filter(|s| refused(*s)).count() as u64;
     assert!(expected > 0);
-    let letters: Vec<u64> = rows(
-        &setup,
+    let letters: Vec<u64> = rows(&setup.db,
         "SELECT COUNT(*) FROM dead_letters WHERE reason LIKE 'the database refused the row:%latency_not_16%'",
     )
     .await;
     assert_eq!(letters, vec![expected]);
     let stored: Vec<u64> = rows(
-        &setup,
+        &setup.db,
         "SELECT COUNT(*) FROM logs WHERE JSON_VALUE(payload, '$.http.latency_ms') = 16",
     )
     .await;
@@ -407,7 +404,101 @@ async fn a_record_refused_in_one_table_is_stored_in_none_and_counted_nowhere() {
         vec![0],
         "the refused records' log rows were rolled back too"
     );
-    let total: Vec<u64> = rows(&setup, "SELECT COUNT(*) FROM logs").await;
+    let total: Vec<u64> = rows(&setup.db, "SELECT COUNT(*) FROM logs").await;
     assert_eq!(total, vec![stored_count(n) - expected]);
-    assert_rollups_match_raw(&setup).await;
+    assert_rollups_match_raw(&setup.db).await;
+}
+
+/// The writer alone, with each insert method: one batch of the worked example's records lands
+/// in every table it is routed to (same IDs) and in the rollups, which equal the raw rows.
+async fn every_insert_method_writes_fan_out_and_rollups(method: &str) {
+    use logstamp::store::{Batch, Row, WriteOutcome, Writer, migrate};
+    use logstamp::transform::Pipeline;
+
+    let db = TestDb::create(&format!("pipeline_{method}")).await;
+    let settings = db.settings_with_file(Some(&example()), &[("store.insert_method", method)]);
+    db::create_database(&db.mysql_url()).await.unwrap();
+    let mut conn = db.conn().await;
+    migrate::run_all(
+        &mut conn,
+        &migrate::builtin().unwrap(),
+        &settings,
+        Utc::now(),
+        false,
+    )
+    .await
+    .unwrap();
+    conn.disconnect().await.unwrap();
+    let pipeline = Pipeline::from_settings(&settings);
+    let layout = settings.id.layout;
+    let second = Utc::now().timestamp() as u64;
+    let n = 600;
+    let (mut rows_, mut dead_letters) = (Vec::new(), Vec::new());
+    for seq in 0..n {
+        let offset = seq as i64;
+        match pipeline.map("logs", &message(seq)) {
+            Ok(mapped) => rows_.push(Row {
+                // Spread over a few minutes, so the minute rollup has several buckets.
+                id: layout.encode(second - seq % 240, 1, seq as u32).unwrap(),
+                offset,
+                mapped,
+            }),
+            Err(e) => dead_letters.push(logstamp::store::DeadLetter {
+                offset,
+                reason: e.to_string(),
+                raw: message(seq),
+            }),
+        }
+    }
+    assert_eq!(rows_.len() as u64, stored_count(n));
+    let writer = Writer::new(&settings).unwrap();
+    let batch = Batch {
+        consumer_group: "g".into(),
+        topic: "logs".into(),
+        partition: 0,
+        start_offset: 0,
+        next_offset: n as i64,
+        rows: rows_,
+        dead_letters,
+    };
+    match writer.write(&batch).await.unwrap() {
+        WriteOutcome::Committed(committed) => {
+            assert_eq!(committed.rows as u64, stored_count(n));
+            assert_eq!(committed.dead_letters as u64, n - stored_count(n));
+        }
+        other => panic!("not committed: {other:?}"),
+    }
+    writer.close().await.unwrap();
+    let http = (0..n).filter(|s| !is_dead(*s) && is_http(*s)).count() as u64;
+    let errors = (0..n).filter(|s| !is_dead(*s) && is_error(*s)).count() as u64;
+    let joined: Vec<(u64, u64)> = rows(
+        &db,
+        "SELECT (SELECT COUNT(*) FROM log_http JOIN logs USING (id)), \
+                (SELECT COUNT(*) FROM log_errors JOIN logs USING (id))",
+    )
+    .await;
+    assert_eq!(joined, vec![(http, errors)]);
+    assert_rollups_match_raw(&db).await;
+}
+
+mod each_insert_method {
+    #[tokio::test]
+    async fn text() {
+        super::every_insert_method_writes_fan_out_and_rollups("text").await
+    }
+
+    #[tokio::test]
+    async fn prepared() {
+        super::every_insert_method_writes_fan_out_and_rollups("prepared").await
+    }
+
+    #[tokio::test]
+    async fn batch() {
+        super::every_insert_method_writes_fan_out_and_rollups("batch").await
+    }
+
+    #[tokio::test]
+    async fn load_data() {
+        super::every_insert_method_writes_fan_out_and_rollups("load_data").await
+    }
 }
