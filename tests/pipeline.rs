@@ -412,23 +412,12 @@ async fn a_record_refused_in_one_table_is_stored_in_none_and_counted_nowhere() {
 /// The writer alone, with each insert method: one batch of the worked example's records lands
 /// in every table it is routed to (same IDs) and in the rollups, which equal the raw rows.
 async fn every_insert_method_writes_fan_out_and_rollups(method: &str) {
-    use logstamp::store::{Batch, Row, WriteOutcome, Writer, migrate};
+    use logstamp::store::{Batch, Row, WriteOutcome, Writer};
     use logstamp::transform::Pipeline;
 
     let db = TestDb::create(&format!("pipeline_{method}")).await;
     let settings = db.settings_with_file(Some(&example()), &[("store.insert_method", method)]);
-    db::create_database(&db.mysql_url()).await.unwrap();
-    let mut conn = db.conn().await;
-    migrate::run_all(
-        &mut conn,
-        &migrate::builtin().unwrap(),
-        &settings,
-        Utc::now(),
-        false,
-    )
-    .await
-    .unwrap();
-    conn.disconnect().await.unwrap();
+    db.migrate(&settings).await;
     let pipeline = Pipeline::from_settings(&settings);
     let layout = settings.id.layout;
     let second = Utc::now().timestamp() as u64;

@@ -107,13 +107,10 @@ pub fn run(args: QueryArgs, sources: Sources) -> anyhow::Result<ExitCode> {
 
 /// The log table or the fan-out table named.
 pub fn table_spec(settings: &Settings, name: Option<&str>) -> Result<TableSpec, UsageError> {
-    let all = TableSpec::all_from_settings(settings);
     let Some(name) = name else {
-        return Ok(all
-            .into_iter()
-            .next()
-            .unwrap_or_else(|| TableSpec::from_settings(settings)));
+        return Ok(TableSpec::from_settings(settings));
     };
+    let all = TableSpec::all_from_settings(settings);
     let names: Vec<String> = all.iter().map(|t| t.table.as_str().to_string()).collect();
     all.into_iter()
         .find(|t| t.table.as_str() == name)

@@ -331,10 +331,11 @@ async fn rebuild_step(
         .await
         .map_err(StoreError::mysql(context()))?;
     let rows = tx.affected_rows();
-    let counted: Option<Value> = tx
+    let counted: Option<u64> = tx
         .exec_first(
             format!(
-                "SELECT COALESCE(SUM(`n`), 0) FROM {} WHERE `bucket` >= ? AND `bucket` < ?",
+                "SELECT CAST(COALESCE(SUM(`n`), 0) AS UNSIGNED) FROM {} \
+                 WHERE `bucket` >= ? AND `bucket` < ?",
                 plan.name
             ),
             bounds,
@@ -342,12 +343,8 @@ async fn rebuild_step(
         .await
         .map_err(StoreError::mysql(context()))?;
     tx.commit().await.map_err(StoreError::mysql(context()))?;
-    let counted = match counted {
-        Some(Value::Bytes(text)) => String::from_utf8_lossy(&text).parse().unwrap_or(0),
-        Some(Value::UInt(n)) => n,
-        Some(Value::Int(n)) => u64::try_from(n).unwrap_or(0),
-        _ => 0,
-    };
+    // An aggregate without GROUP BY always returns one row.
+    let counted = counted.unwrap_or(0);
     Ok((rows, counted))
 }
 

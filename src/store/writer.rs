@@ -124,7 +124,7 @@ struct Inner {
     target: Target,
     /// The fan-out tables, in the order of [`MappedRow::fanout`].
     fanout: Vec<Target>,
-    rollups: Vec<RollupPlan>,
+    rollups: Vec<RollupTarget>,
     layout: Layout,
     method: InsertMethod,
     give_up_after: Duration,
@@ -166,7 +166,11 @@ impl Writer {
                 infiles,
                 target: Target::new(store.table.clone(), idents(&store.columns)?, store.payload),
                 fanout,
-                rollups: settings.rollup_plans.clone(),
+                rollups: settings
+                    .rollup_plans
+                    .iter()
+                    .map(RollupTarget::new)
+                    .collect(),
                 layout: settings.id.layout,
                 method: store.insert_method,
                 give_up_after: store.give_up_after,
@@ -471,7 +475,13 @@ impl Writer {
         refused: &[usize],
         budget: usize,
     ) -> Result<(), StoreError> {
-        for plan in &self.inner.rollups {
+        for RollupTarget {
+            plan,
+            prefix,
+            suffix,
+            width,
+        } in &self.inner.rollups
+        {
             let stored = rows
                 .iter()
                 .enumerate()
@@ -487,11 +497,10 @@ impl Writer {
             if aggregate.is_empty() {
                 continue;
             }
-            let (prefix, suffix, width) = rollup::upsert_statement(plan);
             let statement = Statement {
-                prefix: &prefix,
-                suffix: &suffix,
-                width,
+                prefix,
+                suffix,
+                width: *width,
                 one_affected_per_row: false,
             };
             let values = aggregate.iter().map(rollup::upsert_values).collect();
@@ -559,6 +568,26 @@ impl Writer {
             })
             .await
             .copied()
+    }
+}
+
+/// A rollup with its upsert statement's text, built once.
+struct RollupTarget {
+    plan: RollupPlan,
+    prefix: String,
+    suffix: String,
+    width: usize,
+}
+
+impl RollupTarget {
+    fn new(plan: &RollupPlan) -> RollupTarget {
+        let (prefix, suffix, width) = rollup::upsert_statement(plan);
+        RollupTarget {
+            plan: plan.clone(),
+            prefix,
+            suffix,
+            width,
+        }
     }
 }
 

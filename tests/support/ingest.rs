@@ -4,14 +4,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
 use logstamp::config::{ServiceIdSetting, Settings};
 use logstamp::id::IdGenerator;
 use logstamp::ingest::kafka::{Outgoing, produce_all};
 use logstamp::ingest::local_cluster::LocalCluster;
 use logstamp::ingest::{self, IngestError, IngestStats};
 use logstamp::store::schema::{ColumnSpec, ColumnType};
-use logstamp::store::{db, migrate};
 use mysql_async::prelude::Queryable;
 use rand::Rng;
 use serde_json::json;
@@ -129,18 +127,7 @@ impl Setup {
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
             .try_init();
-        db::create_database(&db.mysql_url()).await.unwrap();
-        let mut conn = db.conn().await;
-        migrate::run_all(
-            &mut conn,
-            &migrate::builtin().unwrap(),
-            &settings,
-            Utc::now(),
-            false,
-        )
-        .await
-        .unwrap();
-        conn.disconnect().await.unwrap();
+        db.migrate(&settings).await;
         Setup {
             db,
             local: None,

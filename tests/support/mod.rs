@@ -82,6 +82,25 @@ impl TestDb {
         Settings::load(&sources).unwrap()
     }
 
+    /// Creates this database and migrates it for `settings`: the log table, the fan-out
+    /// tables and the rollups.
+    pub async fn migrate(&self, settings: &Settings) {
+        use logstamp::store::{db, migrate};
+        db::create_database(&self.mysql_url()).await.unwrap();
+        let mut conn = self.conn().await;
+        let now = chrono::Utc::now();
+        migrate::run_all(
+            &mut conn,
+            &migrate::builtin().unwrap(),
+            settings,
+            now,
+            false,
+        )
+        .await
+        .unwrap();
+        conn.disconnect().await.unwrap();
+    }
+
     /// A connection to this database (which must exist by then).
     pub async fn conn(&self) -> mysql_async::Conn {
         mysql_async::Conn::from_url(self.url.as_str())
