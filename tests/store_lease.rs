@@ -14,8 +14,9 @@ use mysql_async::prelude::Queryable;
 
 use logstamp::config::Settings;
 use logstamp::id::{IdError, Layout, ManualClock};
+use logstamp::mysql;
 use logstamp::store::lease::{self, HeldLease, LeaseError, LeaseRow, LeaseStatus};
-use logstamp::store::{db, migrate};
+use logstamp::store::migrate;
 use support::TestDb;
 
 /// How long any awaited condition may take before the test fails.
@@ -24,8 +25,8 @@ const PATIENCE: Duration = Duration::from_secs(20);
 /// A database with the migrations applied, and a connection to it.
 async fn migrated(hint: &str) -> (TestDb, Conn) {
     let test_db = TestDb::create(hint).await;
-    db::create_database(&test_db.mysql_url()).await.unwrap();
-    let mut conn = db::connect(&test_db.mysql_url()).await.unwrap();
+    mysql::create_database(&test_db.mysql_url()).await.unwrap();
+    let mut conn = mysql::connect(&test_db.mysql_url()).await.unwrap();
     migrate::apply(&mut conn, &migrate::builtin().unwrap())
         .await
         .unwrap();

@@ -11,9 +11,10 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use serde_json::{Value, json};
 
+use logstamp::mysql;
 use logstamp::store::log_table::TableSpec;
+use logstamp::store::migrate;
 use logstamp::store::query::{self, Record, TimeQuery, parse_filter};
-use logstamp::store::{db, migrate};
 use support::TestDb;
 
 const BIN: &str = env!("CARGO_BIN_EXE_logstamp");
@@ -85,8 +86,8 @@ fn rows() -> Vec<Row> {
 /// A migrated database (daily partitions 2040-03-05 ..= 03-12, UTC) holding `rows()`.
 async fn loaded(hint: &str) -> (TestDb, Conn, TableSpec) {
     let test_db = TestDb::create(hint).await;
-    db::create_database(&test_db.mysql_url()).await.unwrap();
-    let mut conn = db::connect(&test_db.mysql_url()).await.unwrap();
+    mysql::create_database(&test_db.mysql_url()).await.unwrap();
+    let mut conn = mysql::connect(&test_db.mysql_url()).await.unwrap();
     let spec = TableSpec::from_settings(&test_db.settings(&[]));
     migrate::run(
         &mut conn,

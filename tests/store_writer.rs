@@ -13,12 +13,14 @@ use serde_json::json;
 
 use logstamp::config::{InsertMethod, Settings};
 use logstamp::id::Layout;
+use logstamp::mysql::SqlValue;
+use logstamp::mysql::{self, DbError};
 use logstamp::store::schema::{ColumnSpec, ColumnType, create_log_table_sql};
 use logstamp::store::{
-    Batch, Committed, DeadLetter, PartitionPlan, Period, Row, StoreError, WriteOutcome, Writer, db,
+    Batch, Committed, DeadLetter, PartitionPlan, Period, Row, WriteOutcome, Writer,
 };
 use logstamp::time::Zone;
-use logstamp::transform::{Mapper, SqlValue};
+use logstamp::transform::Mapper;
 use support::TestDb;
 
 const GROUP: &str = "g";
@@ -99,7 +101,7 @@ impl Fixture {
         all.extend_from_slice(overrides);
         let mut settings = db.settings(&all);
         settings.store.columns = every_type();
-        db::create_database(&db.mysql_url()).await.unwrap();
+        mysql::create_database(&db.mysql_url()).await.unwrap();
         create_store_tables(&mut db.conn().await, &settings).await;
         let writer = Writer::new(&settings).unwrap();
         let mapper = Mapper::new(&settings.store.columns);
@@ -443,7 +445,7 @@ async fn a_batch_that_does_not_advance_is_refused() {
     let messages = log_messages(1, 5, 1);
     let batch = f.batch(0, 5, 5, &borrowed(&messages));
     let e = f.writer.write(&batch).await.unwrap_err();
-    assert!(matches!(e, StoreError::Refused(_)), "{e}");
+    assert!(matches!(e, DbError::Refused(_)), "{e}");
     let outside = f.batch(0, 6, 9, &borrowed(&messages));
     let e = f.writer.write(&outside).await.unwrap_err();
     assert!(e.to_string().contains("outside the batch"), "{e}");

@@ -16,15 +16,17 @@ use mysql_async::prelude::Queryable;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use logstamp::config::{MysqlUrl, ServiceIdSetting, Settings, Sources};
+use logstamp::config::{ServiceIdSetting, Settings, Sources};
 use logstamp::ingest::kafka::{Outgoing, produce_all};
 use logstamp::ingest::local_cluster::LocalCluster;
 use logstamp::ingest::sample::{log_message, spread};
 use logstamp::ingest::{self, IngestStats};
+use logstamp::mysql;
+use logstamp::mysql::MysqlUrl;
 use logstamp::store::lease::HeldLease;
 use logstamp::store::log_table::TableSpec;
 use logstamp::store::query::{self, TimeQuery};
-use logstamp::store::{db, migrate, partitions};
+use logstamp::store::{migrate, partitions};
 use logstamp::time::format_utc;
 
 use super::db::with_database;
@@ -135,7 +137,7 @@ async fn demo(mut settings: Settings, args: &DemoArgs) -> anyhow::Result<()> {
     }
     drop(cluster);
 
-    let mut conn = db::connect(&url).await?;
+    let mut conn = mysql::connect(&url).await?;
     let summary = summarize(&mut conn, &spec, args.records, seconds, &service_ids).await;
     let _ = conn.disconnect().await;
     let duplicates = summary?;
@@ -149,7 +151,7 @@ async fn demo(mut settings: Settings, args: &DemoArgs) -> anyhow::Result<()> {
 /// Drops and recreates the demo database, migrated, with the log table. The first contact with
 /// MySQL: if it fails, one sentence says so and how to get a server.
 async fn fresh_database(url: &MysqlUrl, spec: &TableSpec) -> anyhow::Result<()> {
-    if let Err(e) = db::create_database(url).await {
+    if let Err(e) = mysql::create_database(url).await {
         let cause = std::error::Error::source(&e)
             .map(ToString::to_string)
             .unwrap_or_else(|| e.to_string());
@@ -158,13 +160,13 @@ async fn fresh_database(url: &MysqlUrl, spec: &TableSpec) -> anyhow::Result<()> 
             url.redacted()
         );
     }
-    let mut conn = db::connect(url).await?;
+    let mut conn = mysql::connect(url).await?;
     conn.query_drop(format!("DROP DATABASE `{}`", url.database()))
         .await
         .context("emptying the demo database")?;
     let _ = conn.disconnect().await;
-    db::create_database(url).await?;
-    let mut conn = db::connect(url).await?;
+    mysql::create_database(url).await?;
+    let mut conn = mysql::connect(url).await?;
     let migrated = migrate::run(&mut conn, &migrate::builtin()?, spec, Utc::now(), false).await;
     let _ = conn.disconnect().await;
     migrated?;

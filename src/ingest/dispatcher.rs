@@ -15,11 +15,12 @@ use tokio::task::JoinSet;
 use super::batcher::{BatchLimits, PartitionBatcher, PendingBatch, Record};
 use super::consumer::{Event, Incoming, PartitionKey, Request};
 use super::kafka::DeadLetterTopic;
+use super::metrics::{BATCH_ROWS, BATCH_SECONDS};
 use super::{IngestError, IngestStats};
 use crate::config::Settings;
 use crate::id::{IdError, IdGenerator};
-use crate::store::{Batch, DeadLetter, Row, StoreError, WriteOutcome, Writer};
-use crate::telemetry::exporter;
+use crate::mysql::DbError;
+use crate::store::{Batch, DeadLetter, Row, WriteOutcome, Writer};
 use crate::transform::Pipeline;
 
 /// Events handled in one round of the dispatcher's loop at most.
@@ -125,7 +126,7 @@ impl Dispatcher {
                 Some(written) = self.writes.join_next(), if !self.writes.is_empty() => {
                     match written {
                         Ok(written) => self.on_written(written)?,
-                        Err(e) => return Err(IngestError::Store(StoreError::Refused(format!(
+                        Err(e) => return Err(IngestError::Store(DbError::Refused(format!(
                             "a batch write ended abnormally: {e}"
                         )))),
                     }
@@ -318,8 +319,8 @@ impl Dispatcher {
                 IngestStats::add(&self.stats.tombstones, tombstones);
                 IngestStats::add(&self.stats.dead_lettered, committed.dead_letters);
                 IngestStats::add(&self.stats.batches, 1);
-                metrics::histogram!(exporter::BATCH_SECONDS).record(nanos as f64 / 1e9);
-                metrics::histogram!(exporter::BATCH_ROWS).record(committed.rows as f64);
+                metrics::histogram!(BATCH_SECONDS).record(nanos as f64 / 1e9);
+                metrics::histogram!(BATCH_ROWS).record(committed.rows as f64);
                 if owned {
                     self.request(Request::Commit(vec![(key.clone(), next_offset)]));
                 }

@@ -16,8 +16,8 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use tokio::sync::{mpsc, watch};
 
 use crate::config::LoopFilterMode;
-use crate::store::lock::{lock_name, try_lock};
-use crate::store::{StoreError, db};
+use crate::mysql::lock::{lock_name, try_lock};
+use crate::mysql::{self, DbError};
 
 use super::change::{Change, TxnRef, binlog_file_number};
 use super::checkpoint::{self, Checkpoint};
@@ -116,7 +116,7 @@ pub async fn run_once(
                 .into(),
         ));
     }
-    let mut state = db::connect(context.url()).await?;
+    let mut state = mysql::connect(context.url()).await?;
     checkpoint::unlogged(&mut state).await?;
     // One capture per data centre and database; the lock lives as long as this connection,
     // which records the checkpoints.
@@ -142,7 +142,7 @@ pub async fn run_once(
     let producer = producer(context)?;
     check_topic(&producer, &topic).await?;
 
-    let mut binlog = db::connect(context.url()).await?;
+    let mut binlog = mysql::connect(context.url()).await?;
     let mut setup = vec![
         // MARIA_SLAVE_CAPABILITY_GTID: MariaDB's own GTID events instead of substitutes.
         "SET @mariadb_slave_capability = 4".to_string(),
@@ -160,7 +160,7 @@ pub async fn run_once(
         binlog
             .query_drop(statement)
             .await
-            .map_err(StoreError::mysql(format!(
+            .map_err(DbError::mysql(format!(
                 "preparing the binlog connection: {statement}"
             )))?;
     }
@@ -170,7 +170,7 @@ pub async fn run_once(
     let mut stream = binlog
         .get_binlog_stream(request)
         .await
-        .map_err(StoreError::mysql(format!(
+        .map_err(DbError::mysql(format!(
             "starting the binlog stream at {}:{}",
             start.file, start.pos
         )))?;
@@ -213,14 +213,14 @@ pub async fn run_once(
             };
             let event = match next {
                 Err(_) => {
-                    return Err(StoreError::Mysql {
+                    return Err(DbError::Mysql {
                         context: format!("no binlog event or heartbeat for {SILENCE_LIMIT:?}"),
                         source: mysql_async::DriverError::ConnectionClosed.into(),
                     }
                     .into());
                 }
                 Ok(None) => {
-                    return Err(StoreError::Mysql {
+                    return Err(DbError::Mysql {
                         context: "the server ended the binlog stream".into(),
                         source: mysql_async::DriverError::ConnectionClosed.into(),
                     }
@@ -522,7 +522,7 @@ async fn check_topic(producer: &FutureProducer, topic: &str) -> Result<(), Relay
 
 async fn source_variables(
     conn: &mut mysql_async::Conn,
-) -> Result<HashMap<String, String>, StoreError> {
+) -> Result<HashMap<String, String>, DbError> {
     let names: Vec<String> = SOURCE_VARIABLES.iter().map(|n| format!("'{n}'")).collect();
     let rows: Vec<(String, String)> = conn
         .query(format!(
@@ -530,14 +530,14 @@ async fn source_variables(
             names.join(", ")
         ))
         .await
-        .map_err(StoreError::mysql("reading the server's binlog settings"))?;
+        .map_err(DbError::mysql("reading the server's binlog settings"))?;
     Ok(rows
         .into_iter()
         .map(|(k, v)| (k.to_ascii_lowercase(), v))
         .collect())
 }
 
-async fn utf8_collations(conn: &mut mysql_async::Conn) -> Result<Charsets, StoreError> {
+async fn utf8_collations(conn: &mut mysql_async::Conn) -> Result<Charsets, DbError> {
     let names: Vec<String> = Charsets::UTF8_NAMES
         .iter()
         .map(|n| format!("'{n}'"))
@@ -548,7 +548,7 @@ async fn utf8_collations(conn: &mut mysql_async::Conn) -> Result<Charsets, Store
             names.join(", ")
         ))
         .await
-        .map_err(StoreError::mysql("reading the server's collations"))?;
+        .map_err(DbError::mysql("reading the server's collations"))?;
     Ok(Charsets::new(ids))
 }
 
@@ -575,7 +575,7 @@ fn source_error(error: mysql_async::Error, server_id: u32) -> RelayError {
             _ => {}
         }
     }
-    StoreError::Mysql {
+    DbError::Mysql {
         context: "reading the binlog".into(),
         source: error,
     }

@@ -12,11 +12,12 @@ use mysql_async::prelude::Queryable;
 use serde::Serialize;
 
 use super::partitions::{current_period_start, periods_after};
-use super::rows::take;
 use super::schema::{ColumnSpec, create_log_table_sql};
-use super::{Ident, PartitionPlan, Period, StoreError};
+use super::{PartitionPlan, Period};
 use crate::config::Settings;
 use crate::id::Layout;
+use crate::mysql::rows::take;
+use crate::mysql::{DbError, Ident};
 use crate::time::Zone;
 
 /// What the log table must be, from the settings.
@@ -349,7 +350,7 @@ pub async fn ensure_table(
     spec: &TableSpec,
     now: DateTime<Utc>,
     force: bool,
-) -> Result<TableOutcome, StoreError> {
+) -> Result<TableOutcome, DbError> {
     let table = spec.table.as_str().to_string();
     let record = read_record(conn, &spec.table).await?;
     let Some(partitioning) = read_partitioning(conn, &spec.table).await? else {
@@ -357,7 +358,7 @@ pub async fn ensure_table(
         let sql = create_log_table_sql(&spec.table, &spec.columns, spec.payload, &plan);
         conn.query_drop(sql.trim_end().trim_end_matches(';'))
             .await
-            .map_err(StoreError::mysql(format!("creating table {}", spec.table)))?;
+            .map_err(DbError::mysql(format!("creating table {}", spec.table)))?;
         // No table means no IDs to protect: a record left by a dropped table is replaced.
         write_record(conn, spec).await?;
         return Ok(TableOutcome::TableCreated {
@@ -366,7 +367,7 @@ pub async fn ensure_table(
         });
     };
     let check = match &record {
-        Some(record) => check_record(record, spec, force).map_err(StoreError::Refused)?,
+        Some(record) => check_record(record, spec, force).map_err(DbError::Refused)?,
         None => RecordCheck::Same,
     };
     check_partitioning(
@@ -376,9 +377,9 @@ pub async fn ensure_table(
         spec.period,
         &spec.zone,
     )
-    .map_err(StoreError::Refused)?;
+    .map_err(DbError::Refused)?;
     let columns = read_columns(conn, &spec.table).await?;
-    check_columns(spec, &columns).map_err(StoreError::Refused)?;
+    check_columns(spec, &columns).map_err(DbError::Refused)?;
     match (record, check) {
         (None, _) => {
             write_record(conn, spec).await?;
@@ -396,18 +397,15 @@ pub async fn ensure_table(
 }
 
 /// Partitions for a new table: the current period through `ahead` periods after it.
-pub fn initial_plan(spec: &TableSpec, now: DateTime<Utc>) -> Result<PartitionPlan, StoreError> {
+pub fn initial_plan(spec: &TableSpec, now: DateTime<Utc>) -> Result<PartitionPlan, DbError> {
     let first = current_period_start(now, spec.period, &spec.zone);
     let last = periods_after(first, spec.period, spec.ahead)?;
     PartitionPlan::new(first, last, spec.period, &spec.zone, &spec.layout)
-        .map_err(|e| StoreError::Refused(format!("partitions of table {}: {e}", spec.table)))
+        .map_err(|e| DbError::Refused(format!("partitions of table {}: {e}", spec.table)))
 }
 
 /// The table's row in `logstamp_tables`, if any.
-pub async fn read_record(
-    conn: &mut Conn,
-    table: &Ident,
-) -> Result<Option<TableRecord>, StoreError> {
+pub async fn read_record(conn: &mut Conn, table: &Ident) -> Result<Option<TableRecord>, DbError> {
     let row: Option<mysql_async::Row> = conn
         .exec_first(
             "SELECT `table_name`, `service_bits`, `epoch_unix_seconds`, `period`, `time_zone` \
@@ -415,7 +413,7 @@ pub async fn read_record(
             (table.as_str(),),
         )
         .await
-        .map_err(StoreError::mysql(format!(
+        .map_err(DbError::mysql(format!(
             "reading the record of table {table} (has logstamp migrate run?)"
         )))?;
     row.map(|mut row| {
@@ -430,7 +428,7 @@ pub async fn read_record(
     .transpose()
 }
 
-async fn write_record(conn: &mut Conn, spec: &TableSpec) -> Result<(), StoreError> {
+async fn write_record(conn: &mut Conn, spec: &TableSpec) -> Result<(), DbError> {
     let r = TableRecord::of(spec);
     conn.exec_drop(
         "INSERT INTO `logstamp_tables` \
@@ -449,7 +447,7 @@ async fn write_record(conn: &mut Conn, spec: &TableSpec) -> Result<(), StoreErro
         ),
     )
     .await
-    .map_err(StoreError::mysql(format!(
+    .map_err(DbError::mysql(format!(
         "recording table {} in logstamp_tables",
         spec.table
     )))
@@ -459,7 +457,7 @@ async fn write_record(conn: &mut Conn, spec: &TableSpec) -> Result<(), StoreErro
 pub async fn read_partitioning(
     conn: &mut Conn,
     table: &Ident,
-) -> Result<Option<Partitioning>, StoreError> {
+) -> Result<Option<Partitioning>, DbError> {
     let context = || format!("reading the partitions of table {table}");
     let kind: Option<mysql_async::Row> = conn
         .exec_first(
@@ -468,13 +466,13 @@ pub async fn read_partitioning(
             (table.as_str(),),
         )
         .await
-        .map_err(StoreError::mysql(context()))?;
+        .map_err(DbError::mysql(context()))?;
     let Some(mut kind) = kind else {
         return Ok(None);
     };
     let kind: String = take(&mut kind, 0, "TABLES.TABLE_TYPE")?;
     if kind != "BASE TABLE" {
-        return Err(StoreError::Refused(format!(
+        return Err(DbError::Refused(format!(
             "{table} is a {kind}, not a table"
         )));
     }
@@ -488,7 +486,7 @@ pub async fn read_partitioning(
             (table.as_str(),),
         )
         .await
-        .map_err(StoreError::mysql(context()))?;
+        .map_err(DbError::mysql(context()))?;
     let mut partitioning = Partitioning {
         method: None,
         expression: None,
@@ -510,7 +508,7 @@ pub async fn read_partitioning(
         let less_than = match description {
             // Only RANGE partitions have bounds; the method check refuses the others.
             Some(text) if partitioning.method.as_deref() == Some("RANGE") => {
-                parse_bound(&text).map_err(StoreError::Refused)?
+                parse_bound(&text).map_err(DbError::Refused)?
             }
             _ => None,
         };
@@ -524,10 +522,7 @@ pub async fn read_partitioning(
 }
 
 /// The table's columns, in order.
-pub async fn read_columns(
-    conn: &mut Conn,
-    table: &Ident,
-) -> Result<Vec<ExistingColumn>, StoreError> {
+pub async fn read_columns(conn: &mut Conn, table: &Ident) -> Result<Vec<ExistingColumn>, DbError> {
     let rows: Vec<mysql_async::Row> = conn
         .exec(
             "SELECT `COLUMN_NAME`, `COLUMN_TYPE`, `COLUMN_KEY` FROM information_schema.COLUMNS \
@@ -535,7 +530,7 @@ pub async fn read_columns(
             (table.as_str(),),
         )
         .await
-        .map_err(StoreError::mysql(format!(
+        .map_err(DbError::mysql(format!(
             "reading the columns of table {table}"
         )))?;
     rows.into_iter()

@@ -11,14 +11,15 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use serde::Serialize;
 
-use super::db::current_database;
-use super::lock::{table_lock, with_lock};
 use super::log_table::{
     ExistingPartition, Partitioning, TableSpec, aligned_period_start, check_partitioning,
     check_record, read_partitioning, read_record,
 };
 use super::partition_plan::MAX_PARTITIONS;
-use super::{PartitionBound, PartitionPlan, Period, StoreError};
+use super::{PartitionBound, PartitionPlan, Period};
+use crate::mysql::DbError;
+use crate::mysql::current_database;
+use crate::mysql::lock::{table_lock, with_lock};
 use crate::time::{Zone, format_utc};
 
 /// The first day of the period holding `now`, in `zone`.
@@ -27,15 +28,11 @@ pub fn current_period_start(now: DateTime<Utc>, period: Period, zone: &Zone) -> 
 }
 
 /// The first day of the period `count` periods after the one starting at `start`.
-pub fn periods_after(
-    start: NaiveDate,
-    period: Period,
-    count: u32,
-) -> Result<NaiveDate, StoreError> {
+pub fn periods_after(start: NaiveDate, period: Period, count: u32) -> Result<NaiveDate, DbError> {
     let mut day = start;
     for _ in 0..count {
         day = period.next_start(day).ok_or_else(|| {
-            StoreError::Refused(format!(
+            DbError::Refused(format!(
                 "the {period} after {day} is past the calendar's end"
             ))
         })?;
@@ -184,14 +181,14 @@ pub async fn ensure(
     spec: &TableSpec,
     now: DateTime<Utc>,
     dry_run: bool,
-) -> Result<EnsureOutcome, StoreError> {
+) -> Result<EnsureOutcome, DbError> {
     let database = current_database(conn).await?;
     let lock = table_lock(&database, spec.table.as_str());
     // Wait for nobody: whoever holds the lock is doing this very work.
     let done = with_lock(conn, &lock, 0, async |conn| {
         let partitioning = checked_partitioning(conn, spec).await?;
         let plan = plan_maintenance(&partitioning.partitions, now, spec)
-            .map_err(|e| StoreError::Refused(format!("table {}: {e}", spec.table)))?;
+            .map_err(|e| DbError::Refused(format!("table {}: {e}", spec.table)))?;
         if !dry_run {
             run(conn, spec, &partitioning, &plan).await?;
         }
@@ -206,24 +203,21 @@ pub async fn ensure(
 
 /// The table's partitions, after checking it is the table `migrate` recorded with these
 /// settings. The number of service bits does not matter here: bounds do not depend on it.
-async fn checked_partitioning(
-    conn: &mut Conn,
-    spec: &TableSpec,
-) -> Result<Partitioning, StoreError> {
+async fn checked_partitioning(conn: &mut Conn, spec: &TableSpec) -> Result<Partitioning, DbError> {
     let table = &spec.table;
     let record = read_record(conn, table).await?.ok_or_else(|| {
-        StoreError::Refused(format!(
+        DbError::Refused(format!(
             "table {table} is not recorded in logstamp_tables: run logstamp migrate first"
         ))
     })?;
-    check_record(&record, spec, true).map_err(StoreError::Refused)?;
+    check_record(&record, spec, true).map_err(DbError::Refused)?;
     let partitioning = read_partitioning(conn, table).await?.ok_or_else(|| {
-        StoreError::Refused(format!(
+        DbError::Refused(format!(
             "table {table} does not exist: run logstamp migrate"
         ))
     })?;
     check_partitioning(table, &partitioning, &spec.layout, spec.period, &spec.zone)
-        .map_err(StoreError::Refused)?;
+        .map_err(DbError::Refused)?;
     Ok(partitioning)
 }
 
@@ -232,7 +226,7 @@ async fn run(
     spec: &TableSpec,
     partitioning: &Partitioning,
     plan: &Maintenance,
-) -> Result<(), StoreError> {
+) -> Result<(), DbError> {
     let table = &spec.table;
     if !plan.add.is_empty() {
         // check_partitioning made sure the last partition is the MAXVALUE one.
@@ -240,7 +234,7 @@ async fn run(
             .partitions
             .last()
             .map(|p| quote(&p.name))
-            .ok_or_else(|| StoreError::Refused(format!("table {table} has no partitions")))?;
+            .ok_or_else(|| DbError::Refused(format!("table {table} has no partitions")))?;
         let mut parts: Vec<String> = plan
             .add
             .iter()
@@ -254,30 +248,26 @@ async fn run(
             "ALTER TABLE {table} REORGANIZE PARTITION {pmax} INTO ({})",
             parts.join(", ")
         );
-        conn.query_drop(sql)
-            .await
-            .map_err(StoreError::mysql(format!(
-                "adding {} partitions to table {table}",
-                plan.add.len()
-            )))?;
+        conn.query_drop(sql).await.map_err(DbError::mysql(format!(
+            "adding {} partitions to table {table}",
+            plan.add.len()
+        )))?;
     }
     if !plan.drop.is_empty() {
         let names: Vec<String> = plan.drop.iter().map(|p| quote(&p.name)).collect();
         let sql = format!("ALTER TABLE {table} DROP PARTITION {}", names.join(", "));
-        conn.query_drop(sql)
-            .await
-            .map_err(StoreError::mysql(format!(
-                "dropping partitions {} of table {table}",
-                names.join(", ")
-            )))?;
+        conn.query_drop(sql).await.map_err(DbError::mysql(format!(
+            "dropping partitions {} of table {table}",
+            names.join(", ")
+        )))?;
     }
     Ok(())
 }
 
 /// The table's partitions with the time each covers, in order.
-pub async fn list(conn: &mut Conn, spec: &TableSpec) -> Result<Vec<PartitionInfo>, StoreError> {
+pub async fn list(conn: &mut Conn, spec: &TableSpec) -> Result<Vec<PartitionInfo>, DbError> {
     let partitioning = read_partitioning(conn, &spec.table).await?.ok_or_else(|| {
-        StoreError::Refused(format!(
+        DbError::Refused(format!(
             "table {} does not exist: run logstamp migrate",
             spec.table
         ))

@@ -9,7 +9,8 @@ pub mod mariadb;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use logstamp::config::{MysqlUrl, Settings, Sources};
+use logstamp::config::{Settings, Sources};
+use logstamp::mysql::MysqlUrl;
 use mysql_async::prelude::Queryable;
 
 /// The server the tests use; `LOGSTAMP_TEST_MYSQL` points them elsewhere.
@@ -85,8 +86,9 @@ impl TestDb {
     /// Creates this database and migrates it for `settings`: the log table, the fan-out
     /// tables and the rollups.
     pub async fn migrate(&self, settings: &Settings) {
-        use logstamp::store::{db, migrate};
-        db::create_database(&self.mysql_url()).await.unwrap();
+        use logstamp::mysql;
+        use logstamp::store::migrate;
+        mysql::create_database(&self.mysql_url()).await.unwrap();
         let mut conn = self.conn().await;
         let now = chrono::Utc::now();
         migrate::run_all(

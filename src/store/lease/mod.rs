@@ -27,7 +27,7 @@ use tokio::time::{Instant, sleep, timeout_at};
 
 use crate::config::{ServiceIdSetting, Settings};
 use crate::id::{Clock, HaltReason, IdError, IdGenerator, SystemClock};
-use crate::store::{StoreError, db};
+use crate::mysql::{self, DbError};
 
 pub use sql::{Holder, LeaseRow, force_release, list};
 
@@ -67,7 +67,7 @@ pub enum LeaseError {
     #[error("the lease of service ID {service_id} was lost while it was being set up")]
     LostAtStart { service_id: u32 },
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] DbError),
     #[error("service ID lease: {0}")]
     Id(#[from] IdError),
 }
@@ -132,8 +132,8 @@ impl<C: Clock + 'static> HeldLease<C> {
         let id = &settings.id;
         let timing = Timing::new(id.lease_ttl, id.mark_window);
         let holder = Holder::this_process();
-        let pool = db::pool(&settings.mysql.url, POOL_CONNECTIONS)?;
-        let mut conn = pool.get_conn().await.map_err(StoreError::mysql(format!(
+        let pool = mysql::pool(&settings.mysql.url, POOL_CONNECTIONS)?;
+        let mut conn = pool.get_conn().await.map_err(DbError::mysql(format!(
             "connecting to {} for the service-ID lease",
             settings.mysql.url.redacted()
         )))?;
@@ -246,9 +246,11 @@ impl<C: Clock + 'static> HeldLease<C> {
         let keeper = &self.keeper;
         let deadline = Instant::now() + keeper.timing.ttl;
         let released = timeout_at(deadline, async {
-            let mut conn = keeper.pool.get_conn().await.map_err(StoreError::mysql(
-                "connecting to release the service-ID lease",
-            ))?;
+            let mut conn = keeper
+                .pool
+                .get_conn()
+                .await
+                .map_err(DbError::mysql("connecting to release the service-ID lease"))?;
             sql::release(&mut conn, keeper.service_id, &keeper.holder, mark).await
         })
         .await;
@@ -338,10 +340,12 @@ impl<C: Clock + 'static> Keeper<C> {
         }
     }
 
-    async fn renew(&self, mark: u64) -> Result<bool, StoreError> {
-        let mut conn = self.pool.get_conn().await.map_err(StoreError::mysql(
-            "connecting to renew the service-ID lease",
-        ))?;
+    async fn renew(&self, mark: u64) -> Result<bool, DbError> {
+        let mut conn = self
+            .pool
+            .get_conn()
+            .await
+            .map_err(DbError::mysql("connecting to renew the service-ID lease"))?;
         sql::renew(
             &mut conn,
             self.service_id,

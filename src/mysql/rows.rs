@@ -4,17 +4,17 @@
 use mysql_async::Row;
 use mysql_async::prelude::FromValue;
 
-use super::StoreError;
+use super::DbError;
 
 /// Column `index` of `row` as a `T`; `what` names it in the error.
-pub(crate) fn take<T: FromValue>(row: &mut Row, index: usize, what: &str) -> Result<T, StoreError> {
+pub(crate) fn take<T: FromValue>(row: &mut Row, index: usize, what: &str) -> Result<T, DbError> {
     match row.take_opt::<T, usize>(index) {
         Some(Ok(value)) => Ok(value),
-        Some(Err(e)) => Err(StoreError::Refused(format!(
+        Some(Err(e)) => Err(DbError::Refused(format!(
             "unexpected value for {what}: {:?}",
             e.0
         ))),
-        None => Err(StoreError::Refused(format!(
+        None => Err(DbError::Refused(format!(
             "the server's answer has no column for {what}"
         ))),
     }
