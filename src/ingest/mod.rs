@@ -12,6 +12,7 @@ mod dispatcher;
 pub mod kafka;
 pub mod local_cluster;
 pub mod sample;
+mod seeks;
 
 use std::future::Future;
 use std::num::NonZeroU32;
