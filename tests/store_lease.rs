@@ -203,6 +203,13 @@ async fn a_fixed_claim_waits_for_the_lease_of_a_holder_that_stopped_renewing() {
     assert_eq!(successor.service_id(), 3);
     assert!(row(&mut conn, 3).await.live);
     assert!(successor.generator().next_id().unwrap() > issued);
+    // Its renewal clock started at the claim, not before the wait: it renews and holds on.
+    let claimed = row(&mut conn, 3).await.expires_at;
+    eventually("a renewal", async || {
+        (row(&mut conn, 3).await.expires_at != claimed).then_some(())
+    })
+    .await;
+    assert_eq!(*successor.watch().borrow(), LeaseStatus::Held);
     successor.release().await.unwrap();
 }
 
