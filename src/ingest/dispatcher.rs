@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use super::batcher::{BatchLimits, PartitionBatcher, PendingBatch, Record};
-use super::consumer::{Event, Incoming, PartitionKey, Request};
+use super::consumer::{Assigned, Event, Incoming, PartitionKey, Request};
 use super::kafka::DeadLetterTopic;
 use super::metrics::{BATCH_ROWS, BATCH_SECONDS};
 use super::{IngestError, IngestStats};
@@ -29,6 +29,8 @@ const EVENTS_PER_ROUND: usize = 256;
 /// An owned partition.
 struct Partition {
     batcher: PartitionBatcher,
+    /// The consumer thread's epoch of this assignment, for its seeks.
+    epoch: u64,
     /// Changes on every assignment and restart, so late news of an earlier one is ignored.
     generation: u64,
     /// Messages are dropped until the seek of this generation is done.
@@ -190,12 +192,13 @@ impl Dispatcher {
     fn on_event(&mut self, event: Event) -> Result<(), IngestError> {
         match event {
             Event::Assigned(assigned) => {
-                for (key, stored) in assigned {
+                for Assigned { key, epoch, stored } in assigned {
                     let generation = self.new_generation();
                     self.partitions.insert(
                         key,
                         Partition {
                             batcher: PartitionBatcher::new(self.limits, stored),
+                            epoch,
                             generation,
                             awaiting_seek: false,
                         },
@@ -348,9 +351,11 @@ impl Dispatcher {
                     partition.batcher.restart_at(stored);
                     partition.generation = generation;
                     partition.awaiting_seek = true;
+                    let epoch = partition.epoch;
                     self.request(Request::Seek {
                         key,
                         offset: stored.unwrap_or(start_offset),
+                        epoch,
                         generation,
                     });
                 }

@@ -13,6 +13,7 @@ pub mod kafka;
 pub mod local_cluster;
 pub mod metrics;
 pub mod sample;
+mod seeks;
 
 use std::future::Future;
 use std::num::NonZeroU32;

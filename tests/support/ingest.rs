@@ -422,6 +422,16 @@ impl Setup {
     /// Starts `logstamp ingest` with `--service-id service_id` (a number or auto, which leases
     /// one of 2-20); its log goes to a file beside the settings.
     pub fn spawn_process(&self, service_id: &str, run: usize) -> Process {
+        self.spawn_process_with(service_id, run, &[])
+    }
+
+    /// `spawn_process` with more settings, `(key, value)`, over the others.
+    pub fn spawn_process_with(
+        &self,
+        service_id: &str,
+        run: usize,
+        overrides: &[(&str, &str)],
+    ) -> Process {
         let written = self.config_file("worker");
         let log = written.with_file_name(format!("worker-{service_id}-{run}.log"));
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_logstamp"));
@@ -437,6 +447,9 @@ impl Setup {
                 command.arg("--config").arg(&written);
             }
         }
+        for (key, value) in overrides {
+            command.env(logstamp::config::env_var(key), value);
+        }
         let child = command
             .args(["ingest", "--service-id", service_id])
             .env("RUST_LOG", "logstamp=info")
@@ -450,13 +463,18 @@ impl Setup {
 
 impl Process {
     /// SIGTERM, then the exit status, within `within`.
-    pub fn terminate(mut self, within: Duration) -> std::process::ExitStatus {
+    pub fn terminate(self, within: Duration) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();
         let sent = std::process::Command::new("kill")
             .args(["-TERM", &pid])
             .status()
             .unwrap();
         assert!(sent.success());
+        self.exit_within(within, "of SIGTERM")
+    }
+
+    /// The exit status, within `within` (`since` says of what, for the failure).
+    pub fn exit_within(mut self, within: Duration, since: &str) -> std::process::ExitStatus {
         let deadline = Instant::now() + within;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -465,7 +483,7 @@ impl Process {
             if Instant::now() > deadline {
                 let _ = self.child.kill();
                 panic!(
-                    "worker did not exit within {within:?} of SIGTERM; log:\n{}",
+                    "worker did not exit within {within:?} {since}; log:\n{}",
                     std::fs::read_to_string(&self.log).unwrap_or_default()
                 );
             }
