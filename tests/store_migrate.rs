@@ -11,7 +11,7 @@ use mysql_async::prelude::Queryable;
 use serde_json::Value;
 
 use logstamp::mysql::{self, DbError};
-use logstamp::store::log_table::{TableOutcome, TableSpec, initial_plan};
+use logstamp::store::log_table::{TableOutcome, TableSpec};
 use logstamp::store::migrate::{self, Migration};
 use logstamp::store::schema::create_log_table_sql;
 use support::TestDb;
@@ -410,7 +410,10 @@ async fn an_existing_table_that_fits_is_adopted() {
         .await
         .unwrap();
     // Made by hand (or by `partitions plan`) from an older plan.
-    let plan = initial_plan(&spec, now() - chrono::Duration::days(60)).unwrap();
+    let plan = spec
+        .scheme
+        .initial_plan(now() - chrono::Duration::days(60))
+        .unwrap();
     let ddl = create_log_table_sql(&spec.table, &spec.columns, spec.payload, &plan);
     conn.query_drop(ddl.trim_end().trim_end_matches(';'))
         .await

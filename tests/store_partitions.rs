@@ -14,7 +14,8 @@ use logstamp::mysql::lock::table_lock;
 use logstamp::mysql::{self, DbError};
 use logstamp::store::log_table::TableSpec;
 use logstamp::store::migrate;
-use logstamp::store::partitions::{self, EnsureOutcome, Maintenance};
+use logstamp::store::partition_plan::Maintenance;
+use logstamp::store::partitions::{self, EnsureOutcome};
 use support::TestDb;
 
 const BIN: &str = env!("CARGO_BIN_EXE_logstamp");

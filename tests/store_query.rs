@@ -122,7 +122,7 @@ async fn select(conn: &mut Conn, spec: &TableSpec, query: &TimeQuery) -> Vec<Rec
 }
 
 fn between(spec: &TableSpec, from: &str, to: &str, filter: Option<&str>) -> TimeQuery {
-    let mut q = TimeQuery::between(&spec.layout, at(from), at(to)).unwrap();
+    let mut q = TimeQuery::between(&spec.scheme.layout, at(from), at(to)).unwrap();
     if let Some(f) = filter {
         q.filter = parse_filter(f, &spec.columns).unwrap();
     }
@@ -229,7 +229,7 @@ async fn a_zone_moves_the_range() {
     let zone: logstamp::time::Zone = "+08:00".parse().unwrap();
     let from = logstamp::time::parse_time("2040-03-06", &zone).unwrap();
     let to = logstamp::time::parse_time("2040-03-07", &zone).unwrap();
-    let query = TimeQuery::between(&spec.layout, from, to).unwrap();
+    let query = TimeQuery::between(&spec.scheme.layout, from, to).unwrap();
     assert_eq!(
         ids(&select(&mut conn, &spec, &query).await),
         [all[0].id, all[1].id, all[2].id]

@@ -325,8 +325,8 @@ async fn summarize(
     let per_service: Vec<(u32, u64)> = conn
         .query(format!(
             "SELECT (id >> {}) & {}, COUNT(*) FROM {table} GROUP BY 1",
-            spec.layout.counter_bits(),
-            spec.layout.max_service_id()
+            spec.scheme.layout.counter_bits(),
+            spec.scheme.layout.max_service_id()
         ))
         .await?;
     let stamped: Vec<String> = service_ids
@@ -375,7 +375,7 @@ async fn summarize(
 /// The last minute of IDs, as `logstamp query` reads it: the partitions MySQL reads and a few
 /// rows.
 async fn sample_query(conn: &mut Conn, spec: &TableSpec, newest: u64) -> anyhow::Result<()> {
-    let to = spec.layout.decode(newest).unix_seconds + 1;
+    let to = spec.scheme.layout.decode(newest).unix_seconds + 1;
     let from = to.saturating_sub(60);
     let at = |seconds: u64| {
         i64::try_from(seconds)
@@ -383,7 +383,7 @@ async fn sample_query(conn: &mut Conn, spec: &TableSpec, newest: u64) -> anyhow:
             .and_then(|s| chrono::DateTime::from_timestamp(s, 0))
             .ok_or_else(|| anyhow!("ID time {seconds} is out of range"))
     };
-    let mut query = TimeQuery::between(&spec.layout, at(from)?, at(to)?)?;
+    let mut query = TimeQuery::between(&spec.scheme.layout, at(from)?, at(to)?)?;
     query.limit = Some(3);
     let read = query::explain_partitions(conn, spec, &query).await?;
     println!(

@@ -9,7 +9,8 @@ use serde::Serialize;
 
 use logstamp::config::Sources;
 use logstamp::mysql::{self, Ident};
-use logstamp::store::log_table::{ExistingPartition, TableSpec};
+use logstamp::store::log_table::TableSpec;
+use logstamp::store::partition_plan::ExistingPartition;
 use logstamp::store::partitions::{self, EnsureOutcome};
 use logstamp::store::schema::create_log_table_sql;
 use logstamp::store::{PartitionBound, PartitionPlan, Period};
