@@ -5,6 +5,7 @@
 pub mod http;
 pub mod ingest;
 pub mod mariadb;
+pub mod python;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
