@@ -2,6 +2,7 @@
 //! so tests run in parallel and leave nothing behind. A missing server fails the test loudly.
 #![allow(dead_code)]
 
+pub mod dev_broker;
 pub mod http;
 pub mod ingest;
 pub mod mariadb;
