@@ -14,6 +14,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use logstamp::config::{MysqlUrl, Settings, Sources};
 use mysql_async::prelude::Queryable;
 
+/// What a test that misses a service it needs says to do: the README's test command installs
+/// and starts every one.
+pub const SET_UP: &str = "scripts/test installs and starts what the tests need, then runs them";
+
 /// The server the tests use; `LOGSTAMP_TEST_MYSQL` points them elsewhere.
 pub fn server_url() -> String {
     std::env::var("LOGSTAMP_TEST_MYSQL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
@@ -44,7 +48,7 @@ impl TestDb {
         let mut conn = mysql_async::Conn::from_url(format!("{server}/"))
             .await
             .unwrap_or_else(|e| {
-                panic!("these tests need MariaDB at {server} (root, empty password): {e}")
+                panic!("these tests need MariaDB at {server} (root, empty password): {e}; {SET_UP}")
             });
         conn.query_drop(format!("DROP DATABASE IF EXISTS `{name}`"))
             .await

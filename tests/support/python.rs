@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use super::SET_UP;
+
 /// The interpreter, checked to import `module`; a missing one fails the test, naming the fix.
 pub fn python_with(module: &str) -> PathBuf {
     let python = std::env::var_os("LOGSTAMP_TEST_PYTHON")
@@ -22,9 +24,9 @@ pub fn python_with(module: &str) -> PathBuf {
     match imported {
         Ok(output) if output.status.success() => python,
         other => panic!(
-            "this test needs Python with {module} at {}: run scripts/test, which makes it \
-             (python3 -m venv target/test-python && target/test-python/bin/pip install -r \
-             tests/requirements.txt); LOGSTAMP_TEST_PYTHON names another interpreter. {}",
+            "this test needs Python with {module} at {} (LOGSTAMP_TEST_PYTHON names another); \
+             {SET_UP} (for this one alone: python3 -m venv target/test-python && \
+             target/test-python/bin/pip install -r tests/requirements.txt). {}",
             python.display(),
             match other {
                 Ok(output) => String::from_utf8_lossy(&output.stderr).into_owned(),
