@@ -1,5 +1,6 @@
 //! `logstamp dev-broker`: the in-process Kafka cluster served over TCP until SIGINT or SIGTERM,
-//! so any Kafka client (and `logstamp ingest`) can be tried without installing Kafka.
+//! so Kafka clients (the tests run librdkafka and kafka-python) and `logstamp ingest` can be
+//! tried without installing Kafka.
 //!
 //! librdkafka's mock broker always listens on a port the kernel picks. This command listens on
 //! its own (`--port`, or one the system picks), forwards each connection to the broker through
@@ -57,6 +58,7 @@ async fn serve(args: DevBrokerArgs) -> anyhow::Result<()> {
     let stop = termination()?;
     let cluster = Arc::new(LocalCluster::start(1)?);
     cluster.create_topic(&args.topic, args.partitions)?;
+    // Newer ApiVersions requests are the forwarder's to answer.
     cluster.limit_api_versions(proxy::API_VERSIONS, 0, proxy::API_VERSIONS_MAX)?;
     let broker: SocketAddr = cluster
         .bootstrap_servers()

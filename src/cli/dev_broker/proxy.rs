@@ -24,7 +24,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
@@ -140,17 +140,34 @@ async fn requests(
 
 /// Sends the client each answer in the order of its requests.
 async fn answers_in_order(
-    mut mock: impl AsyncRead + Unpin,
+    mock: impl AsyncRead + Unpin,
     mut client: impl AsyncWrite + Unpin,
     mut queue: mpsc::UnboundedReceiver<Answer>,
 ) -> io::Result<()> {
-    while let Some(answer) = queue.recv().await {
+    let hung_up = || io::Error::new(io::ErrorKind::UnexpectedEof, "the mock broker hung up");
+    let mut mock = BufReader::new(mock);
+    loop {
+        let answer = if mock.buffer().is_empty() {
+            tokio::select! {
+                answer = queue.recv() => answer,
+                // The mock hangs up (on a request it cannot read, say) with nothing owed: the
+                // client learns it at once, as from a broker, by this connection ending.
+                read = mock.fill_buf() => {
+                    if read?.is_empty() {
+                        return Err(hung_up());
+                    }
+                    // An answer ahead of its place in the queue, which follows at once.
+                    continue;
+                }
+            }
+        } else {
+            queue.recv().await
+        };
+        let Some(answer) = answer else { break };
         let frame = match answer {
             Answer::Here(frame) => frame,
             Answer::Mock { fix } => {
-                let frame = read_frame(&mut mock).await?.ok_or_else(|| {
-                    io::Error::new(io::ErrorKind::UnexpectedEof, "the mock broker hung up")
-                })?;
+                let frame = read_frame(&mut mock).await?.ok_or_else(hung_up)?;
                 match fix {
                     Some(request) => fixed(frame, &request).map_err(malformed)?,
                     None => frame,
@@ -659,6 +676,31 @@ mod tests {
         let at = answer.len() - 6;
         assert_eq!(fixed[at..at + 4], 1i32.to_be_bytes());
         assert_eq!(fixed[..at], answer[..at]);
+    }
+
+    #[tokio::test]
+    async fn answers_keep_the_order_of_their_requests_and_a_hang_up_ends_the_connection() {
+        let (mock, mut mock_end) = tokio::io::duplex(1024);
+        let (client, mut client_end) = tokio::io::duplex(1024);
+        let (answers, queue) = mpsc::unbounded_channel();
+        let forwarding = tokio::spawn(answers_in_order(mock, client, queue));
+        // The mock's answer arrives before its place in the queue is known.
+        write_frame(&mut mock_end, b"mock").await.unwrap();
+        tokio::task::yield_now().await;
+        answers.send(Answer::Here(b"here".to_vec())).unwrap();
+        answers.send(Answer::Mock { fix: None }).unwrap();
+        for expected in [&b"here"[..], b"mock"] {
+            let frame = read_frame(&mut client_end).await.unwrap().unwrap();
+            assert_eq!(frame, expected);
+        }
+        // Nothing owed, the mock hangs up: so does the forwarder, though the client did not.
+        drop(mock_end);
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(10), forwarding)
+            .await
+            .expect("the forwarder noticed the hang-up")
+            .unwrap();
+        assert_eq!(ended.unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
+        drop(answers);
     }
 
     #[test]
