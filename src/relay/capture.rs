@@ -519,11 +519,15 @@ async fn ensure_topic(context: &RelayContext, topic: &str) -> Result<(), RelayEr
                 Ok(_) => tracing::info!(topic, "created the topic with one partition"),
                 // Created meanwhile, by someone else: checked below like any other.
                 Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                // Transient or not as any other Kafka error (a missing permission is not).
                 Err((_, code)) => {
-                    return Err(RelayError::Refused(format!(
-                        "topic {topic} does not exist and could not be created ({code}); \
-                         create it with one partition"
-                    )));
+                    return Err(RelayError::Kafka {
+                        context: format!(
+                            "topic {topic} does not exist and could not be created (create it \
+                             with one partition)"
+                        ),
+                        source: KafkaError::AdminOp(code),
+                    });
                 }
             }
         }
