@@ -424,7 +424,10 @@ fn run_logstamp(url: &str, clock: Option<&str>, args: &[&str]) -> std::process::
         .args(args)
         .output()
         .unwrap_or_else(|e| {
-            panic!("running {args:?} (clock {clock:?}) failed; the clock tests need faketime (Debian package faketime): {e}")
+            panic!(
+                "running {args:?} (clock {clock:?}) failed; the clock tests need faketime: {e}; {}",
+                support::SET_UP
+            )
         })
 }
 

@@ -11,8 +11,10 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use mysql_async::BinlogStreamRequest;
 use mysql_async::prelude::Queryable;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use tokio::sync::{mpsc, watch};
 
 use crate::config::LoopFilterMode;
@@ -139,8 +141,8 @@ pub async fn run_once(
         None => checkpoint::start_here(&mut state, &dc).await?,
     };
     let topic = relay.topic(&dc);
+    ensure_topic(context, &topic).await?;
     let producer = producer(context)?;
-    check_topic(&producer, &topic).await?;
 
     let mut binlog = mysql::connect(context.url()).await?;
     let mut setup = vec![
@@ -490,13 +492,79 @@ fn producer(context: &RelayContext) -> Result<FutureProducer, RelayError> {
         .map_err(RelayError::kafka("creating the Kafka producer"))
 }
 
-/// Refuses a topic that is missing or has more than one partition: order holds only within one.
-async fn check_topic(producer: &FutureProducer, topic: &str) -> Result<(), RelayError> {
-    let client = producer.clone();
+/// Makes sure the topic exists with exactly one partition (order holds only within one):
+/// creates it if missing, and refuses another partition count.
+///
+/// Capture creates its topic itself rather than leave it to the broker's automatic creation,
+/// which gives a topic the broker's default count (`num.partitions`; 4 on librdkafka's mock
+/// cluster, so on `logstamp dev-broker`), which the relay would then refuse. So looking must
+/// not create it, and a cluster that lets the relay create topics needs no preparation.
+async fn ensure_topic(context: &RelayContext, topic: &str) -> Result<(), RelayError> {
+    let admin: Arc<AdminClient<DefaultClientContext>> = Arc::new(
+        context
+            .kafka_config(&context.settings.kafka.brokers)
+            .set("allow.auto.create.topics", "false")
+            .create()
+            .map_err(RelayError::kafka("creating the Kafka admin client"))?,
+    );
+    if partitions(&admin, topic).await?.is_none() {
+        let new = NewTopic::new(topic, 1, TopicReplication::Fixed(-1));
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+        let results = admin
+            .create_topics([&new], &options)
+            .await
+            .map_err(RelayError::kafka(format!("creating topic {topic}")))?;
+        for result in results {
+            match result {
+                Ok(_) => tracing::info!(topic, "created the topic with one partition"),
+                // Created meanwhile, by someone else: checked below like any other.
+                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                // Transient or not as any other Kafka error (a missing permission is not).
+                Err((_, code)) => {
+                    return Err(RelayError::Kafka {
+                        context: format!(
+                            "topic {topic} does not exist and could not be created (create it \
+                             with one partition)"
+                        ),
+                        source: KafkaError::AdminOp(code),
+                    });
+                }
+            }
+        }
+    }
+    // A topic just created may take a moment to show in the metadata.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match partitions(&admin, topic).await? {
+            Some(1) => return Ok(()),
+            Some(n) => {
+                return Err(RelayError::Refused(format!(
+                    "topic {topic} has {n} partitions; the relay needs exactly one to keep the \
+                     binlog order"
+                )));
+            }
+            None if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            None => {
+                return Err(RelayError::Refused(format!(
+                    "topic {topic} was created but its metadata does not show it"
+                )));
+            }
+        }
+    }
+}
+
+/// The partition count of `topic`, or `None` where the metadata does not show it.
+async fn partitions(
+    admin: &Arc<AdminClient<DefaultClientContext>>,
+    topic: &str,
+) -> Result<Option<usize>, RelayError> {
+    let client = admin.clone();
     let name = topic.to_string();
     let metadata = tokio::task::spawn_blocking(move || {
         client
-            .client()
+            .inner()
             .fetch_metadata(Some(&name), Duration::from_secs(10))
     })
     .await
@@ -504,20 +572,11 @@ async fn check_topic(producer: &FutureProducer, topic: &str) -> Result<(), Relay
     .map_err(RelayError::kafka(format!(
         "reading the metadata of topic {topic}"
     )))?;
-    let partitions = metadata
+    Ok(metadata
         .topics()
         .iter()
         .find(|t| t.name() == topic && t.error().is_none())
-        .map(|t| t.partitions().len());
-    match partitions {
-        Some(1) => Ok(()),
-        Some(n) => Err(RelayError::Refused(format!(
-            "topic {topic} has {n} partitions; the relay needs exactly one to keep the binlog order"
-        ))),
-        None => Err(RelayError::Refused(format!(
-            "topic {topic} does not exist; create it with one partition"
-        ))),
-    }
+        .map(|t| t.partitions().len()))
 }
 
 async fn source_variables(

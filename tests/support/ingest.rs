@@ -588,6 +588,16 @@ pub fn read_topic(brokers: &str, topic: &str, count: usize) -> Vec<(String, Stri
 /// The offsets `group` committed to Kafka for partitions `0..partitions` of the topic, in
 /// partition order; 0 where none.
 pub fn committed_in_kafka(brokers: &str, group: &str, partitions: i32) -> Vec<(i32, i64)> {
+    committed_in_topic(brokers, group, TOPIC, partitions)
+}
+
+/// [`committed_in_kafka`] for `topic`.
+pub fn committed_in_topic(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> Vec<(i32, i64)> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     let consumer: BaseConsumer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", brokers)
@@ -596,7 +606,7 @@ pub fn committed_in_kafka(brokers: &str, group: &str, partitions: i32) -> Vec<(i
         .unwrap();
     let mut tpl = rdkafka::TopicPartitionList::new();
     for p in 0..partitions {
-        tpl.add_partition(TOPIC, p);
+        tpl.add_partition(topic, p);
     }
     let committed = consumer
         .committed_offsets(tpl, Duration::from_secs(10))

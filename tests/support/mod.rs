@@ -2,9 +2,11 @@
 //! so tests run in parallel and leave nothing behind. A missing server fails the test loudly.
 #![allow(dead_code)]
 
+pub mod dev_broker;
 pub mod http;
 pub mod ingest;
 pub mod mariadb;
+pub mod python;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -12,6 +14,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use logstamp::config::{Settings, Sources};
 use logstamp::mysql::MysqlUrl;
 use mysql_async::prelude::Queryable;
+
+/// What a test that misses a service it needs says to do: the README's test command installs
+/// and starts every one.
+pub const SET_UP: &str = "scripts/test installs and starts what the tests need, then runs them";
 
 /// The server the tests use; `LOGSTAMP_TEST_MYSQL` points them elsewhere.
 pub fn server_url() -> String {
@@ -43,7 +49,7 @@ impl TestDb {
         let mut conn = mysql_async::Conn::from_url(format!("{server}/"))
             .await
             .unwrap_or_else(|e| {
-                panic!("these tests need MariaDB at {server} (root, empty password): {e}")
+                panic!("these tests need MariaDB at {server} (root, empty password): {e}; {SET_UP}")
             });
         conn.query_drop(format!("DROP DATABASE IF EXISTS `{name}`"))
             .await
