@@ -7,8 +7,10 @@
 pub mod config;
 pub mod id;
 pub mod ingest;
+pub mod kafka;
 pub mod mysql;
 pub mod relay;
+pub mod settings;
 pub mod store;
 pub mod telemetry;
 pub mod time;

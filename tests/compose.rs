@@ -8,7 +8,8 @@ use std::path::PathBuf;
 
 use serde_yaml::{Mapping, Value};
 
-use logstamp::config::{ConfigError, ServiceIdSetting, Settings, Sources};
+use logstamp::config::{ConfigError, Settings, Sources};
+use logstamp::id::settings::ServiceIdSetting;
 use logstamp::relay::capture::check_source;
 
 // ---------------------------------------------------------------------------------------------

@@ -11,11 +11,12 @@ use std::time::Duration;
 use chrono::{TimeZone, Utc};
 use serde_json::Value;
 
-use logstamp::config::{
-    AutoRange, ConfigError, DEFAULT_TOML, InsertMethod, LogFormat, LoopFilterMode, Retention,
-    ServiceIdSetting, Settings, Sources, env_var,
-};
+use logstamp::config::{ConfigError, DEFAULT_TOML, Settings, Sources, env_var};
+use logstamp::id::settings::{AutoRange, ServiceIdSetting};
+use logstamp::relay::settings::LoopFilterMode;
 use logstamp::store::Period;
+use logstamp::store::settings::{InsertMethod, Retention};
+use logstamp::telemetry::LogFormat;
 use logstamp::time::Zone;
 
 // ---------------------------------------------------------------------------------------------
@@ -509,7 +510,8 @@ fn relay_settings() {
         ],
         &[],
     );
-    assert_eq!(s.relay.tables, ["app.*", "billing.invoices"]);
+    let tables: Vec<String> = s.relay.tables.iter().map(ToString::to_string).collect();
+    assert_eq!(tables, ["app.*", "billing.invoices"]);
     assert_eq!(s.relay.loop_filter, LoopFilterMode::SkipReplication);
     let file = toml_file(
         "[relay]\ndc = \"east\"\nserver_id = 4001\n\
@@ -957,8 +959,8 @@ fn ingest_settings_are_checked() {
 
 #[test]
 fn normalize_rule_sets_load_from_inline_and_sub_tables() {
-    use logstamp::config::{NormalizeRule, NormalizeStep};
-    assert!(Settings::defaults().unwrap().normalize.is_empty());
+    use logstamp::transform::settings::{NormalizeRule, NormalizeStep};
+    assert!(Settings::defaults().unwrap().normalize.rules().is_empty());
     let file = toml_file(
         r#"
 [[normalize]]
@@ -986,8 +988,8 @@ formats = ["epoch_millis"]
 "#,
     );
     let s = load(Some(&file), &[], &[]);
-    assert_eq!(s.normalize.len(), 2);
-    let NormalizeRule { topics, steps } = &s.normalize[0];
+    assert_eq!(s.normalize.rules().len(), 2);
+    let NormalizeRule { topics, steps } = &s.normalize.rules()[0];
     assert_eq!(topics, &["logs"]);
     assert_eq!(steps.len(), 8);
     assert_eq!(
@@ -1004,21 +1006,21 @@ formats = ["epoch_millis"]
         }
         other => panic!("{other:?}"),
     }
-    assert!(s.normalize[1].topics.is_empty());
+    assert!(s.normalize.rules()[1].topics.is_empty());
     assert_eq!(
-        s.normalize[1].steps[0],
+        s.normalize.rules()[1].steps[0],
         NormalizeStep::Default {
             field: "/tags".into(),
             value: serde_json::json!({ "a": [1, 2.5], "b": true }),
         }
     );
-    match &s.normalize[1].steps[1] {
+    match &s.normalize.rules()[1].steps[1] {
         NormalizeStep::Time { zone, .. } => assert_eq!(zone, "UTC"),
         other => panic!("{other:?}"),
     }
 
     // And the loaded rules work.
-    let n = logstamp::transform::Normalizer::new(&s.normalize);
+    let n = &s.normalize;
     let mut doc =
         serde_json::json!({ "lvl": "WARNING", "time": "2026-11-21 10:00:00", "message": "m" });
     assert_eq!(n.apply("logs", &mut doc), Ok(true));

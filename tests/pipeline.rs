@@ -419,7 +419,8 @@ async fn every_insert_method_writes_fan_out_and_rollups(method: &str) {
     let db = TestDb::create(&format!("pipeline_{method}")).await;
     let settings = db.settings_with_file(Some(&example()), &[("store.insert_method", method)]);
     db.migrate(&settings).await;
-    let pipeline = Pipeline::from_settings(&settings);
+    let pipeline =
+        Pipeline::from_settings(settings.ingest.format, &settings.normalize, &settings.store);
     let layout = settings.id.layout;
     let second = Utc::now().timestamp() as u64;
     let n = 600;

@@ -20,9 +20,9 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use logstamp::config::LoopFilterMode;
 use logstamp::id::{IdGenerator, Layout};
 use logstamp::relay::change::Change;
+use logstamp::relay::settings::LoopFilterMode;
 use support::dev_broker::DevBroker;
 use support::http::{get, poll, readiness_becomes, sample, served_address};
 use support::mariadb::MariaDb;

@@ -11,11 +11,12 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Value};
 use serde_json::json;
 
-use logstamp::config::{InsertMethod, Settings};
+use logstamp::config::Settings;
 use logstamp::id::Layout;
 use logstamp::mysql::SqlValue;
 use logstamp::mysql::{self, DbError};
 use logstamp::store::schema::{ColumnSpec, ColumnType, create_log_table_sql};
+use logstamp::store::settings::InsertMethod;
 use logstamp::store::{
     Batch, Committed, DeadLetter, PartitionPlan, Period, Row, WriteOutcome, Writer,
 };

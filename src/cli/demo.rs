@@ -16,7 +16,8 @@ use mysql_async::prelude::Queryable;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use logstamp::config::{ServiceIdSetting, Settings, Sources};
+use logstamp::config::{Settings, Sources};
+use logstamp::id::settings::ServiceIdSetting;
 use logstamp::ingest::kafka::{Outgoing, produce_all};
 use logstamp::ingest::local_cluster::LocalCluster;
 use logstamp::ingest::sample::{log_message, spread};

@@ -7,6 +7,7 @@ mod capacity;
 mod clock;
 mod generator;
 mod layout;
+pub mod settings;
 
 pub use capacity::{CapacityInput, CapacityInputError, CapacityPlan, plan_capacity};
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -96,7 +96,11 @@ impl Dispatcher {
             concurrency: settings.store.concurrency,
             max_buffered_bytes: settings.ingest.max_buffered_bytes,
             max_message_bytes: settings.ingest.max_message_bytes,
-            pipeline: Pipeline::from_settings(settings),
+            pipeline: Pipeline::from_settings(
+                settings.ingest.format,
+                &settings.normalize,
+                &settings.store,
+            ),
             writer,
             generator,
             stats,

@@ -14,6 +14,7 @@ pub mod local_cluster;
 pub mod metrics;
 pub mod sample;
 mod seeks;
+pub mod settings;
 
 use std::future::Future;
 use std::num::NonZeroU32;

@@ -50,6 +50,11 @@ impl fmt::Display for Ident {
     }
 }
 
+/// Serializes an identifier bare, as settings write it (its `Display` is quoted for SQL).
+pub fn serialize_bare<S: serde::Serializer>(ident: &Ident, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(ident.as_str())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

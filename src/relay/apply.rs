@@ -20,11 +20,11 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{mpsc, watch};
 
-use crate::config::{LoopFilterMode, RemoteDc};
 use crate::mysql::encode::push_sql_string;
 use crate::mysql::lock::{lock_name, try_lock};
 use crate::mysql::rows::take;
 use crate::mysql::{self, DbError};
+use crate::relay::settings::{LoopFilterMode, RemoteDc};
 
 use super::change::{Change, Position, RowChange};
 use super::context::{APPLIED_TABLE, RelayContext, RelayError};

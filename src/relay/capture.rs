@@ -17,9 +17,9 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use tokio::sync::{mpsc, watch};
 
-use crate::config::LoopFilterMode;
 use crate::mysql::lock::{lock_name, try_lock};
 use crate::mysql::{self, DbError};
+use crate::relay::settings::LoopFilterMode;
 
 use super::change::{Change, TxnRef, binlog_file_number};
 use super::checkpoint::{self, Checkpoint};

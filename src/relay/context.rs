@@ -1,13 +1,13 @@
 //! What capture and the appliers of one relay share: its settings, the relayed tables, the loop
 //! cache, what they count, the errors they raise and the Kafka clients they use.
 
-use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-use crate::config::{LoopFilterMode, Settings};
+use super::settings::{LoopFilterMode, TablePattern};
+use crate::config::Settings;
 use crate::mysql::DbError;
 use crate::mysql::MysqlUrl;
 
@@ -67,43 +67,6 @@ impl RelayError {
     }
 }
 
-/// An entry of `relay.tables`: `schema.table`, or `schema.*` for every table of a schema.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TablePattern {
-    schema: String,
-    /// `None` for every table.
-    table: Option<String>,
-}
-
-impl TablePattern {
-    pub fn parse(text: &str) -> Result<TablePattern, String> {
-        let bad = || format!("{text:?} is not schema.table or schema.*");
-        let (schema, table) = text.trim().split_once('.').ok_or_else(bad)?;
-        if schema.is_empty() || table.is_empty() || table.contains('.') || schema == "*" {
-            return Err(bad());
-        }
-        Ok(TablePattern {
-            schema: schema.to_string(),
-            table: (table != "*").then(|| table.to_string()),
-        })
-    }
-
-    pub fn matches(&self, schema: &str, table: &str) -> bool {
-        self.schema == schema && self.table.as_deref().is_none_or(|t| t == table)
-    }
-}
-
-impl fmt::Display for TablePattern {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}.{}",
-            self.schema,
-            self.table.as_deref().unwrap_or("*")
-        )
-    }
-}
-
 /// The relay of one data centre, shared by its capture and appliers.
 #[derive(Debug, Clone)]
 pub struct RelayContext {
@@ -118,12 +81,7 @@ pub struct RelayContext {
 
 impl RelayContext {
     pub fn new(settings: Settings) -> Result<RelayContext, RelayError> {
-        let tables = settings
-            .relay
-            .tables
-            .iter()
-            .map(|t| TablePattern::parse(t).map_err(RelayError::Refused))
-            .collect::<Result<Vec<_>, _>>()?;
+        let tables = settings.relay.tables.clone();
         let cache = (settings.relay.loop_filter == LoopFilterMode::Cache)
             .then(|| Arc::new(Mutex::new(LoopCache::new(settings.relay.cache_ttl))));
         let stats = RelayStats::new(settings.relay.remotes.iter().map(|r| r.dc.clone()));
@@ -169,25 +127,5 @@ impl RelayContext {
             .set("bootstrap.servers", brokers)
             .set("client.id", format!("logstamp-relay-{}", self.dc()));
         config
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn patterns_name_a_table_or_a_schema() {
-        let one = TablePattern::parse("app.orders").unwrap();
-        assert!(one.matches("app", "orders"));
-        assert!(!one.matches("app", "orders2"));
-        assert!(!one.matches("app2", "orders"));
-        let all = TablePattern::parse(" app.* ").unwrap();
-        assert!(all.matches("app", "anything"));
-        assert!(!all.matches("other", "anything"));
-        assert_eq!(all.to_string(), "app.*");
-        for bad in ["app", ".t", "app.", "a.b.c", "*.t", ""] {
-            assert!(TablePattern::parse(bad).is_err(), "{bad:?}");
-        }
     }
 }

@@ -18,6 +18,7 @@ pub mod events;
 pub mod gtid;
 pub mod loop_filter;
 pub mod metrics;
+pub mod settings;
 pub mod sql;
 pub mod stats;
 pub mod status;
@@ -29,7 +30,8 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::Queryable;
 use tokio::sync::watch;
 
-pub use context::{RelayContext, RelayError, TablePattern};
+pub use context::{RelayContext, RelayError};
+pub use settings::TablePattern;
 
 use crate::mysql::{self, DbError};
 use context::{APPLIED_TABLE, CHECKPOINT_TABLE};

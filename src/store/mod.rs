@@ -9,6 +9,7 @@ pub mod partitions;
 pub mod query;
 pub mod rollup;
 pub mod schema;
+pub mod settings;
 pub mod writer;
 
 pub use partition_plan::{PartitionBound, PartitionPlan, Period, PlanError};

@@ -26,10 +26,11 @@ use mysql_async::{Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts, Transactio
 use tokio::sync::OnceCell;
 
 use super::rollup;
-use crate::config::{InsertMethod, Settings};
+use crate::config::Settings;
 use crate::id::Layout;
 use crate::mysql::retry::retrying;
 use crate::mysql::{self, DbError, Ident};
+use crate::store::settings::InsertMethod;
 use crate::transform::MappedRow;
 use crate::transform::rollup::RollupPlan;
 use infile::{InfileHandler, InfileServer};

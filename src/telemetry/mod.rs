@@ -7,10 +7,12 @@ pub mod exporter;
 pub mod server;
 
 use std::io::IsTerminal;
+use std::net::SocketAddr;
 
+use serde::{Deserialize, Serialize};
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{LogFormat, TelemetrySettings};
+use crate::settings::SettingError;
 
 /// Installs the global subscriber. Calling it again (tests, embedded use) keeps the first one.
 pub fn init(settings: &TelemetrySettings) {
@@ -26,4 +28,28 @@ pub fn init(settings: &TelemetrySettings) {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
+}
+
+/// The `[telemetry]` settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetrySettings {
+    pub log_format: LogFormat,
+    pub log_level: String,
+    pub listen: SocketAddr,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl TelemetrySettings {
+    pub fn validate(&self) -> Result<(), SettingError> {
+        EnvFilter::try_new(&self.log_level)
+            .map(|_| ())
+            .map_err(|e| SettingError::new("telemetry.log_level", e))
+    }
 }

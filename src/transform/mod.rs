@@ -10,6 +10,7 @@ mod convert;
 pub mod normalize;
 pub mod rollup;
 pub mod route;
+pub mod settings;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
@@ -20,7 +21,7 @@ use crate::store::schema::{ColumnSpec, ColumnType, DEFAULT_STRING_LENGTH};
 pub use normalize::Normalizer;
 use route::Condition;
 
-use crate::config::Settings;
+use crate::store::settings::StoreSettings;
 
 /// MariaDB's `JSON_VALID` refuses documents nested 32 levels deep or more.
 pub const MAX_JSON_DEPTH: usize = 31;
@@ -191,9 +192,14 @@ impl Pipeline {
     }
 
     /// The log table and the fan-out tables of the settings.
-    pub fn from_settings(settings: &Settings) -> Pipeline {
-        let routes = settings
-            .store
+    /// The pipeline the settings describe: messages in `format`, normalized, mapped to the log
+    /// table's columns and routed to the fan-out tables of `store`.
+    pub fn from_settings(
+        format: MessageFormat,
+        normalizer: &Normalizer,
+        store: &StoreSettings,
+    ) -> Pipeline {
+        let routes = store
             .tables
             .iter()
             .map(|table| Route {
@@ -202,9 +208,9 @@ impl Pipeline {
             })
             .collect();
         Pipeline::new(
-            settings.ingest.format,
-            Normalizer::new(&settings.normalize),
-            Mapper::new(&settings.store.columns),
+            format,
+            normalizer.clone(),
+            Mapper::new(&store.columns),
             routes,
         )
     }

@@ -9,24 +9,34 @@ use std::collections::HashMap;
 
 use chrono::format::{Item, Parsed, StrftimeItems};
 use chrono::{DateTime, Datelike, SecondsFormat, Utc};
+use serde::Serialize;
 use serde_json::{Map, Value as Json};
 
 use super::convert::kind;
+use super::settings::{NormalizeRule, NormalizeStep};
 use super::{MAX_JSON_DEPTH, MapError};
-use crate::config::{NormalizeRule, NormalizeStep};
 use crate::time::Zone;
 
 /// Longest quote of a value in a reason, in characters.
 const QUOTE_CHARS: usize = 64;
 
-/// The compiled rule sets of the settings.
+/// The compiled rule sets of the settings, with the rules they were compiled from (shown as the
+/// settings).
 #[derive(Debug, Clone, Default)]
 pub struct Normalizer {
     sets: Vec<RuleSet>,
+    rules: Vec<NormalizeRule>,
 }
 
-/// A rule set that settings validation refused, or the step of it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+impl Serialize for Normalizer {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.rules.serialize(s)
+    }
+}
+
+/// A rule set that does not compile, or the step of it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {reason}", self.key())]
 pub struct RuleError {
     /// Index of the rule set in `[[normalize]]`.
     pub set: usize,
@@ -35,32 +45,14 @@ pub struct RuleError {
     pub reason: String,
 }
 
-/// Checks rule sets as settings load: pointers, formats, zones, values.
-pub fn check(rules: &[NormalizeRule]) -> Result<(), RuleError> {
-    for (set, rule) in rules.iter().enumerate() {
-        if rule.topics.iter().any(|t| t.trim().is_empty()) {
-            return Err(RuleError {
-                set,
-                step: None,
-                reason: "topics must not be empty names".into(),
-            });
-        }
-        if rule.steps.is_empty() {
-            return Err(RuleError {
-                set,
-                step: None,
-                reason: "needs at least one step".into(),
-            });
-        }
-        for (step, spec) in rule.steps.iter().enumerate() {
-            compile_step(spec).map_err(|reason| RuleError {
-                set,
-                step: Some(step),
-                reason,
-            })?;
+impl RuleError {
+    /// The setting it is about: `normalize[set]` or `normalize[set].steps[step]`.
+    pub fn key(&self) -> String {
+        match self.step {
+            Some(step) => format!("normalize[{}].steps[{step}]", self.set),
+            None => format!("normalize[{}]", self.set),
         }
     }
-    Ok(())
 }
 
 #[derive(Debug, Clone)]
@@ -88,23 +80,14 @@ struct CompiledStep {
 
 #[derive(Debug, Clone)]
 enum Action {
-    Rename {
-        from: Pointer,
-        to: Pointer,
-    },
-    Extract {
-        from: Pointer,
-        to: Pointer,
-    },
+    Rename { from: Pointer, to: Pointer },
+    Extract { from: Pointer, to: Pointer },
     Drop(Pointer),
     Default(Pointer, Json),
     Lowercase(Pointer),
     Map(Pointer, HashMap<String, String>),
     Time(Pointer, Vec<TimeFormat>, Zone),
     Require(Pointer),
-    /// A step settings validation would have refused: it fails every message rather than be
-    /// skipped silently.
-    Invalid(String),
 }
 
 #[derive(Debug, Clone)]
@@ -116,28 +99,37 @@ enum TimeFormat {
 }
 
 impl Normalizer {
-    /// Compiles rule sets already checked by [`check`] (settings do it as they load). A step
-    /// that would not pass fails every message it meets, naming why.
-    pub fn new(rules: &[NormalizeRule]) -> Normalizer {
-        let sets = rules
-            .iter()
-            .map(|rule| RuleSet {
+    /// Compiles rule sets: pointers, formats, zones and values are checked here, once.
+    pub fn compile(rules: Vec<NormalizeRule>) -> Result<Normalizer, RuleError> {
+        let mut sets = Vec::with_capacity(rules.len());
+        for (set, rule) in rules.iter().enumerate() {
+            let refused = |step: Option<usize>, reason: String| RuleError { set, step, reason };
+            if rule.topics.iter().any(|t| t.trim().is_empty()) {
+                return Err(refused(None, "topics must not be empty names".into()));
+            }
+            if rule.steps.is_empty() {
+                return Err(refused(None, "needs at least one step".into()));
+            }
+            let steps = rule
+                .steps
+                .iter()
+                .enumerate()
+                .map(|(step, spec)| {
+                    compile_step(spec).map_err(|reason| refused(Some(step), reason))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            sets.push(RuleSet {
                 topics: (!rule.topics.is_empty())
                     .then(|| rule.topics.iter().map(|t| t.as_str().into()).collect()),
-                steps: rule
-                    .steps
-                    .iter()
-                    .map(|spec| {
-                        compile_step(spec).unwrap_or_else(|reason| CompiledStep {
-                            op: op_name(spec),
-                            field: field_text(spec),
-                            action: Action::Invalid(reason),
-                        })
-                    })
-                    .collect(),
-            })
-            .collect();
-        Normalizer { sets }
+                steps,
+            });
+        }
+        Ok(Normalizer { sets, rules })
+    }
+
+    /// The rules it was compiled from.
+    pub fn rules(&self) -> &[NormalizeRule] {
+        &self.rules
     }
 
     /// Whether any rule set applies to this topic (so callers can skip re-serialising documents).
@@ -466,7 +458,6 @@ impl Action {
                 Some(Json::Null) => Err("null".into()),
                 Some(_) => Ok(false),
             },
-            Action::Invalid(reason) => Err(format!("invalid step: {reason}")),
         }
     }
 }

@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use logstamp::config::{ServiceIdSetting, Settings};
+use logstamp::config::Settings;
 use logstamp::id::IdGenerator;
+use logstamp::id::settings::ServiceIdSetting;
 use logstamp::ingest::kafka::{Outgoing, produce_all};
 use logstamp::ingest::local_cluster::LocalCluster;
 use logstamp::ingest::{self, IngestError, IngestStats};

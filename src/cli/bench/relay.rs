@@ -16,11 +16,13 @@ use rdkafka::mocking::MockCluster;
 use serde::Serialize;
 use tokio::sync::watch;
 
-use logstamp::config::{LoopFilterMode, RemoteDc, Settings};
+use logstamp::config::Settings;
 use logstamp::id::IdGenerator;
 use logstamp::mysql::MysqlUrl;
 use logstamp::mysql::encode::push_sql_string;
+use logstamp::relay::TablePattern;
 use logstamp::relay::checkpoint;
+use logstamp::relay::settings::{LoopFilterMode, RemoteDc};
 use logstamp::relay::{RelayContext, apply, capture};
 use logstamp::store::migrate;
 
@@ -227,7 +229,10 @@ async fn bench_in(
         s.kafka.brokers = brokers.clone();
         s.relay.dc = dc.to_string();
         s.relay.server_id = args.server_id;
-        s.relay.tables = vec![format!("{}.{TABLE}", scratch.data)];
+        s.relay.tables = vec![
+            TablePattern::parse(&format!("{}.{TABLE}", scratch.data))
+                .map_err(anyhow::Error::msg)?,
+        ];
         s.relay.topic_prefix = "logstamp-bench-".into();
         s.relay.loop_filter = LoopFilterMode::Marker;
         s.relay.checkpoint_interval = Duration::from_millis(100);

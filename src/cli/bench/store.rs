@@ -13,8 +13,9 @@ use mysql_async::prelude::Queryable;
 use serde::Serialize;
 use serde_json::json;
 
-use logstamp::config::{InsertMethod, Settings, Sources};
+use logstamp::config::{Settings, Sources};
 use logstamp::id::IdGenerator;
+use logstamp::store::settings::InsertMethod;
 use logstamp::store::{Batch, Row, WriteOutcome, Writer};
 use logstamp::transform::Mapper;
 

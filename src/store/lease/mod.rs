@@ -27,7 +27,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout_at};
 
-use crate::config::{ServiceIdSetting, Settings};
+use crate::config::Settings;
+use crate::id::settings::ServiceIdSetting;
 use crate::id::{Clock, HaltReason, IdError, IdGenerator, SystemClock};
 use crate::mysql::{self, DbError};
 

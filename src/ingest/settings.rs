@@ -1,0 +1,60 @@
+//! The `[ingest]` and `[batch]` settings of a worker.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::settings::{SettingError, at_least_one, duration_text};
+use crate::transform::MessageFormat;
+
+/// The ingest worker's own settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestSettings {
+    pub format: MessageFormat,
+    /// Larger messages go to the dead letters.
+    pub max_message_bytes: usize,
+    /// 0 for no limit.
+    pub max_records_per_second: u32,
+    /// Dead letters are also produced to this topic; empty for none.
+    pub dead_letter_topic: String,
+    #[serde(with = "duration_text")]
+    pub shutdown_timeout: Duration,
+    /// Message bytes held between Kafka and MySQL before the consumer pauses.
+    pub max_buffered_bytes: usize,
+    /// How often `partitions ensure` runs.
+    #[serde(with = "duration_text")]
+    pub maintenance_interval: Duration,
+}
+
+impl IngestSettings {
+    pub fn validate(&self) -> Result<(), SettingError> {
+        at_least_one("ingest.max_message_bytes", self.max_message_bytes as u64)?;
+        at_least_one("ingest.max_buffered_bytes", self.max_buffered_bytes as u64)?;
+        at_least_one(
+            "ingest.maintenance_interval",
+            self.maintenance_interval.as_secs(),
+        )
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchSettings {
+    pub max_rows: usize,
+    pub max_bytes: usize,
+    pub linger_ms: u64,
+}
+
+impl BatchSettings {
+    pub fn linger(&self) -> Duration {
+        Duration::from_millis(self.linger_ms)
+    }
+}
+
+impl BatchSettings {
+    pub fn validate(&self) -> Result<(), SettingError> {
+        at_least_one("batch.max_rows", self.max_rows as u64)?;
+        at_least_one("batch.max_bytes", self.max_bytes as u64)
+    }
+}

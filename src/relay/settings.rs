@@ -1,0 +1,219 @@
+//! The `[relay]` settings: this data centre's name, the relayed tables, the loop filter and the
+//! remote data centres whose changes are applied here.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::settings::{SettingError, at_least_one, duration_text};
+
+/// The cross-data-centre relay of this data centre: its capture and the remote appliers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelaySettings {
+    /// This data centre's name: it names the capture's topic and the rows of the relay tables.
+    pub dc: String,
+    /// The replica server_id the capture presents to the local server; 0 means unset.
+    pub server_id: u32,
+    /// Relayed tables, `schema.table` or `schema.*`.
+    pub tables: Vec<TablePattern>,
+    /// A data centre's topic is this prefix followed by its name.
+    pub topic_prefix: String,
+    pub loop_filter: LoopFilterMode,
+    #[serde(with = "duration_text")]
+    pub cache_ttl: Duration,
+    #[serde(with = "duration_text")]
+    pub checkpoint_interval: Duration,
+    /// Source transactions an applier that is behind may commit together.
+    pub apply_batch: usize,
+    /// The data centres whose changes are applied here.
+    pub remotes: Vec<RemoteDc>,
+}
+
+impl RelaySettings {
+    /// The topic a data centre's capture publishes to.
+    pub fn topic(&self, dc: &str) -> String {
+        format!("{}{dc}", self.topic_prefix)
+    }
+}
+
+impl RelaySettings {
+    pub fn validate(&self) -> Result<(), SettingError> {
+        dc_name("relay.dc", &self.dc)?;
+        let mut seen = HashSet::new();
+        for remote in &self.remotes {
+            dc_name("relay.remotes", &remote.dc)?;
+            if remote.dc == self.dc {
+                return Err(SettingError::new(
+                    "relay.remotes",
+                    format!("{:?} is this data centre (relay.dc)", remote.dc),
+                ));
+            }
+            if !seen.insert(remote.dc.as_str()) {
+                return Err(SettingError::new(
+                    "relay.remotes",
+                    format!("{:?} is listed twice", remote.dc),
+                ));
+            }
+        }
+        // Kafka topic names: ASCII letters, digits, `.`, `_` and `-`, at most 249 characters.
+        let topic_ok = self
+            .topic_prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+            && self.topic_prefix.len() <= 249 - 64;
+        if !topic_ok {
+            return Err(SettingError::new(
+                "relay.topic_prefix",
+                "use ASCII letters, digits, ., _ and -, at most 185 characters",
+            ));
+        }
+        if self.cache_ttl.is_zero() {
+            return Err(SettingError::new(
+                "relay.cache_ttl",
+                "must be longer than 0",
+            ));
+        }
+        if self.checkpoint_interval.is_zero() {
+            return Err(SettingError::new(
+                "relay.checkpoint_interval",
+                "must be longer than 0",
+            ));
+        }
+        at_least_one("relay.apply_batch", self.apply_batch as u64)
+    }
+}
+
+/// Names end up in topic names and in relay tables' keys: keep them to what both take.
+fn dc_name(key: &str, name: &str) -> Result<(), SettingError> {
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if valid {
+        Ok(())
+    } else {
+        Err(SettingError::new(
+            key,
+            format!(
+                "{name:?} is not a data centre name: use 1 to 64 ASCII letters, digits, _ and -"
+            ),
+        ))
+    }
+}
+
+/// A remote data centre whose topic this relay applies.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteDc {
+    pub dc: String,
+    /// Kafka holding that data centre's topic; empty means `kafka.brokers`.
+    #[serde(default)]
+    pub brokers: String,
+}
+
+impl RemoteDc {
+    /// Where that data centre's topic is read: its own brokers, else `local` (`kafka.brokers`).
+    pub fn brokers_or<'a>(&'a self, local: &'a str) -> &'a str {
+        if self.brokers.trim().is_empty() {
+            local
+        } else {
+            &self.brokers
+        }
+    }
+}
+
+/// How the relay keeps changes it applied from being captured and sent back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoopFilterMode {
+    Marker,
+    SkipReplication,
+    Cache,
+}
+
+impl fmt::Display for LoopFilterMode {
+    /// The setting's own spelling.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LoopFilterMode::Marker => "marker",
+            LoopFilterMode::SkipReplication => "skip_replication",
+            LoopFilterMode::Cache => "cache",
+        })
+    }
+}
+
+/// An entry of `relay.tables`: `schema.table`, or `schema.*` for every table of a schema.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct TablePattern {
+    schema: String,
+    /// `None` for every table.
+    table: Option<String>,
+}
+
+impl TablePattern {
+    pub fn parse(text: &str) -> Result<TablePattern, String> {
+        let bad = || format!("{text:?} is not schema.table or schema.*");
+        let (schema, table) = text.trim().split_once('.').ok_or_else(bad)?;
+        if schema.is_empty() || table.is_empty() || table.contains('.') || schema == "*" {
+            return Err(bad());
+        }
+        Ok(TablePattern {
+            schema: schema.to_string(),
+            table: (table != "*").then(|| table.to_string()),
+        })
+    }
+
+    pub fn matches(&self, schema: &str, table: &str) -> bool {
+        self.schema == schema && self.table.as_deref().is_none_or(|t| t == table)
+    }
+}
+
+impl fmt::Display for TablePattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}.{}",
+            self.schema,
+            self.table.as_deref().unwrap_or("*")
+        )
+    }
+}
+
+impl TryFrom<String> for TablePattern {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<TablePattern, String> {
+        TablePattern::parse(&text)
+    }
+}
+
+impl From<TablePattern> for String {
+    fn from(pattern: TablePattern) -> String {
+        pattern.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TablePattern;
+
+    #[test]
+    fn patterns_name_a_table_or_a_schema() {
+        let one = TablePattern::parse("app.orders").unwrap();
+        assert!(one.matches("app", "orders"));
+        assert!(!one.matches("app", "orders2"));
+        assert!(!one.matches("app2", "orders"));
+        let all = TablePattern::parse(" app.* ").unwrap();
+        assert!(all.matches("app", "anything"));
+        assert!(!all.matches("other", "anything"));
+        assert_eq!(all.to_string(), "app.*");
+        for bad in ["app", ".t", "app.", "a.b.c", "*.t", ""] {
+            assert!(TablePattern::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}

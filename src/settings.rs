@@ -1,0 +1,80 @@
+//! What every section of the settings shares, whichever module owns it: the error a bad value
+//! makes (naming its key), and the text forms settings are written in. Sections deserialize
+//! into their raw form and are checked once into the values their code uses; `config` layers
+//! the sources, composes the sections and says which layer set a bad key.
+
+use std::fmt;
+
+/// A setting that cannot be used: its dotted key (`store.concurrency`) and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {reason}")]
+pub struct SettingError {
+    pub key: String,
+    pub reason: String,
+}
+
+impl SettingError {
+    pub fn new(key: impl Into<String>, reason: impl fmt::Display) -> SettingError {
+        SettingError {
+            key: key.into(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
+/// Refuses 0 for a count or size whose 0 would stall the work.
+pub fn at_least_one(key: &str, value: u64) -> Result<(), SettingError> {
+    if value == 0 {
+        Err(SettingError::new(key, "must be at least 1"))
+    } else {
+        Ok(())
+    }
+}
+
+/// Refuses an empty (or blank) value.
+pub fn non_empty(key: &str, value: &str) -> Result<(), SettingError> {
+    if value.trim().is_empty() {
+        Err(SettingError::new(key, "must not be empty"))
+    } else {
+        Ok(())
+    }
+}
+
+/// (De)serializes a type through its `FromStr` and `Display`.
+pub mod as_text {
+    use std::fmt::Display;
+    use std::str::FromStr;
+
+    use serde::{Deserialize, Deserializer, Serializer, de};
+
+    pub fn serialize<T: Display, S: Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(value)
+    }
+
+    pub fn deserialize<'de, T, D>(d: D) -> Result<T, D::Error>
+    where
+        T: FromStr,
+        T::Err: Display,
+        D: Deserializer<'de>,
+    {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(de::Error::custom)
+    }
+}
+
+/// A duration written for humans ("5m", "90s", "1h 30m").
+pub mod duration_text {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer, de};
+
+    pub fn serialize<S: Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&humantime::format_duration(*value))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(text.trim())
+            .map_err(|e| de::Error::custom(format!("{e}: use a duration like \"5m\" or \"90s\"")))
+    }
+}

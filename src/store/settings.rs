@@ -1,0 +1,156 @@
+//! The `[store]` and `[partitions]` settings: the log table, its columns and fan-out tables, how
+//! rows are written, and how tables are partitioned and kept.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize, Serializer};
+
+use super::Period;
+use super::schema::ColumnSpec;
+use crate::mysql::Ident;
+use crate::mysql::ident::serialize_bare;
+use crate::settings::{SettingError, as_text, at_least_one, duration_text};
+use crate::time::Zone;
+use crate::transform::route::Condition;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartitionSettings {
+    #[serde(with = "as_text")]
+    pub period: Period,
+    #[serde(with = "as_text")]
+    pub time_zone: Zone,
+    pub ahead: u32,
+    pub retention: Retention,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreSettings {
+    #[serde(
+        serialize_with = "serialize_bare",
+        deserialize_with = "as_text::deserialize"
+    )]
+    pub table: Ident,
+    pub concurrency: usize,
+    pub insert_method: InsertMethod,
+    /// How long a batch failing for a transient reason is retried before the writer gives up.
+    #[serde(with = "duration_text")]
+    pub give_up_after: Duration,
+    pub payload: bool,
+    pub columns: Vec<ColumnSpec>,
+    /// Fan-out tables: records (or those meeting `when`) also go there, with the same ID.
+    #[serde(default)]
+    pub tables: Vec<FanoutTable>,
+}
+
+/// One `[[store.tables]]`: a table partitioned like the log table, keyed by the record's ID.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FanoutTable {
+    #[serde(
+        serialize_with = "serialize_bare",
+        deserialize_with = "as_text::deserialize"
+    )]
+    pub name: Ident,
+    /// Conditions on the record, all of which must hold; none: every record.
+    #[serde(default)]
+    pub when: Vec<Condition>,
+    /// Keep the whole record in a `payload` column here too.
+    #[serde(default)]
+    pub payload: bool,
+    pub columns: Vec<ColumnSpec>,
+}
+
+/// How the writer sends rows to MySQL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InsertMethod {
+    Text,
+    Prepared,
+    Batch,
+    LoadData,
+}
+
+impl fmt::Display for InsertMethod {
+    /// The setting's own spelling.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            InsertMethod::Text => "text",
+            InsertMethod::Prepared => "prepared",
+            InsertMethod::Batch => "batch",
+            InsertMethod::LoadData => "load_data",
+        })
+    }
+}
+
+impl StoreSettings {
+    /// Valid, distinct column and table names; fan-out tables with columns and conditions that
+    /// make sense.
+    pub fn validate(&self) -> Result<(), SettingError> {
+        at_least_one("store.concurrency", self.concurrency as u64)?;
+        distinct_columns("store.columns", &self.columns)?;
+        let mut tables = HashSet::from([self.table.as_str().to_ascii_lowercase()]);
+        for table in &self.tables {
+            let key = format!("store.tables.{}", table.name);
+            if !tables.insert(table.name.as_str().to_ascii_lowercase()) {
+                return Err(SettingError::new(
+                    "store.tables",
+                    format!("table {} appears twice", table.name),
+                ));
+            }
+            if table.columns.is_empty() {
+                return Err(SettingError::new(&key, "needs at least one column"));
+            }
+            distinct_columns(&key, &table.columns)?;
+            for condition in &table.when {
+                condition.check().map_err(|e| SettingError::new(&key, e))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Refuses a column name that is not an identifier or is mapped twice.
+fn distinct_columns(key: &str, columns: &[ColumnSpec]) -> Result<(), SettingError> {
+    let mut seen = HashSet::new();
+    for column in columns {
+        column.ident().map_err(|e| SettingError::new(key, e))?;
+        if !seen.insert(column.name.to_ascii_lowercase()) {
+            return Err(SettingError::new(
+                key,
+                format!("column {:?} is mapped twice", column.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// How long partitions are kept; `None` keeps them forever (`"off"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention(pub Option<Duration>);
+
+impl<'de> Deserialize<'de> for Retention {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Retention, D::Error> {
+        let text = String::deserialize(d)?;
+        if matches!(text.trim(), "off" | "") {
+            return Ok(Retention(None));
+        }
+        humantime::parse_duration(text.trim())
+            .map(|d| Retention(Some(d)))
+            .map_err(|e| {
+                serde::de::Error::custom(format!("{e}: use a duration like \"90days\" or \"off\""))
+            })
+    }
+}
+
+impl Serialize for Retention {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            None => s.serialize_str("off"),
+            Some(d) => s.collect_str(&humantime::format_duration(d)),
+        }
+    }
+}
