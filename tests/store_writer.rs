@@ -16,8 +16,10 @@ use logstamp::id::Layout;
 use logstamp::store::schema::{ColumnSpec, ColumnType, create_log_table_sql};
 use logstamp::store::{
     Batch, Committed, DeadLetter, PartitionPlan, Period, Row, StoreError, WriteOutcome, Writer, db,
+    rollup,
 };
 use logstamp::time::Zone;
+use logstamp::transform::rollup::{Bucket, RollupPlan, RollupSettings, SourceTable};
 use logstamp::transform::{Mapper, SqlValue};
 use support::TestDb;
 
@@ -90,6 +92,16 @@ impl Fixture {
     }
 
     async fn with(hint: &str, method: InsertMethod, overrides: &[(&str, &str)]) -> Fixture {
+        Fixture::with_rollups(hint, method, overrides, &[]).await
+    }
+
+    /// With rollups over the log table, their tables created.
+    async fn with_rollups(
+        hint: &str,
+        method: InsertMethod,
+        overrides: &[(&str, &str)],
+        rollups: &[RollupSettings],
+    ) -> Fixture {
         let db = TestDb::create(hint).await;
         let method_name = serde_json::to_value(method).unwrap();
         let mut all = vec![
@@ -99,8 +111,20 @@ impl Fixture {
         all.extend_from_slice(overrides);
         let mut settings = db.settings(&all);
         settings.store.columns = every_type();
+        let source = SourceTable {
+            name: &settings.store.table,
+            columns: &settings.store.columns,
+        };
+        settings.rollup_plans = rollups
+            .iter()
+            .map(|r| RollupPlan::compile(r, std::slice::from_ref(&source)).unwrap())
+            .collect();
         db::create_database(&db.mysql_url()).await.unwrap();
-        create_store_tables(&mut db.conn().await, &settings).await;
+        let mut conn = db.conn().await;
+        create_store_tables(&mut conn, &settings).await;
+        for plan in &settings.rollup_plans {
+            rollup::ensure_table(&mut conn, plan, true).await.unwrap();
+        }
         let writer = Writer::new(&settings).unwrap();
         let mapper = Mapper::new(&settings.store.columns);
         Fixture {
@@ -911,6 +935,106 @@ async fn rows_the_database_refuses_are_dead_lettered(method: InsertMethod) {
     assert!(letters[3].2.contains("not JSON"), "{}", letters[3].2);
 }
 for_each_method!(rows_the_database_refuses_are_dead_lettered);
+
+/// A record whose share of a rollup puts a DOUBLE sum out of range is dead-lettered, naming the
+/// rollup and the server's error; the rest of its batch is stored and counted. The overflow may
+/// come from two records of one batch (1e308 twice in a bucket: the second is refused) or from
+/// the total already stored. The rollup then equals a `GROUP BY` over the stored rows.
+async fn a_rollup_sum_out_of_range_dead_letters_only_its_record(method: InsertMethod) {
+    let per_minute = RollupSettings {
+        name: "d_per_minute".into(),
+        source: String::new(),
+        bucket: Bucket::Minute,
+        dimensions: vec!["s".into()],
+        sums: vec!["d".into()],
+        mins: vec![],
+        maxs: vec!["d".into()],
+    };
+    let f = Fixture::with_rollups("rollup_overflow", method, &[], &[per_minute]).await;
+    let layout = f.settings.id.layout;
+    // Offsets 0..40 over two minutes and two services; d is a multiple of 1/4, so every sum is
+    // exact whatever the order of the additions.
+    let record = |offset: i64, d: f64| {
+        let id = layout
+            .encode(60 * (offset as u64 % 2), 0, offset as u32)
+            .unwrap();
+        let s = ["api", "web"][offset as usize / 20 % 2];
+        (id, offset, message(json!({"s": s, "d": d})))
+    };
+    let mut messages: Vec<_> = (0..40).map(|o| record(o, o as f64 / 4.0)).collect();
+    messages[10] = record(10, 1e308);
+    messages[14] = record(14, 1e308);
+    let done = committed(
+        f.writer
+            .write(&f.batch(0, 0, 40, &borrowed(&messages)))
+            .await
+            .unwrap(),
+    );
+    assert_eq!((done.rows, done.dead_letters), (39, 1));
+    let mut later: Vec<_> = (40..50).map(|o| record(o, 1.0)).collect();
+    later[2] = record(42, 1e308);
+    later[5] = record(45, 1e308);
+    let done = committed(
+        f.writer
+            .write(&f.batch(0, 40, 50, &borrowed(&later)))
+            .await
+            .unwrap(),
+    );
+    assert_eq!((done.rows, done.dead_letters), (9, 1));
+    assert_eq!(f.stored_offset(0).await, Some(50));
+
+    let letters = f.dead_letters().await;
+    let offsets: Vec<i64> = letters.iter().map(|l| l.1).collect();
+    // Offset 42 lands in the bucket of offset 10, whose 1e308 is stored; 45 in another, where
+    // it fits.
+    assert_eq!(offsets, vec![14, 42]);
+    for (_, offset, reason, raw) in &letters {
+        assert!(
+            reason.contains("rollup `d_per_minute`") && reason.contains("(error 1690)"),
+            "{reason}"
+        );
+        let all = messages.iter().chain(&later);
+        let sent = all.clone().find(|m| m.1 == *offset).unwrap();
+        assert_eq!(raw.as_deref(), Some(sent.2.as_slice()));
+    }
+    let mut stored: Vec<u64> = messages
+        .iter()
+        .chain(&later)
+        .filter(|m| ![14, 42].contains(&m.1))
+        .map(|m| m.0)
+        .collect();
+    stored.sort_unstable();
+    assert_eq!(f.stored_ids().await, stored);
+
+    type Totals = (String, String, u64, f64, Option<f64>);
+    let rollup: Vec<Totals> = f
+        .conn()
+        .await
+        .query(
+            "SELECT DATE_FORMAT(bucket, '%Y-%m-%d %H:%i'), s, n, sum_d, max_d \
+             FROM d_per_minute ORDER BY 1, 2",
+        )
+        .await
+        .unwrap();
+    let raw: Vec<Totals> = f
+        .conn()
+        .await
+        .query(
+            "SELECT DATE_FORMAT(TIMESTAMP'1970-01-01 00:00:00' + INTERVAL ((id >> 32) DIV 60 * 60) \
+             SECOND, '%Y-%m-%d %H:%i'), COALESCE(s, ''), COUNT(*), SUM(d), MAX(d) \
+             FROM logs GROUP BY 1, 2 ORDER BY 1, 2",
+        )
+        .await
+        .unwrap();
+    assert_eq!(rollup.len(), 4);
+    assert_eq!(
+        rollup.iter().filter(|b| b.3 == 1e308).count(),
+        2,
+        "{rollup:?}"
+    );
+    assert_eq!(rollup, raw);
+}
+for_each_method!(a_rollup_sum_out_of_range_dead_letters_only_its_record);
 
 #[tokio::test]
 async fn a_batch_of_only_dead_letters_still_moves_the_offset() {

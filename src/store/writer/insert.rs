@@ -58,6 +58,14 @@ impl InsertError {
             InsertError::Refused(reason) => StoreError::Refused(reason),
         }
     }
+
+    /// A refusal's reason rewritten (to say what was refused); other errors as they are.
+    pub(super) fn refused_as(self, reason: impl FnOnce(String) -> String) -> InsertError {
+        match self {
+            InsertError::Refused(r) => InsertError::Refused(reason(r)),
+            store => store,
+        }
+    }
 }
 
 impl From<StoreError> for InsertError {
