@@ -11,7 +11,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Value};
 use serde_json::json;
 
-use logstamp::config::{InsertMethod, Settings};
+use logstamp::config::{InsertMethod, MysqlUrl, Settings};
 use logstamp::id::Layout;
 use logstamp::store::schema::{ColumnSpec, ColumnType, create_log_table_sql};
 use logstamp::store::{
@@ -365,6 +365,76 @@ async fn the_same_batch_twice_is_written_once(method: InsertMethod) {
     assert_eq!(f.stored_ids().await.len(), 60);
 }
 for_each_method!(the_same_batch_twice_is_written_once);
+
+/// With `client_found_rows=true` in `mysql.url`, MySQL would count the offset row an upsert
+/// finds unchanged as affected, which the offset claim reads as its own. The writer's sessions
+/// do without it: a stale owner (here one that read again from offset 0 and stamped new IDs)
+/// still commits nothing.
+#[tokio::test]
+async fn client_found_rows_in_the_url_does_not_let_a_stale_owner_commit() {
+    let f = Fixture::new("found_rows", InsertMethod::Prepared).await;
+    let mut settings = f.settings.clone();
+    settings.mysql.url =
+        MysqlUrl::try_from(format!("{}?client_found_rows=true", f.db.url)).unwrap();
+    let writer = Writer::new(&settings).unwrap();
+    let first = log_messages(1000, 0, 10);
+    committed(
+        writer
+            .write(&f.batch(0, 0, 10, &borrowed(&first)))
+            .await
+            .unwrap(),
+    );
+    let stale = log_messages(2000, 0, 7);
+    assert_eq!(
+        writer
+            .write(&f.batch(0, 0, 7, &borrowed(&stale)))
+            .await
+            .unwrap(),
+        WriteOutcome::OffsetMoved { stored: Some(10) }
+    );
+    writer.close().await.unwrap();
+    let (rows, low, high, letters, offset): (u64, u64, u64, u64, i64) = f
+        .conn()
+        .await
+        .query_first(
+            "SELECT (SELECT COUNT(*) FROM logs), (SELECT MIN(id) FROM logs), \
+             (SELECT MAX(id) FROM logs), (SELECT COUNT(*) FROM dead_letters), \
+             (SELECT next_offset FROM ingest_offsets)",
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((rows, low, high, letters, offset), (10, 1000, 1009, 0, 10));
+}
+
+/// A client-side `max_allowed_packet` in `mysql.url` below the server's bounds the statements
+/// too: a batch larger than it is sent in smaller statements, not refused by the driver.
+async fn a_lower_max_allowed_packet_in_the_url_splits_statements(method: InsertMethod) {
+    let f = Fixture::with("url_packet", method, &[("store.give_up_after", "2s")]).await;
+    let mut settings = f.settings.clone();
+    settings.mysql.url =
+        MysqlUrl::try_from(format!("{}?max_allowed_packet=262144", f.db.url)).unwrap();
+    let writer = Writer::new(&settings).unwrap();
+    let messages: Vec<(u64, i64, Vec<u8>)> = (0..300)
+        .map(|k| {
+            (
+                1 + k as u64,
+                k,
+                message(json!({"t": "x".repeat(2_000), "i": k})),
+            )
+        })
+        .collect();
+    let done = committed(
+        writer
+            .write(&f.batch(0, 0, 300, &borrowed(&messages)))
+            .await
+            .unwrap(),
+    );
+    writer.close().await.unwrap();
+    assert_eq!((done.rows, done.dead_letters), (300, 0));
+    assert_eq!(f.stored_ids().await, (1..=300).collect::<Vec<u64>>());
+}
+for_each_method!(a_lower_max_allowed_packet_in_the_url_splits_statements);
 
 #[tokio::test]
 async fn offsets_are_kept_per_group_topic_and_partition() {

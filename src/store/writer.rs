@@ -44,8 +44,8 @@ pub const DEAD_LETTERS_TABLE: &str = "dead_letters";
 /// Longest reason kept for a dead letter (the column is `TEXT`, 65,535 bytes).
 const MAX_REASON_BYTES: usize = 16 * 1024;
 
-/// Statements stay this far below `max_allowed_packet`, for the packet header and the statement
-/// text around the values.
+/// Statements stay this far below `max_allowed_packet` (or at half of it, when that is less),
+/// for the packet header and the statement text around the values.
 const PACKET_HEADROOM: usize = 64 * 1024;
 
 /// Session settings every writer connection runs once. Strict mode makes bad data an error
@@ -240,10 +240,17 @@ impl Writer {
     /// the ceiling the benchmark compares the writer with. Returns the rows loaded.
     pub async fn load_unbatched(&self, rows: &[Row]) -> Result<u64, StoreError> {
         let mut conn = self.conn().await?;
+        let budget = self.statement_budget(&mut conn).await?;
         let rows: Vec<TableRow> = rows.iter().map(main_row).collect();
-        insert::load_data(&mut conn, &self.inner.infiles, &self.inner.target, &rows)
-            .await
-            .map_err(InsertError::into_store)
+        insert::load_data(
+            &mut conn,
+            &self.inner.infiles,
+            &self.inner.target,
+            &rows,
+            budget,
+        )
+        .await
+        .map_err(InsertError::into_store)
     }
 
     /// Closes the pool's connections once every clone's work is done.
@@ -457,9 +464,11 @@ impl Writer {
             InsertMethod::Text => insert::text(tx, target, rows, budget).await,
             InsertMethod::Prepared => insert::prepared(tx, target, rows, budget).await,
             InsertMethod::Batch => insert::batch(tx, target, rows, budget).await,
-            InsertMethod::LoadData => insert::load_data(tx, &self.inner.infiles, target, rows)
-                .await
-                .map(|_| ()),
+            InsertMethod::LoadData => {
+                insert::load_data(tx, &self.inner.infiles, target, rows, budget)
+                    .await
+                    .map(|_| ())
+            }
         }
     }
 
@@ -570,12 +579,18 @@ impl Writer {
         self.inner
             .statement_budget
             .get_or_try_init(|| async {
-                let max: Option<u64> = conn
+                let server: Option<u64> = conn
                     .query_first("SELECT @@max_allowed_packet")
                     .await
                     .map_err(StoreError::mysql("reading max_allowed_packet"))?;
-                let max = usize::try_from(max.unwrap_or(0)).unwrap_or(usize::MAX);
-                Ok::<usize, StoreError>(max.saturating_sub(PACKET_HEADROOM).max(PACKET_HEADROOM))
+                let server = usize::try_from(server.unwrap_or(0)).unwrap_or(usize::MAX);
+                // A lower limit of the client's own (`max_allowed_packet` in mysql.url) makes
+                // the driver refuse larger packets.
+                let max = conn
+                    .opts()
+                    .max_allowed_packet()
+                    .map_or(server, |client| client.min(server));
+                Ok::<usize, StoreError>(max.saturating_sub(PACKET_HEADROOM).max(max / 2))
             })
             .await
             .copied()

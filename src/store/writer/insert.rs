@@ -394,15 +394,17 @@ pub(super) async fn batch(
     check_result(session, None).await
 }
 
-/// `LOAD DATA LOCAL INFILE` from memory: rows as tab-separated lines. Returns the rows stored.
+/// `LOAD DATA LOCAL INFILE` from memory: rows as tab-separated lines, sent in packets within
+/// `budget`. Returns the rows stored.
 pub(super) async fn load_data(
     session: &mut impl Session,
     infiles: &InfileServer,
     target: &Target,
     rows: &[TableRow<'_>],
+    budget: usize,
 ) -> Result<u64, InsertError> {
     let data = infile_lines(target, rows);
-    let ticket = infiles.register(Bytes::from(data));
+    let ticket = infiles.register(Bytes::from(data), budget);
     // The name is ours (letters, digits and '-'), quoted all the same.
     let mut sql = String::from("LOAD DATA LOCAL INFILE ");
     push_sql_string(&mut sql, ticket.name());
