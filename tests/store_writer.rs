@@ -1106,6 +1106,76 @@ async fn a_rollup_sum_out_of_range_dead_letters_only_its_record(method: InsertMe
 }
 for_each_method!(a_rollup_sum_out_of_range_dead_letters_only_its_record);
 
+/// A refusal the server words in another character set (here a trigger switches the session's
+/// results to latin1, and the CHECK constraint's name is not ASCII) is read, not a panic: the
+/// record is dead-lettered with the message, its bad bytes replaced. `load_data` hears of it as
+/// a warning (from `SHOW WARNINGS`), the other methods as an error.
+async fn a_refusal_worded_in_another_character_set_is_read(method: InsertMethod) {
+    let f = Fixture::new("latin1_refusal", method).await;
+    let mut conn = f.conn().await;
+    conn.query_drop("ALTER TABLE logs ADD CONSTRAINT `é_13` CHECK (i IS NULL OR i <> 13)")
+        .await
+        .unwrap();
+    conn.query_drop(
+        "CREATE TRIGGER results_in_latin1 BEFORE INSERT ON logs FOR EACH ROW \
+         SET character_set_results = latin1",
+    )
+    .await
+    .unwrap();
+    let messages = log_messages(100, 10, 5);
+    let done = committed(
+        f.writer
+            .write(&f.batch(0, 10, 15, &borrowed(&messages)))
+            .await
+            .unwrap(),
+    );
+    assert_eq!((done.rows, done.dead_letters), (4, 1));
+    let letters = f.dead_letters().await;
+    assert_eq!(letters.len(), 1);
+    let (_, offset, reason, _) = &letters[0];
+    assert_eq!(*offset, 13);
+    assert!(
+        reason.starts_with("the database refused the row: ")
+            && reason.contains("CONSTRAINT `\u{FFFD}_13` failed"),
+        "{reason}"
+    );
+    assert_eq!(f.stored_ids().await, [100, 101, 102, 104]);
+}
+for_each_method!(a_refusal_worded_in_another_character_set_is_read);
+
+/// A stored offset that is not a number (NULL, or text in a column altered by hand) is an error
+/// naming the column, on reading offsets and on claiming one: not a panic.
+#[tokio::test]
+async fn a_stored_offset_that_is_not_a_number_is_an_error_naming_it() {
+    let f = Fixture::new("bad_offset", InsertMethod::Prepared).await;
+    let mut conn = f.conn().await;
+    conn.query_drop("ALTER TABLE ingest_offsets MODIFY next_offset VARCHAR(20) NULL")
+        .await
+        .unwrap();
+    conn.query_drop(
+        "INSERT INTO ingest_offsets (consumer_group, topic, kafka_partition, next_offset) \
+         VALUES ('g', 't', 0, NULL), ('g', 't', 1, '1e3')",
+    )
+    .await
+    .unwrap();
+    for partition in [0, 1] {
+        let read = f.writer.stored_offsets(GROUP, &[(TOPIC, partition)]).await;
+        let written = f
+            .writer
+            .write(&f.batch(partition, 0, 3, &borrowed(&log_messages(1, 0, 3))))
+            .await;
+        for outcome in [read.map(|_| ()), written.map(|_| ())] {
+            match outcome {
+                Err(e @ StoreError::Refused(_)) => {
+                    assert!(e.to_string().contains("ingest_offsets.next_offset"), "{e}")
+                }
+                other => panic!("partition {partition}: {other:?}"),
+            }
+        }
+    }
+    assert!(f.stored_ids().await.is_empty());
+}
+
 #[tokio::test]
 async fn a_batch_of_only_dead_letters_still_moves_the_offset() {
     let f = Fixture::new("onlydead", InsertMethod::Text).await;

@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::config::LoopFilterMode;
 use crate::store::lock::{lock_name, try_lock};
+use crate::store::rows::take;
 use crate::store::{StoreError, db};
 
 use super::change::{Change, TxnRef, binlog_file_number};
@@ -524,17 +525,20 @@ async fn source_variables(
     conn: &mut mysql_async::Conn,
 ) -> Result<HashMap<String, String>, StoreError> {
     let names: Vec<String> = SOURCE_VARIABLES.iter().map(|n| format!("'{n}'")).collect();
-    let rows: Vec<(String, String)> = conn
+    let rows: Vec<mysql_async::Row> = conn
         .query(format!(
             "SHOW GLOBAL VARIABLES WHERE Variable_name IN ({})",
             names.join(", ")
         ))
         .await
         .map_err(StoreError::mysql("reading the server's binlog settings"))?;
-    Ok(rows
-        .into_iter()
-        .map(|(k, v)| (k.to_ascii_lowercase(), v))
-        .collect())
+    rows.into_iter()
+        .map(|mut row| {
+            let name: String = take(&mut row, 0, "SHOW GLOBAL VARIABLES Variable_name")?;
+            let value = take(&mut row, 1, "SHOW GLOBAL VARIABLES Value")?;
+            Ok((name.to_ascii_lowercase(), value))
+        })
+        .collect()
 }
 
 async fn utf8_collations(conn: &mut mysql_async::Conn) -> Result<Charsets, StoreError> {
@@ -542,13 +546,17 @@ async fn utf8_collations(conn: &mut mysql_async::Conn) -> Result<Charsets, Store
         .iter()
         .map(|n| format!("'{n}'"))
         .collect();
-    let ids: Vec<u16> = conn
+    let rows: Vec<mysql_async::Row> = conn
         .query(format!(
             "SELECT ID FROM information_schema.COLLATIONS WHERE CHARACTER_SET_NAME IN ({})",
             names.join(", ")
         ))
         .await
         .map_err(StoreError::mysql("reading the server's collations"))?;
+    let ids = rows
+        .into_iter()
+        .map(|mut row| take(&mut row, 0, "COLLATIONS.ID"))
+        .collect::<Result<Vec<u16>, _>>()?;
     Ok(Charsets::new(ids))
 }
 

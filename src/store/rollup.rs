@@ -16,6 +16,7 @@ use serde::Serialize;
 use super::encode::{mysql_value, size_bound};
 use super::lock::{table_lock, with_lock};
 use super::log_table::read_columns;
+use super::rows::first;
 use super::schema::ColumnType;
 use super::{StoreError, db};
 use crate::id::Layout;
@@ -331,7 +332,7 @@ async fn rebuild_step(
         .await
         .map_err(StoreError::mysql(context()))?;
     let rows = tx.affected_rows();
-    let counted: Option<u64> = tx
+    let counted: Option<MysqlRow> = tx
         .exec_first(
             format!(
                 "SELECT CAST(COALESCE(SUM(`n`), 0) AS UNSIGNED) FROM {} \
@@ -342,6 +343,7 @@ async fn rebuild_step(
         )
         .await
         .map_err(StoreError::mysql(context()))?;
+    let counted: Option<u64> = first(counted, "the rows counted in a rollup")?;
     tx.commit().await.map_err(StoreError::mysql(context()))?;
     // An aggregate without GROUP BY always returns one row.
     let counted = counted.unwrap_or(0);

@@ -23,11 +23,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts, Transaction, TxOpts, Value};
+use mysql_async::{
+    Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts, Row as MysqlRow, Transaction, TxOpts, Value,
+};
 use tokio::sync::OnceCell;
 
 use super::retry::retrying;
 use super::rollup;
+use super::rows::first;
 use super::{Ident, StoreError, db};
 use crate::config::{InsertMethod, Settings};
 use crate::id::Layout;
@@ -212,7 +215,7 @@ impl Writer {
             let mut conn = self.conn().await?;
             let mut stored = Vec::with_capacity(partitions.len());
             for (topic, partition) in partitions {
-                let offset: Option<i64> = conn
+                let row: Option<MysqlRow> = conn
                     .exec_first(
                         format!(
                             "SELECT next_offset FROM `{OFFSETS_TABLE}` \
@@ -224,7 +227,7 @@ impl Writer {
                     .map_err(StoreError::mysql(format!(
                         "reading the stored offset of {topic}/{partition}"
                     )))?;
-                stored.push(offset);
+                stored.push(first(row, "ingest_offsets.next_offset")?);
             }
             Ok(stored)
         };
@@ -579,11 +582,14 @@ impl Writer {
         self.inner
             .statement_budget
             .get_or_try_init(|| async {
-                let server: Option<u64> = conn
-                    .query_first("SELECT @@max_allowed_packet")
-                    .await
-                    .map_err(StoreError::mysql("reading max_allowed_packet"))?;
-                let server = usize::try_from(server.unwrap_or(0)).unwrap_or(usize::MAX);
+                let row: Option<MysqlRow> =
+                    conn.query_first("SELECT @@max_allowed_packet")
+                        .await
+                        .map_err(StoreError::mysql("reading max_allowed_packet"))?;
+                let server: u64 = first(row, "@@max_allowed_packet")?.ok_or_else(|| {
+                    StoreError::Refused("the server did not say its max_allowed_packet".into())
+                })?;
+                let server = usize::try_from(server).unwrap_or(usize::MAX);
                 // A lower limit of the client's own (`max_allowed_packet` in mysql.url) makes
                 // the driver refuse larger packets.
                 let max = conn
@@ -677,7 +683,7 @@ async fn claim_offset(
     if tx.affected_rows() == 1 {
         return Ok(None);
     }
-    let stored: Option<i64> = tx
+    let row: Option<MysqlRow> = tx
         .exec_first(
             format!(
                 "SELECT next_offset FROM `{OFFSETS_TABLE}` \
@@ -687,7 +693,7 @@ async fn claim_offset(
         )
         .await
         .map_err(StoreError::mysql(context()))?;
-    Ok(Some(stored))
+    Ok(Some(first(row, "ingest_offsets.next_offset")?))
 }
 
 async fn insert_dead_letters(

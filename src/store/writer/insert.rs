@@ -4,12 +4,13 @@
 
 use bytes::Bytes;
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Error as MysqlError, Transaction, Value};
+use mysql_async::{Conn, Error as MysqlError, Row, Transaction, Value};
 
 use super::infile::InfileServer;
 use crate::store::encode::{
     mysql_value, push_infile_field, push_infile_text, push_sql_literal, push_sql_string, size_bound,
 };
+use crate::store::rows::text_lossy;
 use crate::store::{Ident, StoreError};
 use crate::transform::SqlValue;
 
@@ -118,12 +119,18 @@ async fn check_result(
     expected_rows: Option<usize>,
 ) -> Result<(), InsertError> {
     if session.warnings() > 0 {
-        let warnings: Vec<(String, u32, String)> = session
+        let warnings: Vec<Row> = session
             .query("SHOW WARNINGS")
             .await
             .map_err(classify("reading warnings"))?;
-        if let Some((_, code, message)) = warnings.iter().find(|(level, _, _)| level != "Note") {
-            return Err(InsertError::Refused(format!("{message} (warning {code})")));
+        // Read leniently: a warning is a refusal whatever its form (a message quoting data in
+        // another character set, an unexpected column).
+        if let Some(warning) = warnings.iter().find(|w| text_lossy(w, 0) != "Note") {
+            return Err(InsertError::Refused(format!(
+                "{} (warning {})",
+                text_lossy(warning, 2),
+                text_lossy(warning, 1)
+            )));
         }
     }
     if let Some(expected) = expected_rows {
