@@ -832,6 +832,7 @@ impl<'a> Layered<'a> {
             "ingest.maintenance_interval",
             raw.ingest.maintenance_interval.as_secs(),
         )?;
+        self.check_upper_bounds(&raw)?;
         let rollup_plans = self.validate_fanout(&raw.store, &raw.rollups)?;
         tracing_subscriber::EnvFilter::try_new(&raw.telemetry.log_level)
             .map_err(|e| self.invalid("telemetry.log_level", e))?;
@@ -864,6 +865,55 @@ impl<'a> Layered<'a> {
             rollup_plans,
             normalize: raw.normalize,
         })
+    }
+
+    /// Sizes, counts and durations stay far below where the arithmetic done with them (a size
+    /// plus one, an instant plus a duration, a buffer of that many entries) could overflow.
+    fn check_upper_bounds(&self, raw: &RawSettings) -> Result<(), ConfigError> {
+        const TIB: u64 = 1 << 40;
+        const YEAR: Duration = Duration::from_secs(365 * 86_400);
+        let counts = [
+            // Kafka's own largest message (librdkafka's message.max.bytes).
+            (
+                "ingest.max_message_bytes",
+                raw.ingest.max_message_bytes,
+                1_000_000_000,
+            ),
+            (
+                "ingest.max_buffered_bytes",
+                raw.ingest.max_buffered_bytes,
+                TIB,
+            ),
+            ("batch.max_bytes", raw.batch.max_bytes, TIB),
+            ("batch.max_rows", raw.batch.max_rows, 10_000_000),
+            ("store.concurrency", raw.store.concurrency, 1_024),
+            ("relay.apply_batch", raw.relay.apply_batch, 100_000),
+        ];
+        for (key, value, max) in counts {
+            if u64::try_from(value).map_or(true, |v| v > max) {
+                return Err(self.invalid(key, format!("must be at most {max}")));
+            }
+        }
+        let linger = Duration::from_millis(raw.batch.linger_ms);
+        let durations = [
+            ("batch.linger_ms", linger),
+            ("ingest.shutdown_timeout", raw.ingest.shutdown_timeout),
+            (
+                "ingest.maintenance_interval",
+                raw.ingest.maintenance_interval,
+            ),
+            ("store.give_up_after", raw.store.give_up_after),
+            ("id.lease_ttl", raw.id.lease_ttl),
+            ("id.mark_window", raw.id.mark_window),
+            ("relay.cache_ttl", raw.relay.cache_ttl),
+            ("relay.checkpoint_interval", raw.relay.checkpoint_interval),
+        ];
+        for (key, value) in durations {
+            if value > YEAR {
+                return Err(self.invalid(key, "must be at most 365 days"));
+            }
+        }
+        Ok(())
     }
 
     /// Fan-out tables and rollups: valid names, none taken twice, columns and conditions that
