@@ -13,8 +13,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::id::{IdError, Layout};
+use crate::mysql::Ident;
+use crate::mysql::MysqlSettings;
+use crate::store::Period;
 use crate::store::schema::ColumnSpec;
-use crate::store::{Ident, Period};
 use crate::time::{Zone, parse_time};
 use crate::transform::MessageFormat;
 use crate::transform::rollup::{RollupPlan, RollupSettings, SourceTable};
@@ -136,12 +138,6 @@ pub enum NormalizeStep {
 
 fn utc_name() -> String {
     "UTC".to_string()
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MysqlSettings {
-    pub url: MysqlUrl,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -1235,79 +1231,5 @@ impl Serialize for Retention {
             None => s.serialize_str("off"),
             Some(d) => s.collect_str(&humantime::format_duration(d)),
         }
-    }
-}
-
-/// A `mysql://user[:password]@host[:port]/database` URL whose password is never shown.
-#[derive(Clone)]
-pub struct MysqlUrl(url::Url);
-
-impl MysqlUrl {
-    /// The URL with its password, for connecting. Never log it.
-    pub fn expose(&self) -> &str {
-        self.0.as_str()
-    }
-
-    /// The database named in the path.
-    pub fn database(&self) -> &str {
-        self.0.path().trim_start_matches('/')
-    }
-
-    pub fn redacted(&self) -> String {
-        let mut shown = self.0.clone();
-        if shown.password().is_some() {
-            // Only fails for URLs that cannot have a password, which a mysql:// URL can.
-            let _ = shown.set_password(Some("***"));
-        }
-        shown.to_string()
-    }
-}
-
-impl TryFrom<String> for MysqlUrl {
-    type Error = String;
-
-    fn try_from(text: String) -> Result<MysqlUrl, String> {
-        let shape = "use mysql://user[:password]@host[:port]/database";
-        // The parser's message never quotes the input, so no password can leak through it.
-        let url = url::Url::parse(text.trim()).map_err(|e| format!("not a URL ({e}): {shape}"))?;
-        if url.scheme() != "mysql" {
-            return Err(format!(
-                "scheme must be mysql, not {:?}: {shape}",
-                url.scheme()
-            ));
-        }
-        if url.host_str().is_none_or(str::is_empty) {
-            return Err(format!("no host: {shape}"));
-        }
-        let database = url.path().trim_start_matches('/');
-        if database.is_empty() {
-            return Err(format!("no database: {shape}"));
-        }
-        Ident::new(database).map_err(|e| format!("database name: {e}"))?;
-        Ok(MysqlUrl(url))
-    }
-}
-
-impl<'de> Deserialize<'de> for MysqlUrl {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<MysqlUrl, D::Error> {
-        MysqlUrl::try_from(String::deserialize(d)?).map_err(serde::de::Error::custom)
-    }
-}
-
-impl Serialize for MysqlUrl {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.redacted())
-    }
-}
-
-impl fmt::Debug for MysqlUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "MysqlUrl({})", self.redacted())
-    }
-}
-
-impl fmt::Display for MysqlUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.redacted())
     }
 }

@@ -7,6 +7,7 @@
 pub mod config;
 pub mod id;
 pub mod ingest;
+pub mod mysql;
 pub mod relay;
 pub mod store;
 pub mod telemetry;

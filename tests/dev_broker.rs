@@ -1,58 +1,14 @@
-//! `logstamp dev-broker` as a process: the address it prints serves produce and consume, and
-//! it stops cleanly on SIGTERM.
+//! `logstamp dev-broker` as a process: the address it prints serves produce and consume (to
+//! librdkafka and to kafka-python), and it stops cleanly on SIGTERM.
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use logstamp::ingest::kafka::{Outgoing, produce_all};
-use support::ingest::read_topic;
-
-/// Starts the broker with `args`; returns it and the address from its first line of output.
-fn start(args: &[&str]) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_logstamp"))
-        .env_clear()
-        .arg("dev-broker")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let printed: serde_json::Value = serde_json::from_str(&line)
-        .unwrap_or_else(|e| panic!("first line {line:?} is not JSON: {e}"));
-    let address = printed["bootstrap_servers"].as_str().unwrap().to_string();
-    (child, address)
-}
-
-/// SIGTERM, then the exit status within 30 s.
-fn stop(mut child: Child) -> std::process::ExitStatus {
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("dev-broker did not stop within 30 s of SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use support::dev_broker::DevBroker;
+use support::ingest::{committed_in_topic, read_topic};
 
 fn round_trip(address: &str, topic: &str) {
     let message = Outgoing {
@@ -67,9 +23,9 @@ fn round_trip(address: &str, topic: &str) {
 
 #[test]
 fn the_printed_address_serves_produce_and_consume() {
-    let (child, address) = start(&["--topic", "events", "--partitions", "2"]);
-    round_trip(&address, "events");
-    assert!(stop(child).success());
+    let broker = DevBroker::start(&["--topic", "events", "--partitions", "2"]);
+    round_trip(&broker.address, "events");
+    assert!(broker.stop().success());
 }
 
 #[test]
@@ -81,8 +37,53 @@ fn a_fixed_port_is_served_through_a_forwarder() {
         .local_addr()
         .unwrap()
         .port();
-    let (child, address) = start(&["--port", &port.to_string()]);
-    assert_eq!(address, format!("127.0.0.1:{port}"));
-    round_trip(&address, "logs");
-    assert!(stop(child).success());
+    let broker = DevBroker::start(&["--port", &port.to_string()]);
+    assert_eq!(broker.address, format!("127.0.0.1:{port}"));
+    round_trip(&broker.address, "logs");
+    assert!(broker.stop().success());
+}
+
+/// kafka-python speaks the protocol differently from librdkafka (newer ApiVersions first,
+/// flexible group requests, admin requests to the controller): it creates a topic, produces
+/// with and without acknowledgements, consumes in a group and commits.
+#[test]
+fn kafka_python_creates_a_topic_produces_and_consumes_in_a_group() {
+    let python = support::python::python_with("kafka");
+    let broker = DevBroker::start(&[]);
+    let address = &broker.address;
+    let output = support::python::run(&python, "kafka_python_client.py", &[address, "from-python"]);
+    let line = String::from_utf8_lossy(&output.stdout);
+    let result: serde_json::Value = serde_json::from_str(line.trim())
+        .unwrap_or_else(|e| panic!("kafka-python printed {line:?}: {e}"));
+    assert_eq!(result["partitions"], serde_json::json!([0, 1, 2]));
+    assert_eq!(result["created_twice_refused"], true);
+    assert_eq!(
+        result["read"],
+        serde_json::json!((0..40).collect::<Vec<_>>())
+    );
+    // What the broker holds, asked through librdkafka: the 40 messages on the 3 partitions
+    // created, and the group's commits.
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", address)
+        .create()
+        .unwrap();
+    let metadata = consumer
+        .fetch_metadata(Some("from-python"), Duration::from_secs(10))
+        .unwrap();
+    assert_eq!(metadata.topics()[0].partitions().len(), 3);
+    let held: i64 = (0..3)
+        .map(|p| {
+            let (low, high) = consumer
+                .fetch_watermarks("from-python", p, Duration::from_secs(10))
+                .unwrap();
+            high - low
+        })
+        .sum();
+    assert_eq!(held, 40);
+    let committed: i64 = committed_in_topic(address, "kafka-python", "from-python", 3)
+        .iter()
+        .map(|(_, offset)| offset)
+        .sum();
+    assert_eq!(committed, 40);
+    assert!(broker.stop().success());
 }

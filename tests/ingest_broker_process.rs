@@ -47,9 +47,8 @@ impl Broker {
             .spawn()
             .unwrap_or_else(|e| {
                 panic!(
-                    "this test needs the nisshi broker ({program}): {e}; install it with \
-                     cargo install nisshi@0.7.0 --locked --ignore-rust-version \
-                     --no-default-features --features dynostore"
+                    "this test needs the nisshi broker ({program}): {e}; {}",
+                    support::SET_UP
                 )
             });
         let deadline = Instant::now() + Duration::from_secs(30);

@@ -11,8 +11,9 @@ use chrono_tz::Tz;
 use proptest::prelude::*;
 
 use logstamp::id::{IdError, Layout};
+use logstamp::mysql::Ident;
 use logstamp::store::schema::create_log_table_sql;
-use logstamp::store::{Ident, PartitionPlan, Period, PlanError};
+use logstamp::store::{PartitionPlan, Period, PlanError};
 use logstamp::time::Zone;
 
 fn date(y: i32, m: u32, d: u32) -> NaiveDate {

@@ -11,7 +11,8 @@ use chrono::Utc;
 use mysql_async::prelude::Queryable;
 use serde_json::json;
 
-use logstamp::store::{db, rollup};
+use logstamp::mysql;
+use logstamp::store::rollup;
 use support::TestDb;
 use support::ingest::{SUM_OFFSETS, Setup};
 
@@ -291,7 +292,7 @@ async fn rebuilding_while_ingesting_neither_loses_nor_double_counts() {
     let layout = setup.settings.id.layout;
     let feeding = setup.feed(0, n, 4);
     let rebuilding = async {
-        let mut conn = db::connect(&setup.settings.mysql.url).await.unwrap();
+        let mut conn = mysql::connect(&setup.settings.mysql.url).await.unwrap();
         let mut rounds = 0;
         while setup.count(SUM_OFFSETS).await < n {
             for plan in &setup.settings.rollup_plans {

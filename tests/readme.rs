@@ -270,6 +270,13 @@ fn run(command: &mut Command, within: Duration) -> std::process::Output {
 
 #[test]
 fn the_readme_refers_only_to_files_that_exist() {
+    for (i, _) in readme().match_indices("scripts/") {
+        let path: String = readme()[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '_' | '-'))
+            .collect();
+        assert!(root().join(&path).is_file(), "{path} does not exist");
+    }
     for (i, _) in readme().match_indices("config/") {
         let text = &readme()[i..];
         let path: String = text

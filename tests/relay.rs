@@ -23,6 +23,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use logstamp::config::LoopFilterMode;
 use logstamp::id::{IdGenerator, Layout};
 use logstamp::relay::change::Change;
+use support::dev_broker::DevBroker;
 use support::http::{get, poll, readiness_becomes, sample, served_address};
 use support::mariadb::MariaDb;
 
@@ -42,7 +43,9 @@ const ITEMS: &str = "CREATE TABLE app.items (
 struct Dc {
     name: String,
     server: MariaDb,
-    kafka: MockCluster<'static, DefaultProducerContext>,
+    /// Its own Kafka, with its topic; none where it shares `brokers` with others.
+    kafka: Option<MockCluster<'static, DefaultProducerContext>>,
+    brokers: String,
     dir: tempfile::TempDir,
     relay: Option<Child>,
 }
@@ -54,6 +57,20 @@ impl Dc {
     }
 
     async fn with_server(name: &str, server: MariaDb, ddl: &[&str]) -> Dc {
+        let kafka = MockCluster::new(1).unwrap();
+        kafka.create_topic(&topic(name), 1, 1).unwrap();
+        let brokers = kafka.bootstrap_servers();
+        Dc::with_kafka(name, server, ddl, brokers, Some(kafka)).await
+    }
+
+    /// A server with the relay's tables and `ddl` run in it, using the Kafka at `brokers`.
+    async fn with_kafka(
+        name: &str,
+        server: MariaDb,
+        ddl: &[&str],
+        brokers: String,
+        kafka: Option<MockCluster<'static, DefaultProducerContext>>,
+    ) -> Dc {
         let mut conn = server.conn().await;
         for statement in [
             "CREATE DATABASE logstamp",
@@ -70,12 +87,11 @@ impl Dc {
             .await
             .unwrap();
         conn.disconnect().await.unwrap();
-        let kafka = MockCluster::new(1).unwrap();
-        kafka.create_topic(&topic(name), 1, 1).unwrap();
         Dc {
             name: name.to_string(),
             server,
             kafka,
+            brokers,
             dir: tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap(),
             relay: None,
         }
@@ -96,7 +112,7 @@ impl Dc {
              checkpoint_interval = \"{checkpoint_interval}\"\n\
              [telemetry]\nlisten = \"127.0.0.1:0\"\n",
             self.server.url("logstamp"),
-            self.kafka.bootstrap_servers(),
+            self.brokers,
             self.name,
             9000 + self.server.server_id,
         );
@@ -253,7 +269,7 @@ impl Dc {
     /// Every message in this data centre's topic.
     fn published(&self) -> Vec<Change> {
         let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", self.kafka.bootstrap_servers())
+            .set("bootstrap.servers", &self.brokers)
             .set("group.id", "relay-test")
             .set("enable.auto.commit", "false")
             .create()
@@ -311,7 +327,7 @@ fn topic(dc: &str) -> String {
 async fn start_relays(dcs: &mut [Dc], mode: LoopFilterMode, checkpoint_interval: &str) {
     let all: Vec<(String, String)> = dcs
         .iter()
-        .map(|d| (d.name.clone(), d.kafka.bootstrap_servers()))
+        .map(|d| (d.name.clone(), d.brokers.clone()))
         .collect();
     for dc in dcs.iter_mut() {
         let remotes: Vec<(&str, String)> = all
@@ -572,6 +588,33 @@ async fn three_data_centres_converge() {
     assert_exactly_once(&dcs, &local).await;
 }
 
+/// Two data centres' relays on one `logstamp dev-broker`, their topics not created beforehand:
+/// each capture creates its own with one partition (the broker would give a topic it creates
+/// by itself 4), and the two converge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_relays_share_one_dev_broker_that_had_no_topics_for_them() {
+    let broker = DevBroker::start(&[]);
+    let mut dcs = Vec::new();
+    for (name, server_id) in [("a", 1), ("b", 2)] {
+        let server = MariaDb::start(server_id, &[]).await;
+        dcs.push(Dc::with_kafka(name, server, &[ITEMS], broker.address.clone(), None).await);
+    }
+    start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
+    let local = write_everywhere(&dcs, 40).await;
+    wait_in_sync(&dcs, &local, "app.items").await;
+    assert_exactly_once(&dcs, &local).await;
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker.address)
+        .create()
+        .unwrap();
+    for dc in &dcs {
+        let metadata = consumer
+            .fetch_metadata(Some(&topic(&dc.name)), Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(metadata.topics()[0].partitions().len(), 1, "{}", dc.name);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relays_killed_at_random_points_lose_and_repeat_nothing() {
     let mut dcs = two_dcs(ITEMS).await;
@@ -806,6 +849,26 @@ async fn a_source_without_full_row_metadata_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_with_two_partitions_is_refused() {
+    let broker = DevBroker::start(&["--topic", &topic("a"), "--partitions", "2"]);
+    let server = MariaDb::start(1, &[]).await;
+    let dc = Dc::with_kafka("a", server, &[ITEMS], broker.address.clone(), None).await;
+    dc.configure(&[], LoopFilterMode::Marker, "100ms");
+    let output = Command::new(env!("CARGO_BIN_EXE_logstamp"))
+        .arg("--config")
+        .arg(dc.dir.path().join("relay.toml"))
+        .args(["relay", "run"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("topic logstamp-relay-a has 2 partitions; the relay needs exactly one"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_whose_columns_differ_waits_until_they_agree() {
     let mut dcs = two_dcs(ITEMS).await;
     start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
@@ -960,7 +1023,8 @@ async fn each_relay_serves_what_it_relayed_and_readiness_follows_kafka() {
 
     // b's Kafka away: b cannot publish and a cannot read b's changes, so neither is ready,
     // and what b writes meanwhile keeps b's capture behind.
-    dcs[1].kafka.broker_down(-1).unwrap();
+    let kafka_b = dcs[1].kafka.as_ref().unwrap();
+    kafka_b.broker_down(-1).unwrap();
     for address in &addresses {
         let body = readiness_becomes(address, 503).await;
         assert!(body.contains("Kafka of b does not answer"), "{body}");
@@ -973,7 +1037,7 @@ async fn each_relay_serves_what_it_relayed_and_readiness_follows_kafka() {
         sample(body, b_lag).is_some_and(|lag| lag >= 1.0)
     })
     .await;
-    dcs[1].kafka.broker_up(-1).unwrap();
+    kafka_b.broker_up(-1).unwrap();
     for address in &addresses {
         readiness_becomes(address, 200).await;
     }

@@ -2,16 +2,16 @@
 
 mod support;
 
-use logstamp::config::MysqlUrl;
-use logstamp::store::{StoreError, db};
+use logstamp::mysql::MysqlUrl;
+use logstamp::mysql::{self, DbError};
 use mysql_async::prelude::Queryable;
 use support::TestDb;
 
 #[tokio::test]
 async fn create_database_makes_it_once_and_again_changes_nothing() {
     let test_db = TestDb::create("createdb").await;
-    db::create_database(&test_db.mysql_url()).await.unwrap();
-    db::create_database(&test_db.mysql_url()).await.unwrap();
+    mysql::create_database(&test_db.mysql_url()).await.unwrap();
+    mysql::create_database(&test_db.mysql_url()).await.unwrap();
     let mut conn = test_db.conn().await;
     let current: Option<String> = conn.query_first("SELECT DATABASE()").await.unwrap();
     assert_eq!(current.as_deref(), Some(test_db.name.as_str()));
@@ -21,7 +21,7 @@ async fn create_database_makes_it_once_and_again_changes_nothing() {
 async fn an_unreachable_server_is_transient_and_its_password_is_not_shown() {
     // Port 1 on loopback refuses connections at once.
     let url = MysqlUrl::try_from("mysql://root:s3cret@127.0.0.1:1/x".to_string()).unwrap();
-    let error = db::create_database(&url).await.unwrap_err();
+    let error = mysql::create_database(&url).await.unwrap_err();
     assert!(error.is_transient(), "{error}");
     assert!(!error.to_string().contains("s3cret"), "{error}");
 }
@@ -29,13 +29,13 @@ async fn an_unreachable_server_is_transient_and_its_password_is_not_shown() {
 #[tokio::test]
 async fn bad_sql_is_definite() {
     let test_db = TestDb::create("badsql").await;
-    db::create_database(&test_db.mysql_url()).await.unwrap();
-    let pool = db::pool(&test_db.mysql_url(), 2).unwrap();
+    mysql::create_database(&test_db.mysql_url()).await.unwrap();
+    let pool = mysql::pool(&test_db.mysql_url(), 2).unwrap();
     let mut conn = pool.get_conn().await.unwrap();
     let error = conn
         .query_drop("SELEC 1")
         .await
-        .map_err(StoreError::mysql("probing"))
+        .map_err(DbError::mysql("probing"))
         .unwrap_err();
     assert!(!error.is_transient());
     assert_eq!(error.server_code(), Some(1064));

@@ -7,25 +7,33 @@ mod support;
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
 use logstamp::config::Settings;
 use logstamp::id::{IdError, Layout, ManualClock};
+use logstamp::mysql;
 use logstamp::store::lease::{self, HeldLease, LeaseError, LeaseRow, LeaseStatus};
-use logstamp::store::{db, migrate};
+use logstamp::store::migrate;
 use support::TestDb;
+use support::ingest::Setup;
 
 /// How long any awaited condition may take before the test fails.
 const PATIENCE: Duration = Duration::from_secs(20);
 
+/// A TTL for the tests that wait on another holder's lease.
+const SHORT_TTL: (&str, &str) = ("id.lease_ttl", "3s");
+
+/// How long past the TTL a fixed claim waits for another holder's lease at most (README).
+const WAIT_MARGIN: Duration = Duration::from_secs(2);
+
 /// A database with the migrations applied, and a connection to it.
 async fn migrated(hint: &str) -> (TestDb, Conn) {
     let test_db = TestDb::create(hint).await;
-    db::create_database(&test_db.mysql_url()).await.unwrap();
-    let mut conn = db::connect(&test_db.mysql_url()).await.unwrap();
+    mysql::create_database(&test_db.mysql_url()).await.unwrap();
+    let mut conn = mysql::connect(&test_db.mysql_url()).await.unwrap();
     migrate::apply(&mut conn, &migrate::builtin().unwrap())
         .await
         .unwrap();
@@ -133,23 +141,26 @@ async fn auto_takes_the_lowest_free_or_expired_id_and_refuses_a_full_range() {
 
 #[tokio::test]
 async fn a_second_process_with_the_same_fixed_id_refuses_naming_the_holder() {
-    let (test_db, _conn) = migrated("lease_fixed").await;
-    let settings = test_db.settings(&[("id.service_id", "7")]);
+    let (test_db, mut conn) = migrated("lease_fixed").await;
+    let settings = test_db.settings(&[("id.service_id", "7"), SHORT_TTL]);
     let first = HeldLease::acquire(&settings).await.unwrap();
     assert_eq!(first.service_id(), 7);
     let holder = first.holder().clone();
+    let seen = row(&mut conn, 7).await.expires_at;
     match HeldLease::acquire(&settings).await {
         Err(
             ref e @ LeaseError::Held {
                 service_id: 7,
                 ref host,
                 pid,
+                ref expires_at,
                 expires_in_seconds,
-                ..
             },
         ) => {
             assert_eq!((host, pid), (&holder.host, holder.pid));
-            assert!((0..=30).contains(&expires_in_seconds), "{e}");
+            assert!((0..=3).contains(&expires_in_seconds), "{e}");
+            // Refused once the holder renewed, not at the sight of its lease.
+            assert!(*expires_at > seen, "{expires_at} is not after {seen}");
             let message = e.to_string();
             for needle in [
                 "service ID 7",
@@ -173,24 +184,33 @@ async fn a_second_process_with_the_same_fixed_id_refuses_naming_the_holder() {
 }
 
 #[tokio::test]
-async fn a_lease_whose_holder_stops_renewing_expires_and_is_then_claimable() {
+async fn a_fixed_claim_waits_for_the_lease_of_a_holder_that_stopped_renewing() {
     let (test_db, mut conn) = migrated("lease_expire").await;
-    let settings = test_db.settings(&[("id.service_id", "3"), ("id.lease_ttl", "2s")]);
+    let settings = test_db.settings(&[("id.service_id", "3"), SHORT_TTL]);
     let crashed = HeldLease::acquire(&settings).await.unwrap();
     let issued = crashed.generator().next_id().unwrap();
     // Dropped without release, as by a crash: the renewal stops, the row stays.
     drop(crashed);
-    assert!(matches!(
-        HeldLease::acquire(&settings).await,
-        Err(LeaseError::Held { service_id: 3, .. })
-    ));
-    let successor = eventually("the lease to expire and be claimed", async || {
-        HeldLease::acquire(&settings).await.ok()
-    })
-    .await;
+    let before = Instant::now();
+    let left = row(&mut conn, 3).await.expires_in_micros;
+    let successor = HeldLease::acquire(&settings).await.unwrap();
+    let waited = before.elapsed();
+    // Claimed once the lease expired by the database's clock, within the TTL and the margin.
+    assert!(
+        waited.as_micros() >= left as u128,
+        "{waited:?}, lease left {left} µs"
+    );
+    assert!(waited <= settings.id.lease_ttl + WAIT_MARGIN, "{waited:?}");
     assert_eq!(successor.service_id(), 3);
     assert!(row(&mut conn, 3).await.live);
     assert!(successor.generator().next_id().unwrap() > issued);
+    // Its renewal clock started at the claim, not before the wait: it renews and holds on.
+    let claimed = row(&mut conn, 3).await.expires_at;
+    eventually("a renewal", async || {
+        (row(&mut conn, 3).await.expires_at != claimed).then_some(())
+    })
+    .await;
+    assert_eq!(*successor.watch().borrow(), LeaseStatus::Held);
     successor.release().await.unwrap();
 }
 
@@ -404,7 +424,10 @@ fn run_logstamp(url: &str, clock: Option<&str>, args: &[&str]) -> std::process::
         .args(args)
         .output()
         .unwrap_or_else(|e| {
-            panic!("running {args:?} (clock {clock:?}) failed; the clock tests need faketime (Debian package faketime): {e}")
+            panic!(
+                "running {args:?} (clock {clock:?}) failed; the clock tests need faketime: {e}; {}",
+                support::SET_UP
+            )
         })
 }
 
@@ -489,8 +512,14 @@ async fn leases_list_and_release_show_and_free_a_holders_id() {
     assert!(lines[0].starts_with("service_id  state"), "{table}");
     assert!(lines[1].starts_with("5           live"), "{table}");
 
-    // Another process with the same fixed ID refuses, with one line naming the holder.
-    let refused = run_logstamp(url, None, &["id", "gen", "--service-id", "5"]);
+    // Another process with the same fixed ID refuses once the holder renews (the runtime is
+    // left free to renew meanwhile), with one line naming the holder.
+    let newcomer = url.to_string();
+    let refused = tokio::task::spawn_blocking(move || {
+        run_logstamp(&newcomer, None, &["id", "gen", "--service-id", "5"])
+    })
+    .await
+    .unwrap();
     assert_eq!(refused.status.code(), Some(1));
     assert!(refused.stdout.is_empty());
     let stderr = String::from_utf8_lossy(&refused.stderr);
@@ -505,6 +534,11 @@ async fn leases_list_and_release_show_and_free_a_holders_id() {
             "{needle} not in {stderr}"
         );
     }
+
+    // The renewals may have raised the mark; the runtime is busy from here to the release.
+    let mark = json(&run_logstamp(url, None, &["leases", "list"]))[0]["issued_seconds_mark"]
+        .as_u64()
+        .unwrap();
 
     // Release needs --force; with it the holder loses the lease and stops stamping.
     let unforced = run_logstamp(url, None, &["leases", "release", "5"]);
@@ -547,4 +581,85 @@ async fn leases_list_and_release_show_and_free_a_holders_id() {
         .unwrap();
     assert_eq!(auto.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&auto.stderr).contains("--service-id"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workers restarted with a fixed service ID: `logstamp ingest` processes
+// ---------------------------------------------------------------------------------------------
+
+/// What a worker logs once it holds its lease, and while it waits for another's to expire.
+const LEASED: &str = "service ID leased";
+const WAITING: &str = "waiting for the lease to expire";
+
+/// A worker killed with SIGKILL leaves its lease live; the same worker started again at once
+/// waits, saying why, until that lease expires by the database's clock, then starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_restarted_at_once_after_sigkill_waits_for_its_old_lease_then_starts() {
+    let setup = Setup::new("lease_sigkill", 1, &[]).await;
+    let ttl = Duration::from_secs(3);
+    let crashed = setup.spawn_process_with("8", 0, &[SHORT_TTL]);
+    crashed.wait_for_log(LEASED, PATIENCE).await;
+    let crashed_pid = crashed.child.id();
+    crashed.kill();
+    let mut conn = setup.db.conn().await;
+    let killed_at = Instant::now();
+    let left = row(&mut conn, 8).await;
+    assert!(left.live && left.pid == crashed_pid, "{left:?}");
+
+    let restarted = setup.spawn_process_with("8", 1, &[SHORT_TTL]);
+    restarted.wait_for_log(WAITING, PATIENCE).await;
+    restarted.wait_for_log(LEASED, PATIENCE).await;
+    let waited = killed_at.elapsed();
+    assert!(
+        waited.as_micros() >= left.expires_in_micros as u128,
+        "started {waited:?} after the kill, while the old lease had {} µs left",
+        left.expires_in_micros
+    );
+    // The TTL and the margin, and a second for the process to start.
+    let bound = ttl + WAIT_MARGIN + Duration::from_secs(1);
+    assert!(waited <= bound, "started {waited:?} after the kill");
+    let held = row(&mut conn, 8).await;
+    assert!(held.live && held.pid == restarted.child.id(), "{held:?}");
+    assert!(restarted.terminate(PATIENCE).success());
+}
+
+/// Beside a live holder of the same fixed service ID, a worker waits only until it sees the
+/// holder renew, then refuses, naming it; the holder keeps its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_beside_a_live_holder_of_its_id_refuses_once_the_holder_renews() {
+    let setup = Setup::new("lease_live", 1, &[]).await;
+    let holder = setup.spawn_process_with("8", 0, &[SHORT_TTL]);
+    holder.wait_for_log(LEASED, PATIENCE).await;
+    let holder_pid = holder.child.id();
+
+    let newcomer = setup.spawn_process_with("8", 1, &[SHORT_TTL]);
+    let log_file = newcomer.log.clone();
+    let status = newcomer.exit_within(PATIENCE, "beside a live holder");
+    let log = std::fs::read_to_string(&log_file).unwrap();
+    assert_eq!(status.code(), Some(1), "{log}");
+    let lines: Vec<&str> = log.lines().collect();
+    let waited = lines.iter().find(|l| l.contains(WAITING));
+    let refused = lines.iter().find(|l| l.starts_with("error"));
+    let (Some(waited), Some(refused)) = (waited, refused) else {
+        panic!("no line saying it waits, or none saying why it refused:\n{log}");
+    };
+    assert!(waited.contains(&format!("pid {holder_pid}")), "{waited}");
+    assert!(refused.contains(&format!("pid {holder_pid}")), "{refused}");
+    // Refused on a renewal: the expiry it names is later than the one it first waited for.
+    let first_expiry = field(waited, "expires_at=");
+    let renewed_expiry = field(refused, "until ");
+    assert!(renewed_expiry > first_expiry, "{waited}\n{refused}");
+
+    let mut conn = setup.db.conn().await;
+    let held = row(&mut conn, 8).await;
+    assert!(held.live && held.pid == holder_pid, "{held:?}");
+    assert!(holder.terminate(PATIENCE).success());
+}
+
+/// The word after `prefix` in `line`.
+fn field<'a>(line: &'a str, prefix: &str) -> &'a str {
+    let (_, rest) = line
+        .split_once(prefix)
+        .unwrap_or_else(|| panic!("no {prefix:?} in {line}"));
+    rest.split_whitespace().next().unwrap_or_default()
 }

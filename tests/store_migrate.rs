@@ -10,10 +10,10 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use serde_json::Value;
 
-use logstamp::store::log_table::{TableOutcome, TableSpec, initial_plan};
+use logstamp::mysql::{self, DbError};
+use logstamp::store::log_table::{TableOutcome, TableSpec};
 use logstamp::store::migrate::{self, Migration};
 use logstamp::store::schema::create_log_table_sql;
-use logstamp::store::{StoreError, db};
 use support::TestDb;
 
 const BIN: &str = env!("CARGO_BIN_EXE_logstamp");
@@ -26,8 +26,8 @@ fn now() -> DateTime<Utc> {
 /// The test's database, created, and a connection of its own to it.
 async fn fresh(hint: &str) -> (TestDb, Conn) {
     let test_db = TestDb::create(hint).await;
-    db::create_database(&test_db.mysql_url()).await.unwrap();
-    let conn = db::connect(&test_db.mysql_url()).await.unwrap();
+    mysql::create_database(&test_db.mysql_url()).await.unwrap();
+    let conn = mysql::connect(&test_db.mysql_url()).await.unwrap();
     (test_db, conn)
 }
 
@@ -39,7 +39,7 @@ async fn run(
     conn: &mut Conn,
     spec: &TableSpec,
     force: bool,
-) -> Result<migrate::MigrateReport, StoreError> {
+) -> Result<migrate::MigrateReport, DbError> {
     migrate::run(conn, &migrate::builtin().unwrap(), spec, now(), force).await
 }
 
@@ -104,9 +104,9 @@ fn first_id_of_day(date: &str) -> u64 {
     (day.and_time(NaiveTime::MIN).and_utc().timestamp() as u64) << 32
 }
 
-fn refused(result: Result<impl std::fmt::Debug, StoreError>, needles: &[&str]) {
+fn refused(result: Result<impl std::fmt::Debug, DbError>, needles: &[&str]) {
     match result {
-        Err(StoreError::Refused(message)) => {
+        Err(DbError::Refused(message)) => {
             for needle in needles {
                 assert!(message.contains(needle), "{needle:?} not in {message:?}");
             }
@@ -254,7 +254,7 @@ async fn a_second_run_changes_nothing() {
 #[tokio::test]
 async fn concurrent_runs_take_turns() {
     let (test_db, mut a) = fresh("mig_race").await;
-    let mut b = db::connect(&test_db.mysql_url()).await.unwrap();
+    let mut b = mysql::connect(&test_db.mysql_url()).await.unwrap();
     let spec = spec(&test_db, &[]);
     let (ra, rb) = tokio::join!(run(&mut a, &spec, false), run(&mut b, &spec, false));
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
@@ -410,7 +410,10 @@ async fn an_existing_table_that_fits_is_adopted() {
         .await
         .unwrap();
     // Made by hand (or by `partitions plan`) from an older plan.
-    let plan = initial_plan(&spec, now() - chrono::Duration::days(60)).unwrap();
+    let plan = spec
+        .scheme
+        .initial_plan(now() - chrono::Duration::days(60))
+        .unwrap();
     let ddl = create_log_table_sql(&spec.table, &spec.columns, spec.payload, &plan);
     conn.query_drop(ddl.trim_end().trim_end_matches(';'))
         .await

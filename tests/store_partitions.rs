@@ -10,10 +10,12 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use serde_json::Value;
 
-use logstamp::store::lock::table_lock;
+use logstamp::mysql::lock::table_lock;
+use logstamp::mysql::{self, DbError};
 use logstamp::store::log_table::TableSpec;
-use logstamp::store::partitions::{self, EnsureOutcome, Maintenance};
-use logstamp::store::{StoreError, db, migrate};
+use logstamp::store::migrate;
+use logstamp::store::partition_plan::Maintenance;
+use logstamp::store::partitions::{self, EnsureOutcome};
 use support::TestDb;
 
 const BIN: &str = env!("CARGO_BIN_EXE_logstamp");
@@ -40,8 +42,8 @@ fn first_id_plus8(y: i32, m: u32, d: u32) -> u64 {
 /// A database with the migrations applied and the log table created at `now`.
 async fn migrated(hint: &str, overrides: &[(&str, &str)], now: &str) -> (TestDb, Conn, TableSpec) {
     let test_db = TestDb::create(hint).await;
-    db::create_database(&test_db.mysql_url()).await.unwrap();
-    let mut conn = db::connect(&test_db.mysql_url()).await.unwrap();
+    mysql::create_database(&test_db.mysql_url()).await.unwrap();
+    let mut conn = mysql::connect(&test_db.mysql_url()).await.unwrap();
     let spec = TableSpec::from_settings(&test_db.settings(overrides));
     migrate::run(
         &mut conn,
@@ -252,7 +254,7 @@ async fn months_and_weeks_roll_over_in_their_zone() {
 async fn a_held_lock_means_another_process_is_at_it_and_nothing_is_done() {
     let (test_db, mut conn, spec) = migrated("part_lock", &[], "2040-03-05T12:00:00Z").await;
     let before = partition_names(&mut conn, "logs").await;
-    let mut other = db::connect(&test_db.mysql_url()).await.unwrap();
+    let mut other = mysql::connect(&test_db.mysql_url()).await.unwrap();
     let lock = table_lock(&test_db.name, "logs");
     let held: Option<i64> = other
         .exec_first("SELECT GET_LOCK(?, 0)", (lock.as_str(),))
@@ -305,7 +307,7 @@ async fn ensure_refuses_tables_migrate_did_not_record_or_other_settings() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&error, StoreError::Refused(m) if m.contains("partitioned by day")),
+        matches!(&error, DbError::Refused(m) if m.contains("partitioned by day")),
         "{error}"
     );
     let other = TableSpec::from_settings(&test_db.settings(&[("store.table", "not_made")]));

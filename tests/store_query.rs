@@ -11,9 +11,10 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use serde_json::{Value, json};
 
+use logstamp::mysql;
 use logstamp::store::log_table::TableSpec;
+use logstamp::store::migrate;
 use logstamp::store::query::{self, Record, TimeQuery, parse_filter};
-use logstamp::store::{db, migrate};
 use support::TestDb;
 
 const BIN: &str = env!("CARGO_BIN_EXE_logstamp");
@@ -85,8 +86,8 @@ fn rows() -> Vec<Row> {
 /// A migrated database (daily partitions 2040-03-05 ..= 03-12, UTC) holding `rows()`.
 async fn loaded(hint: &str) -> (TestDb, Conn, TableSpec) {
     let test_db = TestDb::create(hint).await;
-    db::create_database(&test_db.mysql_url()).await.unwrap();
-    let mut conn = db::connect(&test_db.mysql_url()).await.unwrap();
+    mysql::create_database(&test_db.mysql_url()).await.unwrap();
+    let mut conn = mysql::connect(&test_db.mysql_url()).await.unwrap();
     let spec = TableSpec::from_settings(&test_db.settings(&[]));
     migrate::run(
         &mut conn,
@@ -121,7 +122,7 @@ async fn select(conn: &mut Conn, spec: &TableSpec, query: &TimeQuery) -> Vec<Rec
 }
 
 fn between(spec: &TableSpec, from: &str, to: &str, filter: Option<&str>) -> TimeQuery {
-    let mut q = TimeQuery::between(&spec.layout, at(from), at(to)).unwrap();
+    let mut q = TimeQuery::between(&spec.scheme.layout, at(from), at(to)).unwrap();
     if let Some(f) = filter {
         q.filter = parse_filter(f, &spec.columns).unwrap();
     }
@@ -228,7 +229,7 @@ async fn a_zone_moves_the_range() {
     let zone: logstamp::time::Zone = "+08:00".parse().unwrap();
     let from = logstamp::time::parse_time("2040-03-06", &zone).unwrap();
     let to = logstamp::time::parse_time("2040-03-07", &zone).unwrap();
-    let query = TimeQuery::between(&spec.layout, from, to).unwrap();
+    let query = TimeQuery::between(&spec.scheme.layout, from, to).unwrap();
     assert_eq!(
         ids(&select(&mut conn, &spec, &query).await),
         [all[0].id, all[1].id, all[2].id]

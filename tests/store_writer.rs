@@ -11,16 +11,17 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Value};
 use serde_json::json;
 
-use logstamp::config::{InsertMethod, MysqlUrl, Settings};
+use logstamp::config::{InsertMethod, Settings};
 use logstamp::id::Layout;
+use logstamp::mysql::SqlValue;
+use logstamp::mysql::{self, DbError, MysqlUrl};
 use logstamp::store::schema::{ColumnSpec, ColumnType, create_log_table_sql};
 use logstamp::store::{
-    Batch, Committed, DeadLetter, PartitionPlan, Period, Row, StoreError, WriteOutcome, Writer, db,
-    rollup,
+    Batch, Committed, DeadLetter, PartitionPlan, Period, Row, WriteOutcome, Writer, rollup,
 };
 use logstamp::time::Zone;
+use logstamp::transform::Mapper;
 use logstamp::transform::rollup::{Bucket, RollupPlan, RollupSettings, SourceTable};
-use logstamp::transform::{Mapper, SqlValue};
 use support::TestDb;
 
 const GROUP: &str = "g";
@@ -119,7 +120,7 @@ impl Fixture {
             .iter()
             .map(|r| RollupPlan::compile(r, std::slice::from_ref(&source)).unwrap())
             .collect();
-        db::create_database(&db.mysql_url()).await.unwrap();
+        mysql::create_database(&db.mysql_url()).await.unwrap();
         let mut conn = db.conn().await;
         create_store_tables(&mut conn, &settings).await;
         for plan in &settings.rollup_plans {
@@ -537,7 +538,7 @@ async fn a_batch_that_does_not_advance_is_refused() {
     let messages = log_messages(1, 5, 1);
     let batch = f.batch(0, 5, 5, &borrowed(&messages));
     let e = f.writer.write(&batch).await.unwrap_err();
-    assert!(matches!(e, StoreError::Refused(_)), "{e}");
+    assert!(matches!(e, DbError::Refused(_)), "{e}");
     let outside = f.batch(0, 6, 9, &borrowed(&messages));
     let e = f.writer.write(&outside).await.unwrap_err();
     assert!(e.to_string().contains("outside the batch"), "{e}");
@@ -1166,7 +1167,7 @@ async fn a_stored_offset_that_is_not_a_number_is_an_error_naming_it() {
             .await;
         for outcome in [read.map(|_| ()), written.map(|_| ())] {
             match outcome {
-                Err(e @ StoreError::Refused(_)) => {
+                Err(e @ DbError::Refused(_)) => {
                     assert!(e.to_string().contains("ingest_offsets.next_offset"), "{e}")
                 }
                 other => panic!("partition {partition}: {other:?}"),

@@ -6,8 +6,8 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use mysql_async::Conn;
 
-use logstamp::config::MysqlUrl;
-use logstamp::store::{StoreError, db};
+use logstamp::mysql::MysqlUrl;
+use logstamp::mysql::{self, DbError};
 use logstamp::time::{Zone, parse_time};
 
 use super::UsageError;
@@ -31,10 +31,10 @@ pub fn block_on<F: Future>(work: F) -> anyhow::Result<F::Output> {
 /// Runs `work` on a connection of its own to `url`, then closes it.
 pub fn with_conn<T>(
     url: &MysqlUrl,
-    work: impl AsyncFnOnce(&mut Conn) -> Result<T, StoreError>,
+    work: impl AsyncFnOnce(&mut Conn) -> Result<T, DbError>,
 ) -> anyhow::Result<T> {
     let done = block_on(async {
-        let mut conn = db::connect(url).await?;
+        let mut conn = mysql::connect(url).await?;
         let done = work(&mut conn).await;
         // Nothing is left open on the server; a failed goodbye changes nothing.
         let _ = conn.disconnect().await;

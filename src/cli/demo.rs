@@ -16,15 +16,17 @@ use mysql_async::prelude::Queryable;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use logstamp::config::{MysqlUrl, ServiceIdSetting, Settings, Sources};
+use logstamp::config::{ServiceIdSetting, Settings, Sources};
 use logstamp::ingest::kafka::{Outgoing, produce_all};
 use logstamp::ingest::local_cluster::LocalCluster;
 use logstamp::ingest::sample::{log_message, spread};
 use logstamp::ingest::{self, IngestStats};
+use logstamp::mysql;
+use logstamp::mysql::MysqlUrl;
 use logstamp::store::lease::HeldLease;
 use logstamp::store::log_table::TableSpec;
 use logstamp::store::query::{self, TimeQuery};
-use logstamp::store::{db, migrate, partitions};
+use logstamp::store::{migrate, partitions};
 use logstamp::time::format_utc;
 
 use super::db::with_database;
@@ -135,7 +137,7 @@ async fn demo(mut settings: Settings, args: &DemoArgs) -> anyhow::Result<()> {
     }
     drop(cluster);
 
-    let mut conn = db::connect(&url).await?;
+    let mut conn = mysql::connect(&url).await?;
     let summary = summarize(&mut conn, &spec, args.records, seconds, &service_ids).await;
     let _ = conn.disconnect().await;
     let duplicates = summary?;
@@ -149,7 +151,7 @@ async fn demo(mut settings: Settings, args: &DemoArgs) -> anyhow::Result<()> {
 /// Drops and recreates the demo database, migrated, with the log table. The first contact with
 /// MySQL: if it fails, one sentence says so and how to get a server.
 async fn fresh_database(url: &MysqlUrl, spec: &TableSpec) -> anyhow::Result<()> {
-    if let Err(e) = db::create_database(url).await {
+    if let Err(e) = mysql::create_database(url).await {
         let cause = std::error::Error::source(&e)
             .map(ToString::to_string)
             .unwrap_or_else(|| e.to_string());
@@ -158,13 +160,13 @@ async fn fresh_database(url: &MysqlUrl, spec: &TableSpec) -> anyhow::Result<()> 
             url.redacted()
         );
     }
-    let mut conn = db::connect(url).await?;
+    let mut conn = mysql::connect(url).await?;
     conn.query_drop(format!("DROP DATABASE `{}`", url.database()))
         .await
         .context("emptying the demo database")?;
     let _ = conn.disconnect().await;
-    db::create_database(url).await?;
-    let mut conn = db::connect(url).await?;
+    mysql::create_database(url).await?;
+    let mut conn = mysql::connect(url).await?;
     let migrated = migrate::run(&mut conn, &migrate::builtin()?, spec, Utc::now(), false).await;
     let _ = conn.disconnect().await;
     migrated?;
@@ -323,8 +325,8 @@ async fn summarize(
     let per_service: Vec<(u32, u64)> = conn
         .query(format!(
             "SELECT (id >> {}) & {}, COUNT(*) FROM {table} GROUP BY 1",
-            spec.layout.counter_bits(),
-            spec.layout.max_service_id()
+            spec.scheme.layout.counter_bits(),
+            spec.scheme.layout.max_service_id()
         ))
         .await?;
     let stamped: Vec<String> = service_ids
@@ -373,7 +375,7 @@ async fn summarize(
 /// The last minute of IDs, as `logstamp query` reads it: the partitions MySQL reads and a few
 /// rows.
 async fn sample_query(conn: &mut Conn, spec: &TableSpec, newest: u64) -> anyhow::Result<()> {
-    let to = spec.layout.decode(newest).unix_seconds + 1;
+    let to = spec.scheme.layout.decode(newest).unix_seconds + 1;
     let from = to.saturating_sub(60);
     let at = |seconds: u64| {
         i64::try_from(seconds)
@@ -381,7 +383,7 @@ async fn sample_query(conn: &mut Conn, spec: &TableSpec, newest: u64) -> anyhow:
             .and_then(|s| chrono::DateTime::from_timestamp(s, 0))
             .ok_or_else(|| anyhow!("ID time {seconds} is out of range"))
     };
-    let mut query = TimeQuery::between(&spec.layout, at(from)?, at(to)?)?;
+    let mut query = TimeQuery::between(&spec.scheme.layout, at(from)?, at(to)?)?;
     query.limit = Some(3);
     let read = query::explain_partitions(conn, spec, &query).await?;
     println!(

@@ -1,17 +1,22 @@
 //! `logstamp dev-broker`: the in-process Kafka cluster served over TCP until SIGINT or SIGTERM,
-//! so any Kafka client (and `logstamp ingest`) can be tried without installing Kafka.
+//! so Kafka clients (the tests run librdkafka and kafka-python) and `logstamp ingest` can be
+//! tried without installing Kafka.
 //!
-//! librdkafka's mock broker always listens on a port the kernel picks. For `--port`, this
-//! command listens on that port itself, forwards each connection to the broker, and has the
-//! broker advertise the forwarding address, so clients never see the picked port.
+//! librdkafka's mock broker always listens on a port the kernel picks. This command listens on
+//! its own (`--port`, or one the system picks), forwards each connection to the broker through
+//! [`proxy`], which fills the mock's gaps for other clients, and has the broker advertise the
+//! forwarding address, so clients never reach the mock directly.
+
+mod proxy;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
 use serde_json::json;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 use logstamp::config::Sources;
 use logstamp::ingest::local_cluster::LocalCluster;
@@ -51,24 +56,21 @@ pub fn run(args: DevBrokerArgs, sources: Sources) -> anyhow::Result<ExitCode> {
 
 async fn serve(args: DevBrokerArgs) -> anyhow::Result<()> {
     let stop = termination()?;
-    let cluster = LocalCluster::start(1)?;
+    let cluster = Arc::new(LocalCluster::start(1)?);
     cluster.create_topic(&args.topic, args.partitions)?;
+    // Newer ApiVersions requests are the forwarder's to answer.
+    cluster.limit_api_versions(proxy::API_VERSIONS, 0, proxy::API_VERSIONS_MAX)?;
     let broker: SocketAddr = cluster
         .bootstrap_servers()
         .parse()
         .context("the in-process broker's address")?;
-    let address = match args.port {
-        None => broker,
-        Some(port) => {
-            let wanted = SocketAddr::from(([127, 0, 0, 1], port));
-            let listener = TcpListener::bind(wanted).await.map_err(|e| {
-                UsageError::new("--port", format!("cannot listen on {wanted}: {e}"))
-            })?;
-            cluster.advertise(BROKER_ID, "127.0.0.1", port)?;
-            tokio::spawn(forward(listener, broker));
-            wanted
-        }
-    };
+    let wanted = SocketAddr::from(([127, 0, 0, 1], args.port.unwrap_or(0)));
+    let listener = TcpListener::bind(wanted)
+        .await
+        .map_err(|e| UsageError::new("--port", format!("cannot listen on {wanted}: {e}")))?;
+    let address = listener.local_addr().context("the forwarding address")?;
+    cluster.advertise(BROKER_ID, "127.0.0.1", address.port())?;
+    tokio::spawn(proxy::serve(listener, broker, cluster.clone()));
     let mut out = Output::new();
     out.json(&json!({
         "bootstrap_servers": address.to_string(),
@@ -84,29 +86,4 @@ async fn serve(args: DevBrokerArgs) -> anyhow::Result<()> {
     );
     stop.await;
     Ok(())
-}
-
-/// Forwards every connection to `listener` to the broker at `broker`.
-async fn forward(listener: TcpListener, broker: SocketAddr) {
-    loop {
-        let mut client = match listener.accept().await {
-            Ok((client, _)) => client,
-            Err(e) => {
-                tracing::warn!("accepting a connection: {e}");
-                // Out of file descriptors, say: give connections time to close.
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        tokio::spawn(async move {
-            let result = async {
-                let mut upstream = TcpStream::connect(broker).await?;
-                tokio::io::copy_bidirectional(&mut client, &mut upstream).await
-            }
-            .await;
-            if let Err(e) = result {
-                tracing::debug!("a forwarded connection ended: {e}");
-            }
-        });
-    }
 }

@@ -7,10 +7,10 @@ use anyhow::{Context, anyhow};
 use clap::Args;
 
 use logstamp::config::Sources;
+use logstamp::ingest::metrics::{IngestSource, WorkerView};
 use logstamp::ingest::{self, IngestError, IngestStats};
 use logstamp::store::lease::HeldLease;
 use logstamp::telemetry::exporter::Exporter;
-use logstamp::telemetry::ingest::{IngestSource, WorkerView};
 use logstamp::telemetry::server;
 
 use super::output::Output;
@@ -47,7 +47,7 @@ pub fn run(args: IngestArgs, sources: Sources) -> anyhow::Result<ExitCode> {
             lease: lease.watch(),
         };
         let source = IngestSource::new(view, &settings);
-        let telemetry = server::serve(listener, Exporter::install()?, source);
+        let telemetry = server::serve(listener, Exporter::install::<IngestSource>()?, source);
         let worker = ingest::run(
             &settings,
             lease.generator().clone(),

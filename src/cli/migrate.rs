@@ -7,7 +7,8 @@ use clap::Args;
 use serde::Serialize;
 
 use logstamp::config::Sources;
-use logstamp::store::{db, migrate};
+use logstamp::mysql;
+use logstamp::store::migrate;
 
 use super::db::{block_on, now_or};
 use super::load_settings;
@@ -37,8 +38,8 @@ pub fn run(args: MigrateArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let url = settings.mysql.url.clone();
     let known = migrate::builtin()?;
     let full = block_on(async {
-        db::create_database(&url).await?;
-        let mut conn = db::connect(&url).await?;
+        mysql::create_database(&url).await?;
+        let mut conn = mysql::connect(&url).await?;
         let full = migrate::run_all(&mut conn, &known, &settings, now, args.force).await;
         // The locks went with the run; a failed goodbye changes nothing on the server.
         let _ = conn.disconnect().await;

@@ -8,10 +8,12 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 
 use logstamp::config::Sources;
-use logstamp::store::log_table::{ExistingPartition, TableSpec};
+use logstamp::mysql::{self, Ident};
+use logstamp::store::log_table::TableSpec;
+use logstamp::store::partition_plan::ExistingPartition;
 use logstamp::store::partitions::{self, EnsureOutcome};
 use logstamp::store::schema::create_log_table_sql;
-use logstamp::store::{Ident, PartitionBound, PartitionPlan, Period, db};
+use logstamp::store::{PartitionBound, PartitionPlan, Period};
 use logstamp::time::{Zone, parse_month_or_day};
 
 use super::db::{block_on, now_or};
@@ -104,7 +106,7 @@ fn ensure(args: EnsureArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let specs = TableSpec::all_from_settings(&settings);
     let url = settings.mysql.url.clone();
     let outcomes = block_on(async {
-        let mut conn = db::connect(&url).await?;
+        let mut conn = mysql::connect(&url).await?;
         let mut outcomes = Vec::with_capacity(specs.len());
         for spec in &specs {
             match partitions::ensure(&mut conn, spec, now, args.dry_run).await {
@@ -161,7 +163,7 @@ fn list(args: ListArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let spec = super::query::table_spec(&settings, args.table.as_deref())?;
     let url = settings.mysql.url.clone();
     let shown = block_on(async {
-        let mut conn = db::connect(&url).await?;
+        let mut conn = mysql::connect(&url).await?;
         let shown = partitions::list(&mut conn, &spec).await;
         let _ = conn.disconnect().await;
         shown

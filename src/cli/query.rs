@@ -11,7 +11,7 @@ use serde::Serialize;
 use chrono::{DateTime, Utc};
 
 use logstamp::config::{Settings, Sources};
-use logstamp::store::db;
+use logstamp::mysql;
 use logstamp::store::log_table::TableSpec;
 use logstamp::store::query::{self, Record, TimeQuery, parse_filter};
 use logstamp::store::rollup::{self, RollupRecord};
@@ -73,7 +73,7 @@ pub fn run(args: QueryArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let mut out = Output::new();
     if args.explain {
         let partitions = block_on(async {
-            let mut conn = db::connect(&url).await?;
+            let mut conn = mysql::connect(&url).await?;
             let partitions = query::explain_partitions(&mut conn, &spec, &query).await;
             let _ = conn.disconnect().await;
             partitions
@@ -96,7 +96,7 @@ pub fn run(args: QueryArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     }
     let mut sink = Sink::new(out, args.format, header);
     block_on(async {
-        let mut conn = db::connect(&url).await?;
+        let mut conn = mysql::connect(&url).await?;
         let result = query::run(&mut conn, &spec, &query, |record| sink.push(record)).await;
         let _ = conn.disconnect().await;
         result
@@ -168,7 +168,7 @@ fn read_rollup(
     let mut sink = Sink::new(Output::new(), format, header);
     let url = settings.mysql.url.clone();
     block_on(async {
-        let mut conn = db::connect(&url).await?;
+        let mut conn = mysql::connect(&url).await?;
         let result = rollup::read(&mut conn, plan, range, |record| sink.push(record)).await;
         let _ = conn.disconnect().await;
         result

@@ -8,10 +8,10 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use logstamp::config::Sources;
+use logstamp::relay::metrics::RelaySource;
 use logstamp::relay::status::{self, ApplyStatus, CaptureStatus};
 use logstamp::relay::{self, RelayContext};
 use logstamp::telemetry::exporter::Exporter;
-use logstamp::telemetry::relay::RelaySource;
 use logstamp::telemetry::server;
 
 use super::load_settings;
@@ -59,7 +59,7 @@ fn run_relay(sources: Sources) -> anyhow::Result<ExitCode> {
         // The address first: one in use is a mistake to report before anything starts.
         let listener = server::bind(context.settings.telemetry.listen).await?;
         let source = RelaySource::new(&context);
-        let telemetry = server::serve(listener, Exporter::install()?, source);
+        let telemetry = server::serve(listener, Exporter::install::<RelaySource>()?, source);
         let result = relay::run(context, shutdown).await;
         telemetry.abort();
         result.map_err(anyhow::Error::from)

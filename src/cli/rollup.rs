@@ -8,7 +8,8 @@ use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use logstamp::config::Sources;
-use logstamp::store::{db, rollup};
+use logstamp::mysql;
+use logstamp::store::rollup;
 
 use super::TimeRangeArgs;
 use super::db::block_on;
@@ -56,7 +57,7 @@ fn rebuild(args: RebuildArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let layout = settings.id.layout;
     let url = settings.mysql.url.clone();
     let report = block_on(async {
-        let mut conn = db::connect(&url).await?;
+        let mut conn = mysql::connect(&url).await?;
         let report = rollup::rebuild(&mut conn, plan, &layout, (from, to), |done, report| {
             bar.set_position(done - from);
             tracing::info!(

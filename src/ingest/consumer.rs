@@ -12,9 +12,9 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -28,6 +28,7 @@ use rdkafka::{ClientContext, Message, Offset, Statistics};
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
 
+use super::seeks::{Assignments, PendingSeeks, Seek};
 use super::{IngestError, IngestStats, PartitionLag};
 use crate::store::Writer;
 
@@ -67,12 +68,22 @@ pub struct Incoming {
     pub size: usize,
 }
 
+/// A partition now ours.
+#[derive(Debug)]
+pub struct Assigned {
+    pub key: PartitionKey,
+    /// This assignment of the partition: seeks asked for it carry it, and are dropped once it is
+    /// over.
+    pub epoch: u64,
+    /// The next offset stored in MySQL (`None`: never written; reading starts at Kafka's
+    /// committed offset, else `auto.offset.reset`).
+    pub stored: Option<i64>,
+}
+
 /// What the consumer thread tells the dispatcher, in order.
 #[derive(Debug)]
 pub enum Event {
-    /// Partitions now ours, each with the next offset stored in MySQL (`None`: never written;
-    /// reading starts at Kafka's committed offset, else `auto.offset.reset`).
-    Assigned(Vec<(PartitionKey, Option<i64>)>),
+    Assigned(Vec<Assigned>),
     /// Partitions being taken away; answer once none of their batches is being written.
     Revoked {
         partitions: Vec<PartitionKey>,
@@ -94,10 +105,12 @@ pub enum Request {
     /// Stop fetching every partition (memory budget reached).
     Pause,
     Resume,
-    /// Read the partition again from `offset`, then send [`Event::Seeked`].
+    /// Read the partition again from `offset`, then send [`Event::Seeked`]; unless its
+    /// assignment `epoch` is over by then.
     Seek {
         key: PartitionKey,
         offset: i64,
+        epoch: u64,
         generation: u64,
     },
     /// Commit these next offsets to Kafka, for lag monitoring only.
@@ -118,6 +131,8 @@ pub struct IngestContext {
     paused: AtomicBool,
     /// Set once the consumer is closing: revocations no longer wait for the dispatcher.
     closing: AtomicBool,
+    /// The partitions' assignment epochs, kept by the rebalance callbacks.
+    assignments: Mutex<Assignments>,
     /// Where the consumer lag from librdkafka's statistics goes.
     stats: Arc<IngestStats>,
 }
@@ -138,7 +153,15 @@ impl IngestContext {
             stats,
             paused: AtomicBool::new(false),
             closing: AtomicBool::new(false),
+            assignments: Mutex::default(),
         }
+    }
+
+    fn assignments(&self) -> MutexGuard<'_, Assignments> {
+        // Only the consumer thread takes it, and the bookkeeping stays whole if it panicked.
+        self.assignments
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn send(&self, event: Event) {
@@ -148,6 +171,10 @@ impl IngestContext {
 
     fn assign(&self, consumer: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
         let keys = keys(tpl);
+        let epochs: Vec<u64> = {
+            let mut assignments = self.assignments();
+            keys.iter().map(|key| assignments.assign(key)).collect()
+        };
         let stored = self.handle.block_on(
             self.writer
                 .stored_offsets(&self.group, &partition_refs(&keys)),
@@ -164,7 +191,13 @@ impl IngestContext {
                     partitions = %list(&keys),
                     "assigned; reading from the offsets stored in MySQL"
                 );
-                self.send(Event::Assigned(keys.into_iter().zip(stored).collect()));
+                let assigned = keys
+                    .into_iter()
+                    .zip(epochs)
+                    .zip(stored)
+                    .map(|((key, epoch), stored)| Assigned { key, epoch, stored })
+                    .collect();
+                self.send(Event::Assigned(assigned));
             }
             Err(e) => {
                 // The dispatcher stops on this event, before writing anything of these
@@ -188,6 +221,12 @@ impl IngestContext {
     fn revoke(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
         let keys = keys(tpl);
         tracing::info!(partitions = %list(&keys), "revoked");
+        {
+            let mut assignments = self.assignments();
+            for key in &keys {
+                assignments.revoke(key);
+            }
+        }
         if !self.closing.load(Ordering::Relaxed) {
             let (done, finished) = oneshot::channel();
             self.send(Event::Revoked {
@@ -274,6 +313,7 @@ impl ConsumerContext for IngestContext {
             other => {
                 // librdkafka retries the join itself; the group carries on without us meanwhile.
                 tracing::warn!("rebalance error: {other:?}");
+                self.assignments().clear();
                 if let Err(e) = consumer.unassign() {
                     tracing::warn!("unassigning after a rebalance error: {e}");
                 }
@@ -340,17 +380,9 @@ struct Poller {
     max_message_bytes: usize,
     limiter: Option<DefaultDirectRateLimiter>,
     stopped: bool,
-    /// Seeks not done yet: librdkafka refuses to seek a partition whose fetcher is not running
-    /// yet, so a failed seek is tried again on the next round.
-    seeks: Vec<Seek>,
+    seeks: PendingSeeks,
     /// The latest offset committed to Kafka per partition.
     committed: HashMap<PartitionKey, i64>,
-}
-
-struct Seek {
-    key: PartitionKey,
-    offset: i64,
-    generation: u64,
 }
 
 impl Poller {
@@ -362,7 +394,7 @@ impl Poller {
                 .max_records_per_second
                 .map(|n| RateLimiter::direct(Quota::per_second(n))),
             stopped: false,
-            seeks: Vec::new(),
+            seeks: PendingSeeks::default(),
             committed: HashMap::new(),
         }
     }
@@ -421,51 +453,43 @@ impl Poller {
         // and serves the final revocation on this thread.
     }
 
-    /// Tries the pending seeks; one of a partition no longer assigned is dropped (the
-    /// dispatcher forgets the partition when it hears of the revocation).
+    /// Tries the pending seeks; one whose assignment is over is dropped (the dispatcher
+    /// forgets that assignment when it hears of the revocation, before any later one).
     fn seek_pending(&mut self) {
         if self.seeks.is_empty() {
             return;
         }
         let consumer = &self.consumer;
-        let assignment = match consumer.assignment() {
-            Ok(assignment) => assignment,
-            Err(e) => {
-                tracing::warn!("reading the assignment: {e}");
-                return;
-            }
-        };
-        self.seeks.retain(|seek| {
-            let Seek {
-                key,
-                offset,
-                generation,
-            } = seek;
-            if assignment
-                .find_partition(&key.topic, key.partition)
-                .is_none()
-            {
-                return false;
-            }
-            match consumer.seek(
-                &key.topic,
-                key.partition,
-                Offset::Offset(*offset),
-                SEEK_WAIT,
-            ) {
-                Ok(()) => {
-                    consumer.context().send(Event::Seeked {
-                        key: key.clone(),
-                        generation: *generation,
-                    });
-                    false
+        let context = consumer.context();
+        self.seeks.run(
+            |key, epoch| context.assignments().is_current(key, epoch),
+            |seek| {
+                let Seek {
+                    key,
+                    offset,
+                    generation,
+                    ..
+                } = seek;
+                match consumer.seek(
+                    &key.topic,
+                    key.partition,
+                    Offset::Offset(*offset),
+                    SEEK_WAIT,
+                ) {
+                    Ok(()) => {
+                        context.send(Event::Seeked {
+                            key: key.clone(),
+                            generation: *generation,
+                        });
+                        true
+                    }
+                    Err(e) => {
+                        tracing::debug!(partition = %key, offset, "seek not done yet: {e}");
+                        false
+                    }
                 }
-                Err(e) => {
-                    tracing::debug!(partition = %key, offset, "seek not done yet: {e}");
-                    true
-                }
-            }
-        });
+            },
+        );
     }
 
     fn commit(&self, offsets: &[(PartitionKey, i64)], mode: CommitMode) {
@@ -526,11 +550,13 @@ impl Poller {
             Request::Seek {
                 key,
                 offset,
+                epoch,
                 generation,
             } => {
                 self.seeks.push(Seek {
                     key,
                     offset,
+                    epoch,
                     generation,
                 });
                 self.seek_pending();

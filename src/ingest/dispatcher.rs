@@ -13,13 +13,14 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use super::batcher::{BatchLimits, PartitionBatcher, PendingBatch, Record};
-use super::consumer::{Event, Incoming, PartitionKey, Request};
+use super::consumer::{Assigned, Event, Incoming, PartitionKey, Request};
 use super::kafka::DeadLetterTopic;
+use super::metrics::{BATCH_ROWS, BATCH_SECONDS};
 use super::{IngestError, IngestStats};
 use crate::config::Settings;
 use crate::id::{IdError, IdGenerator};
-use crate::store::{Batch, DeadLetter, Row, StoreError, WriteOutcome, Writer};
-use crate::telemetry::exporter;
+use crate::mysql::DbError;
+use crate::store::{Batch, DeadLetter, Row, WriteOutcome, Writer};
 use crate::transform::Pipeline;
 
 /// Events handled in one round of the dispatcher's loop at most.
@@ -28,6 +29,8 @@ const EVENTS_PER_ROUND: usize = 256;
 /// An owned partition.
 struct Partition {
     batcher: PartitionBatcher,
+    /// The consumer thread's epoch of this assignment, for its seeks.
+    epoch: u64,
     /// Changes on every assignment and restart, so late news of an earlier one is ignored.
     generation: u64,
     /// Messages are dropped until the seek of this generation is done.
@@ -127,7 +130,7 @@ impl Dispatcher {
                 Some(written) = self.writes.join_next(), if !self.writes.is_empty() => {
                     match written {
                         Ok(written) => self.on_written(written)?,
-                        Err(e) => return Err(IngestError::Store(StoreError::Refused(format!(
+                        Err(e) => return Err(IngestError::Store(DbError::Refused(format!(
                             "a batch write ended abnormally: {e}"
                         )))),
                     }
@@ -191,12 +194,13 @@ impl Dispatcher {
     fn on_event(&mut self, event: Event) -> Result<(), IngestError> {
         match event {
             Event::Assigned(assigned) => {
-                for (key, stored) in assigned {
+                for Assigned { key, epoch, stored } in assigned {
                     let generation = self.new_generation();
                     self.partitions.insert(
                         key,
                         Partition {
                             batcher: PartitionBatcher::new(self.limits, stored),
+                            epoch,
                             generation,
                             awaiting_seek: false,
                         },
@@ -320,8 +324,8 @@ impl Dispatcher {
                 IngestStats::add(&self.stats.tombstones, tombstones);
                 IngestStats::add(&self.stats.dead_lettered, committed.dead_letters);
                 IngestStats::add(&self.stats.batches, 1);
-                metrics::histogram!(exporter::BATCH_SECONDS).record(nanos as f64 / 1e9);
-                metrics::histogram!(exporter::BATCH_ROWS).record(committed.rows as f64);
+                metrics::histogram!(BATCH_SECONDS).record(nanos as f64 / 1e9);
+                metrics::histogram!(BATCH_ROWS).record(committed.rows as f64);
                 if owned {
                     self.request(Request::Commit(vec![(key.clone(), next_offset)]));
                 }
@@ -349,9 +353,11 @@ impl Dispatcher {
                     partition.batcher.restart_at(stored);
                     partition.generation = generation;
                     partition.awaiting_seek = true;
+                    let epoch = partition.epoch;
                     self.request(Request::Seek {
                         key,
                         offset: stored.unwrap_or(start_offset),
+                        epoch,
                         generation,
                     });
                 }

@@ -122,6 +122,20 @@ impl LocalCluster {
         Ok(())
     }
 
+    /// Limits the versions of request `api_key` the cluster serves (it refuses others).
+    pub fn limit_api_versions(
+        &self,
+        api_key: i16,
+        min: i16,
+        max: i16,
+    ) -> Result<(), LocalClusterError> {
+        // SAFETY: the cluster is live.
+        let code = unsafe { rdsys::rd_kafka_mock_set_apiversion(self.cluster, api_key, min, max) };
+        check(code, || {
+            format!("limiting the versions of request {api_key}")
+        })
+    }
+
     /// Disconnects a broker (-1: all) and refuses new connections until [`Self::broker_up`].
     pub fn broker_down(&self, broker_id: i32) -> Result<(), LocalClusterError> {
         // SAFETY: the cluster is live.

@@ -11,7 +11,9 @@ mod consumer;
 mod dispatcher;
 pub mod kafka;
 pub mod local_cluster;
+pub mod metrics;
 pub mod sample;
+mod seeks;
 
 use std::future::Future;
 use std::num::NonZeroU32;
@@ -27,10 +29,11 @@ use tokio::sync::mpsc;
 
 use crate::config::Settings;
 use crate::id::{IdError, IdGenerator};
+use crate::mysql::retry::retrying;
+use crate::mysql::{self, DbError};
 use crate::store::log_table::TableSpec;
 use crate::store::partitions::{self, EnsureOutcome};
-use crate::store::retry::retrying;
-use crate::store::{StoreError, Writer, db, migrate, rollup};
+use crate::store::{Writer, migrate, rollup};
 pub use batcher::BatchLimits;
 use consumer::{IngestContext, PollerSettings};
 use mysql_async::Conn;
@@ -51,7 +54,7 @@ pub enum IngestError {
         source: KafkaError,
     },
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] DbError),
     #[error("stamping IDs: {0}")]
     Id(#[from] IdError),
     /// Kafka returned a partition's messages from before the offset MySQL holds for it: the topic
@@ -179,14 +182,14 @@ impl IngestStats {
 
 /// Checks the schema and brings the log table's partitions up to date, retrying a database that
 /// is not reachable yet for `store.give_up_after`.
-pub async fn prepare_database(settings: &Settings) -> Result<(), StoreError> {
+pub async fn prepare_database(settings: &Settings) -> Result<(), DbError> {
     let specs = TableSpec::all_from_settings(settings);
     let known = migrate::builtin()?;
     retrying(
         settings.store.give_up_after,
         || "preparing the database".to_string(),
         async || {
-            let mut conn = db::connect(&settings.mysql.url).await?;
+            let mut conn = mysql::connect(&settings.mysql.url).await?;
             let prepared = async {
                 migrate::check_up_to_date(&mut conn, &known).await?;
                 for plan in &settings.rollup_plans {
@@ -203,7 +206,7 @@ pub async fn prepare_database(settings: &Settings) -> Result<(), StoreError> {
 }
 
 /// `partitions ensure` for the log table and every fan-out table.
-async fn ensure_partitions(conn: &mut Conn, specs: &[TableSpec]) -> Result<(), StoreError> {
+async fn ensure_partitions(conn: &mut Conn, specs: &[TableSpec]) -> Result<(), DbError> {
     for spec in specs {
         let outcome = partitions::ensure(conn, spec, Utc::now(), false).await?;
         log_maintenance(spec, &outcome);
@@ -236,7 +239,7 @@ async fn maintain_partitions(settings: Settings) {
     loop {
         every.tick().await;
         let outcome = async {
-            let mut conn = db::connect(&settings.mysql.url).await?;
+            let mut conn = mysql::connect(&settings.mysql.url).await?;
             let outcome = ensure_partitions(&mut conn, &specs).await;
             let _ = conn.disconnect().await;
             outcome

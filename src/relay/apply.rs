@@ -21,10 +21,10 @@ use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{mpsc, watch};
 
 use crate::config::{LoopFilterMode, RemoteDc};
-use crate::store::encode::push_sql_string;
-use crate::store::lock::{lock_name, try_lock};
-use crate::store::rows::take;
-use crate::store::{StoreError, db};
+use crate::mysql::encode::push_sql_string;
+use crate::mysql::lock::{lock_name, try_lock};
+use crate::mysql::rows::take;
+use crate::mysql::{self, DbError};
 
 use super::change::{Change, Position, RowChange};
 use super::context::{APPLIED_TABLE, RelayContext, RelayError};
@@ -106,7 +106,7 @@ pub async fn run_once(
         .stats
         .applier(&remote.dc)
         .ok_or_else(|| RelayError::Refused(format!("{} is not one of relay.remotes", remote.dc)))?;
-    let mut conn = db::connect(context.url()).await?;
+    let mut conn = mysql::connect(context.url()).await?;
     let mut setup: Vec<&str> = SESSION_SETUP.to_vec();
     if context.loop_filter() == LoopFilterMode::SkipReplication {
         setup.push("SET SESSION skip_replication = 1");
@@ -114,7 +114,7 @@ pub async fn run_once(
     for statement in setup {
         conn.query_drop(statement)
             .await
-            .map_err(StoreError::mysql(format!(
+            .map_err(DbError::mysql(format!(
                 "setting up the applier's session: {statement}"
             )))?;
     }
@@ -405,7 +405,7 @@ async fn apply_in_transaction(
         if !batch.is_empty() && batch.len() + statement.len() > STATEMENT_BUDGET {
             conn.query_drop(std::mem::take(&mut batch))
                 .await
-                .map_err(StoreError::mysql(context()))?;
+                .map_err(DbError::mysql(context()))?;
         }
         if !batch.is_empty() {
             batch.push_str(";\n");
@@ -414,7 +414,7 @@ async fn apply_in_transaction(
     }
     conn.query_drop(batch)
         .await
-        .map_err(StoreError::mysql(context()))?;
+        .map_err(DbError::mysql(context()))?;
     Ok(())
 }
 
@@ -454,7 +454,7 @@ async fn load_applied(
         (source_dc, topic),
     )
     .await
-    .map_err(StoreError::mysql(context()))?;
+    .map_err(DbError::mysql(context()))?;
     let row: Option<mysql_async::Row> = conn
         .exec_first(
             format!(
@@ -464,7 +464,7 @@ async fn load_applied(
             (source_dc,),
         )
         .await
-        .map_err(StoreError::mysql(context()))?;
+        .map_err(DbError::mysql(context()))?;
     let mut row = row.ok_or_else(|| RelayError::Refused(format!("{}: no row", context())))?;
     let stored_topic: String = take(&mut row, 3, "relay_applied.topic")?;
     if stored_topic != topic {
@@ -490,7 +490,7 @@ async fn record_error(conn: &mut Conn, source_dc: &str, message: &str) -> Result
         (message, source_dc),
     )
     .await
-    .map_err(StoreError::mysql(format!(
+    .map_err(DbError::mysql(format!(
         "recording the error of {source_dc}"
     )))?;
     Ok(())
@@ -555,7 +555,7 @@ async fn local_columns(
     conn: &mut Conn,
     schema: &str,
     table: &str,
-) -> Result<Vec<LocalColumn>, StoreError> {
+) -> Result<Vec<LocalColumn>, DbError> {
     let rows: Vec<mysql_async::Row> = conn
         .exec(
             "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME \
@@ -564,7 +564,7 @@ async fn local_columns(
             (schema, table),
         )
         .await
-        .map_err(StoreError::mysql(format!(
+        .map_err(DbError::mysql(format!(
             "reading the columns of {schema}.{table}"
         )))?;
     rows.into_iter()

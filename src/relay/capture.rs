@@ -11,14 +11,16 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use mysql_async::BinlogStreamRequest;
 use mysql_async::prelude::Queryable;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use tokio::sync::{mpsc, watch};
 
 use crate::config::LoopFilterMode;
-use crate::store::lock::{lock_name, try_lock};
-use crate::store::rows::take;
-use crate::store::{StoreError, db};
+use crate::mysql::lock::{lock_name, try_lock};
+use crate::mysql::rows::take;
+use crate::mysql::{self, DbError};
 
 use super::change::{Change, TxnRef, binlog_file_number};
 use super::checkpoint::{self, Checkpoint};
@@ -117,7 +119,7 @@ pub async fn run_once(
                 .into(),
         ));
     }
-    let mut state = db::connect(context.url()).await?;
+    let mut state = mysql::connect(context.url()).await?;
     checkpoint::unlogged(&mut state).await?;
     // One capture per data centre and database; the lock lives as long as this connection,
     // which records the checkpoints.
@@ -140,10 +142,10 @@ pub async fn run_once(
         None => checkpoint::start_here(&mut state, &dc).await?,
     };
     let topic = relay.topic(&dc);
+    ensure_topic(context, &topic).await?;
     let producer = producer(context)?;
-    check_topic(&producer, &topic).await?;
 
-    let mut binlog = db::connect(context.url()).await?;
+    let mut binlog = mysql::connect(context.url()).await?;
     let mut setup = vec![
         // MARIA_SLAVE_CAPABILITY_GTID: MariaDB's own GTID events instead of substitutes.
         "SET @mariadb_slave_capability = 4".to_string(),
@@ -161,7 +163,7 @@ pub async fn run_once(
         binlog
             .query_drop(statement)
             .await
-            .map_err(StoreError::mysql(format!(
+            .map_err(DbError::mysql(format!(
                 "preparing the binlog connection: {statement}"
             )))?;
     }
@@ -171,7 +173,7 @@ pub async fn run_once(
     let mut stream = binlog
         .get_binlog_stream(request)
         .await
-        .map_err(StoreError::mysql(format!(
+        .map_err(DbError::mysql(format!(
             "starting the binlog stream at {}:{}",
             start.file, start.pos
         )))?;
@@ -214,14 +216,14 @@ pub async fn run_once(
             };
             let event = match next {
                 Err(_) => {
-                    return Err(StoreError::Mysql {
+                    return Err(DbError::Mysql {
                         context: format!("no binlog event or heartbeat for {SILENCE_LIMIT:?}"),
                         source: mysql_async::DriverError::ConnectionClosed.into(),
                     }
                     .into());
                 }
                 Ok(None) => {
-                    return Err(StoreError::Mysql {
+                    return Err(DbError::Mysql {
                         context: "the server ended the binlog stream".into(),
                         source: mysql_async::DriverError::ConnectionClosed.into(),
                     }
@@ -491,13 +493,79 @@ fn producer(context: &RelayContext) -> Result<FutureProducer, RelayError> {
         .map_err(RelayError::kafka("creating the Kafka producer"))
 }
 
-/// Refuses a topic that is missing or has more than one partition: order holds only within one.
-async fn check_topic(producer: &FutureProducer, topic: &str) -> Result<(), RelayError> {
-    let client = producer.clone();
+/// Makes sure the topic exists with exactly one partition (order holds only within one):
+/// creates it if missing, and refuses another partition count.
+///
+/// Capture creates its topic itself rather than leave it to the broker's automatic creation,
+/// which gives a topic the broker's default count (`num.partitions`; 4 on librdkafka's mock
+/// cluster, so on `logstamp dev-broker`), which the relay would then refuse. So looking must
+/// not create it, and a cluster that lets the relay create topics needs no preparation.
+async fn ensure_topic(context: &RelayContext, topic: &str) -> Result<(), RelayError> {
+    let admin: Arc<AdminClient<DefaultClientContext>> = Arc::new(
+        context
+            .kafka_config(&context.settings.kafka.brokers)
+            .set("allow.auto.create.topics", "false")
+            .create()
+            .map_err(RelayError::kafka("creating the Kafka admin client"))?,
+    );
+    if partitions(&admin, topic).await?.is_none() {
+        let new = NewTopic::new(topic, 1, TopicReplication::Fixed(-1));
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+        let results = admin
+            .create_topics([&new], &options)
+            .await
+            .map_err(RelayError::kafka(format!("creating topic {topic}")))?;
+        for result in results {
+            match result {
+                Ok(_) => tracing::info!(topic, "created the topic with one partition"),
+                // Created meanwhile, by someone else: checked below like any other.
+                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                // Transient or not as any other Kafka error (a missing permission is not).
+                Err((_, code)) => {
+                    return Err(RelayError::Kafka {
+                        context: format!(
+                            "topic {topic} does not exist and could not be created (create it \
+                             with one partition)"
+                        ),
+                        source: KafkaError::AdminOp(code),
+                    });
+                }
+            }
+        }
+    }
+    // A topic just created may take a moment to show in the metadata.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match partitions(&admin, topic).await? {
+            Some(1) => return Ok(()),
+            Some(n) => {
+                return Err(RelayError::Refused(format!(
+                    "topic {topic} has {n} partitions; the relay needs exactly one to keep the \
+                     binlog order"
+                )));
+            }
+            None if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            None => {
+                return Err(RelayError::Refused(format!(
+                    "topic {topic} was created but its metadata does not show it"
+                )));
+            }
+        }
+    }
+}
+
+/// The partition count of `topic`, or `None` where the metadata does not show it.
+async fn partitions(
+    admin: &Arc<AdminClient<DefaultClientContext>>,
+    topic: &str,
+) -> Result<Option<usize>, RelayError> {
+    let client = admin.clone();
     let name = topic.to_string();
     let metadata = tokio::task::spawn_blocking(move || {
         client
-            .client()
+            .inner()
             .fetch_metadata(Some(&name), Duration::from_secs(10))
     })
     .await
@@ -505,25 +573,16 @@ async fn check_topic(producer: &FutureProducer, topic: &str) -> Result<(), Relay
     .map_err(RelayError::kafka(format!(
         "reading the metadata of topic {topic}"
     )))?;
-    let partitions = metadata
+    Ok(metadata
         .topics()
         .iter()
         .find(|t| t.name() == topic && t.error().is_none())
-        .map(|t| t.partitions().len());
-    match partitions {
-        Some(1) => Ok(()),
-        Some(n) => Err(RelayError::Refused(format!(
-            "topic {topic} has {n} partitions; the relay needs exactly one to keep the binlog order"
-        ))),
-        None => Err(RelayError::Refused(format!(
-            "topic {topic} does not exist; create it with one partition"
-        ))),
-    }
+        .map(|t| t.partitions().len()))
 }
 
 async fn source_variables(
     conn: &mut mysql_async::Conn,
-) -> Result<HashMap<String, String>, StoreError> {
+) -> Result<HashMap<String, String>, DbError> {
     let names: Vec<String> = SOURCE_VARIABLES.iter().map(|n| format!("'{n}'")).collect();
     let rows: Vec<mysql_async::Row> = conn
         .query(format!(
@@ -531,7 +590,7 @@ async fn source_variables(
             names.join(", ")
         ))
         .await
-        .map_err(StoreError::mysql("reading the server's binlog settings"))?;
+        .map_err(DbError::mysql("reading the server's binlog settings"))?;
     rows.into_iter()
         .map(|mut row| {
             let name: String = take(&mut row, 0, "SHOW GLOBAL VARIABLES Variable_name")?;
@@ -541,7 +600,7 @@ async fn source_variables(
         .collect()
 }
 
-async fn utf8_collations(conn: &mut mysql_async::Conn) -> Result<Charsets, StoreError> {
+async fn utf8_collations(conn: &mut mysql_async::Conn) -> Result<Charsets, DbError> {
     let names: Vec<String> = Charsets::UTF8_NAMES
         .iter()
         .map(|n| format!("'{n}'"))
@@ -552,7 +611,7 @@ async fn utf8_collations(conn: &mut mysql_async::Conn) -> Result<Charsets, Store
             names.join(", ")
         ))
         .await
-        .map_err(StoreError::mysql("reading the server's collations"))?;
+        .map_err(DbError::mysql("reading the server's collations"))?;
     let ids = rows
         .into_iter()
         .map(|mut row| take(&mut row, 0, "COLLATIONS.ID"))
@@ -583,7 +642,7 @@ fn source_error(error: mysql_async::Error, server_id: u32) -> RelayError {
             _ => {}
         }
     }
-    StoreError::Mysql {
+    DbError::Mysql {
         context: "reading the binlog".into(),
         source: error,
     }

@@ -8,8 +8,8 @@
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
-use crate::store::StoreError;
-use crate::store::rows::{first, take};
+use crate::mysql::DbError;
+use crate::mysql::rows::{first, take};
 
 use super::context::{CHECKPOINT_TABLE, RelayError};
 use super::gtid::GtidState;
@@ -34,10 +34,10 @@ pub struct Checkpoint {
 /// Makes the connection's writes stay out of the binlog: a checkpoint describes this server's
 /// binlog, so it means nothing to a replica, and logging it would make capture read its own
 /// checkpoints. Needs the SUPER (or, from MariaDB 10.5, BINLOG ADMIN) privilege.
-pub async fn unlogged(conn: &mut Conn) -> Result<(), StoreError> {
+pub async fn unlogged(conn: &mut Conn) -> Result<(), DbError> {
     conn.query_drop("SET SESSION sql_log_bin = 0")
         .await
-        .map_err(StoreError::mysql(
+        .map_err(DbError::mysql(
             "turning off binary logging for checkpoints (the relay's MySQL user needs SUPER or BINLOG ADMIN)",
         ))
 }
@@ -52,7 +52,7 @@ pub async fn load(conn: &mut Conn, dc: &str) -> Result<Option<Checkpoint>, Relay
             (dc,),
         )
         .await
-        .map_err(StoreError::mysql(format!("reading the checkpoint of {dc}")))?;
+        .map_err(DbError::mysql(format!("reading the checkpoint of {dc}")))?;
     let Some(mut row) = row else {
         return Ok(None);
     };
@@ -73,7 +73,7 @@ pub async fn load(conn: &mut Conn, dc: &str) -> Result<Option<Checkpoint>, Relay
     }))
 }
 
-pub async fn save(conn: &mut Conn, dc: &str, c: &Checkpoint) -> Result<(), StoreError> {
+pub async fn save(conn: &mut Conn, dc: &str, c: &Checkpoint) -> Result<(), DbError> {
     conn.exec_drop(
         format!(
             "INSERT INTO `{CHECKPOINT_TABLE}` (dc, binlog_file, binlog_pos, gtid_state, next_seq, \
@@ -96,7 +96,7 @@ pub async fn save(conn: &mut Conn, dc: &str, c: &Checkpoint) -> Result<(), Store
         ),
     )
     .await
-    .map_err(StoreError::mysql(format!(
+    .map_err(DbError::mysql(format!(
         "saving the checkpoint of {dc} at {}:{}",
         c.file, c.pos
     )))
@@ -136,7 +136,7 @@ pub async fn gtid_at(
         Err(mysql_async::Error::Server(e)) if e.code == 1305 => return Ok(None),
         Err(e) => {
             return Err(
-                StoreError::mysql(format!("reading the GTID state at {file}:{pos}"))(e).into(),
+                DbError::mysql(format!("reading the GTID state at {file}:{pos}"))(e).into(),
             );
         }
     };
@@ -155,7 +155,7 @@ pub async fn server_position(conn: &mut Conn) -> Result<(String, u64, GtidState)
     let status: Option<mysql_async::Row> =
         conn.query_first("SHOW MASTER STATUS")
             .await
-            .map_err(StoreError::mysql(
+            .map_err(DbError::mysql(
                 "reading the binlog position (SHOW MASTER STATUS)",
             ))?;
     let mut status = status.ok_or_else(|| {
@@ -166,7 +166,7 @@ pub async fn server_position(conn: &mut Conn) -> Result<(String, u64, GtidState)
     let gtid: Option<mysql_async::Row> = conn
         .query_first("SELECT @@GLOBAL.gtid_binlog_pos")
         .await
-        .map_err(StoreError::mysql("reading @@gtid_binlog_pos"))?;
+        .map_err(DbError::mysql("reading @@gtid_binlog_pos"))?;
     let gtid: Option<Option<String>> = first(gtid, "@@GLOBAL.gtid_binlog_pos")?;
     let gtid_state = gtid
         .flatten()

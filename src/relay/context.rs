@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-use crate::config::{LoopFilterMode, MysqlUrl, Settings};
-use crate::store::StoreError;
+use crate::config::{LoopFilterMode, Settings};
+use crate::mysql::DbError;
+use crate::mysql::MysqlUrl;
 
 use super::loop_filter::LoopCache;
 use super::stats::RelayStats;
@@ -21,7 +22,7 @@ pub const CHECKPOINT_TABLE: &str = "relay_checkpoints";
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] DbError),
     #[error("{context}: {source}")]
     Kafka {
         context: String,

@@ -17,6 +17,7 @@ pub mod decode;
 pub mod events;
 pub mod gtid;
 pub mod loop_filter;
+pub mod metrics;
 pub mod sql;
 pub mod stats;
 pub mod status;
@@ -30,7 +31,7 @@ use tokio::sync::watch;
 
 pub use context::{RelayContext, RelayError, TablePattern};
 
-use crate::store::{StoreError, db};
+use crate::mysql::{self, DbError};
 use context::{APPLIED_TABLE, CHECKPOINT_TABLE};
 
 /// A part that ran this long before failing starts again without waiting.
@@ -134,7 +135,7 @@ where
 
 /// Refuses to start before `logstamp migrate` created the relay tables.
 async fn check_migrated(context: &RelayContext) -> Result<(), RelayError> {
-    let mut conn = db::connect(context.url()).await?;
+    let mut conn = mysql::connect(context.url()).await?;
     let found: Vec<mysql_async::Row> = conn
         .exec(
             "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? \
@@ -142,7 +143,7 @@ async fn check_migrated(context: &RelayContext) -> Result<(), RelayError> {
             (&context.state_database, CHECKPOINT_TABLE, APPLIED_TABLE),
         )
         .await
-        .map_err(StoreError::mysql("looking for the relay tables"))?;
+        .map_err(DbError::mysql("looking for the relay tables"))?;
     let _ = conn.disconnect().await;
     if found.len() == 2 {
         Ok(())

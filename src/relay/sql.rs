@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::change::{ChangeKind, Kind, Row, RowChange, Value};
-use crate::store::encode::push_sql_string;
+use crate::mysql::encode::push_sql_string;
 
 /// A name quoted with backticks (doubled inside), for any name the server allows.
 pub fn push_ident(out: &mut String, name: &str) -> Result<(), String> {

@@ -8,8 +8,8 @@ use mysql_async::prelude::Queryable;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::Serialize;
 
-use crate::store::rows::take;
-use crate::store::{StoreError, db};
+use crate::mysql::rows::take;
+use crate::mysql::{self, DbError};
 
 use super::change::binlog_file_number;
 use super::checkpoint::{self, Checkpoint};
@@ -66,13 +66,13 @@ pub async fn capture(
     now: DateTime<Utc>,
 ) -> Result<CaptureStatus, RelayError> {
     let dc = context.dc();
-    let mut conn = db::connect(context.url()).await?;
+    let mut conn = mysql::connect(context.url()).await?;
     let found = checkpoint::load(&mut conn, dc).await?;
     let (file, pos, gtid) = checkpoint::server_position(&mut conn).await?;
     let logs: Vec<mysql_async::Row> = conn
         .query("SHOW BINARY LOGS")
         .await
-        .map_err(StoreError::mysql("listing binary logs"))?;
+        .map_err(DbError::mysql("listing binary logs"))?;
     let _ = conn.disconnect().await;
     // By position: MySQL 8 adds an `Encrypted` column.
     let logs = logs
@@ -82,7 +82,7 @@ pub async fn capture(
             let size: u64 = take(&mut row, 1, "SHOW BINARY LOGS File_size")?;
             Ok((name, size))
         })
-        .collect::<Result<Vec<_>, StoreError>>()?;
+        .collect::<Result<Vec<_>, DbError>>()?;
     let behind_bytes = found
         .as_ref()
         .and_then(|c| bytes_between(&logs, (&c.file, c.pos), (&file, pos)));
@@ -112,7 +112,7 @@ pub async fn appliers(
     context: &RelayContext,
     now: DateTime<Utc>,
 ) -> Result<Vec<ApplyStatus>, RelayError> {
-    let mut conn: Conn = db::connect(context.url()).await?;
+    let mut conn: Conn = mysql::connect(context.url()).await?;
     let rows: Vec<mysql_async::Row> = conn
         .query(format!(
             "SELECT source_dc, topic, next_offset, source_file, source_pos, source_gtid, \
@@ -120,7 +120,7 @@ pub async fn appliers(
              CAST(updated_at AS CHAR) FROM `{APPLIED_TABLE}` ORDER BY source_dc"
         ))
         .await
-        .map_err(StoreError::mysql("reading relay_applied"))?;
+        .map_err(DbError::mysql("reading relay_applied"))?;
     let _ = conn.disconnect().await;
     let mut out = Vec::new();
     for mut row in rows {

@@ -4,20 +4,18 @@
 //! The checks are pure functions over what the catalog says, tested without a server; the
 //! async functions only read the catalog and run the DDL.
 
-use std::time::Duration;
-
-use chrono::{DateTime, NaiveDate, NaiveTime, Utc};
+use chrono::{DateTime, Utc};
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use serde::Serialize;
 
-use super::partitions::{current_period_start, periods_after};
-use super::rows::take;
+use super::partition_plan::{
+    ExistingPartition, PartitionScheme, Partitioning, check_partitioning, parse_bound,
+};
 use super::schema::{ColumnSpec, create_log_table_sql};
-use super::{Ident, PartitionPlan, Period, StoreError};
 use crate::config::Settings;
-use crate::id::Layout;
-use crate::time::Zone;
+use crate::mysql::rows::take;
+use crate::mysql::{DbError, Ident};
 
 /// What the log table must be, from the settings.
 #[derive(Debug, Clone)]
@@ -25,13 +23,7 @@ pub struct TableSpec {
     pub table: Ident,
     pub columns: Vec<ColumnSpec>,
     pub payload: bool,
-    pub layout: Layout,
-    pub period: Period,
-    pub zone: Zone,
-    /// Empty future partitions kept beyond the current one.
-    pub ahead: u32,
-    /// Partitions whose whole period is older than this are dropped; `None` keeps them.
-    pub retention: Option<Duration>,
+    pub scheme: PartitionScheme,
 }
 
 impl TableSpec {
@@ -40,11 +32,13 @@ impl TableSpec {
             table: settings.store.table.clone(),
             columns: settings.store.columns.clone(),
             payload: settings.store.payload,
-            layout: settings.id.layout,
-            period: settings.partitions.period,
-            zone: settings.partitions.time_zone,
-            ahead: settings.partitions.ahead,
-            retention: settings.partitions.retention.0,
+            scheme: PartitionScheme {
+                layout: settings.id.layout,
+                period: settings.partitions.period,
+                zone: settings.partitions.time_zone,
+                ahead: settings.partitions.ahead,
+                retention: settings.partitions.retention.0,
+            },
         }
     }
 
@@ -86,33 +80,12 @@ impl TableRecord {
     pub fn of(spec: &TableSpec) -> TableRecord {
         TableRecord {
             table_name: spec.table.as_str().to_string(),
-            service_bits: spec.layout.service_bits(),
-            epoch_unix_seconds: spec.layout.epoch_unix_seconds(),
-            period: spec.period.to_string(),
-            time_zone: spec.zone.to_string(),
+            service_bits: spec.scheme.layout.service_bits(),
+            epoch_unix_seconds: spec.scheme.layout.epoch_unix_seconds(),
+            period: spec.scheme.period.to_string(),
+            time_zone: spec.scheme.zone.to_string(),
         }
     }
-}
-
-/// A partition as the catalog describes it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ExistingPartition {
-    pub name: String,
-    /// `None` for `MAXVALUE`.
-    pub less_than: Option<u64>,
-    /// The server's row estimate (`information_schema.PARTITIONS.TABLE_ROWS`).
-    pub rows: u64,
-}
-
-/// How an existing table is partitioned.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Partitioning {
-    /// `RANGE`, `HASH`, ...; `None` when the table is not partitioned.
-    pub method: Option<String>,
-    pub expression: Option<String>,
-    pub subpartitioned: bool,
-    /// In order.
-    pub partitions: Vec<ExistingPartition>,
 }
 
 /// A column as the catalog describes it.
@@ -140,105 +113,6 @@ pub enum TableOutcome {
     TableUnchanged { table: String },
     /// The recorded number of service bits was changed by `--force`.
     ServiceBitsChanged { table: String, from: u8, to: u8 },
-}
-
-/// MariaDB shows a bound above `i64::MAX` of an unsigned column as its two's complement
-/// (`-9223372036854775808` for 2^63); MySQL 8 shows it as is. Both are read back as the `u64`
-/// written, without going through `i64`.
-pub fn parse_bound(text: &str) -> Result<Option<u64>, String> {
-    let text = text.trim();
-    if text.eq_ignore_ascii_case("MAXVALUE") {
-        return Ok(None);
-    }
-    let bad = || format!("partition bound {text:?} is not an unsigned 64-bit number");
-    match text.strip_prefix('-') {
-        Some(magnitude) => {
-            let m: u64 = magnitude.parse().map_err(|_| bad())?;
-            if m == 0 || m > 1 << 63 {
-                return Err(bad());
-            }
-            Ok(Some(m.wrapping_neg()))
-        }
-        None => text.parse().map(Some).map_err(|_| bad()),
-    }
-}
-
-/// The first day of the period that starts exactly at the ID `bound`, if it is such a start:
-/// a partition bound of this layout, period and zone.
-pub fn aligned_period_start(
-    bound: u64,
-    layout: &Layout,
-    period: Period,
-    zone: &Zone,
-) -> Option<NaiveDate> {
-    if bound & 0xFFFF_FFFF != 0 {
-        return None;
-    }
-    let unix = layout.decode(bound).unix_seconds;
-    let instant = DateTime::<Utc>::from_timestamp(i64::try_from(unix).ok()?, 0)?;
-    let date = zone.local(instant).date();
-    (period.start_of(date) == date && zone.resolve(date.and_time(NaiveTime::MIN)) == instant)
-        .then_some(date)
-}
-
-/// Refuses a table logstamp cannot maintain: not `RANGE` partitioned on `id`, sub-partitioned,
-/// without a last `MAXVALUE` partition, or with bounds that are not period starts of this
-/// layout, period and zone.
-pub fn check_partitioning(
-    table: &Ident,
-    partitioning: &Partitioning,
-    layout: &Layout,
-    period: Period,
-    zone: &Zone,
-) -> Result<(), String> {
-    let method = partitioning.method.as_deref().unwrap_or("");
-    let expression = partitioning.expression.as_deref().unwrap_or("");
-    let on_id = expression
-        .trim()
-        .trim_matches('`')
-        .eq_ignore_ascii_case("id");
-    if !method.eq_ignore_ascii_case("RANGE") || !on_id {
-        let now = if method.is_empty() {
-            "not partitioned".to_string()
-        } else {
-            format!("partitioned by {method} ({expression})")
-        };
-        return Err(format!(
-            "table {table} is {now}; logstamp needs PARTITION BY RANGE (id)"
-        ));
-    }
-    if partitioning.subpartitioned {
-        return Err(format!(
-            "table {table} has subpartitions, which logstamp does not maintain"
-        ));
-    }
-    let Some((last, bounded)) = partitioning.partitions.split_last() else {
-        return Err(format!("table {table} has no partitions"));
-    };
-    if last.less_than.is_some() {
-        return Err(format!(
-            "table {table} has no last partition VALUES LESS THAN MAXVALUE (pmax) to split \
-             new partitions from"
-        ));
-    }
-    for p in bounded {
-        let Some(bound) = p.less_than else {
-            return Err(format!(
-                "partition {} of table {table} has no bound",
-                p.name
-            ));
-        };
-        if aligned_period_start(bound, layout, period, zone).is_none() {
-            return Err(format!(
-                "partition {} of table {table} ends at ID {bound}, which is not the start of a \
-                 {period} in {zone} with the ID epoch {}: the table was partitioned with other \
-                 settings",
-                p.name,
-                layout.epoch_unix_seconds()
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Refuses a table whose `id` is not an unsigned 64-bit primary key, or which lacks a column
@@ -349,15 +223,18 @@ pub async fn ensure_table(
     spec: &TableSpec,
     now: DateTime<Utc>,
     force: bool,
-) -> Result<TableOutcome, StoreError> {
+) -> Result<TableOutcome, DbError> {
     let table = spec.table.as_str().to_string();
     let record = read_record(conn, &spec.table).await?;
     let Some(partitioning) = read_partitioning(conn, &spec.table).await? else {
-        let plan = initial_plan(spec, now)?;
+        let plan = spec
+            .scheme
+            .initial_plan(now)
+            .map_err(|e| DbError::Refused(format!("partitions of table {}: {e}", spec.table)))?;
         let sql = create_log_table_sql(&spec.table, &spec.columns, spec.payload, &plan);
         conn.query_drop(sql.trim_end().trim_end_matches(';'))
             .await
-            .map_err(StoreError::mysql(format!("creating table {}", spec.table)))?;
+            .map_err(DbError::mysql(format!("creating table {}", spec.table)))?;
         // No table means no IDs to protect: a record left by a dropped table is replaced.
         write_record(conn, spec).await?;
         return Ok(TableOutcome::TableCreated {
@@ -366,19 +243,20 @@ pub async fn ensure_table(
         });
     };
     let check = match &record {
-        Some(record) => check_record(record, spec, force).map_err(StoreError::Refused)?,
+        Some(record) => check_record(record, spec, force).map_err(DbError::Refused)?,
         None => RecordCheck::Same,
     };
+    let scheme = &spec.scheme;
     check_partitioning(
         &spec.table,
         &partitioning,
-        &spec.layout,
-        spec.period,
-        &spec.zone,
+        &scheme.layout,
+        scheme.period,
+        &scheme.zone,
     )
-    .map_err(StoreError::Refused)?;
+    .map_err(DbError::Refused)?;
     let columns = read_columns(conn, &spec.table).await?;
-    check_columns(spec, &columns).map_err(StoreError::Refused)?;
+    check_columns(spec, &columns).map_err(DbError::Refused)?;
     match (record, check) {
         (None, _) => {
             write_record(conn, spec).await?;
@@ -395,19 +273,8 @@ pub async fn ensure_table(
     }
 }
 
-/// Partitions for a new table: the current period through `ahead` periods after it.
-pub fn initial_plan(spec: &TableSpec, now: DateTime<Utc>) -> Result<PartitionPlan, StoreError> {
-    let first = current_period_start(now, spec.period, &spec.zone);
-    let last = periods_after(first, spec.period, spec.ahead)?;
-    PartitionPlan::new(first, last, spec.period, &spec.zone, &spec.layout)
-        .map_err(|e| StoreError::Refused(format!("partitions of table {}: {e}", spec.table)))
-}
-
 /// The table's row in `logstamp_tables`, if any.
-pub async fn read_record(
-    conn: &mut Conn,
-    table: &Ident,
-) -> Result<Option<TableRecord>, StoreError> {
+pub async fn read_record(conn: &mut Conn, table: &Ident) -> Result<Option<TableRecord>, DbError> {
     let row: Option<mysql_async::Row> = conn
         .exec_first(
             "SELECT `table_name`, `service_bits`, `epoch_unix_seconds`, `period`, `time_zone` \
@@ -415,7 +282,7 @@ pub async fn read_record(
             (table.as_str(),),
         )
         .await
-        .map_err(StoreError::mysql(format!(
+        .map_err(DbError::mysql(format!(
             "reading the record of table {table} (has logstamp migrate run?)"
         )))?;
     row.map(|mut row| {
@@ -430,7 +297,7 @@ pub async fn read_record(
     .transpose()
 }
 
-async fn write_record(conn: &mut Conn, spec: &TableSpec) -> Result<(), StoreError> {
+async fn write_record(conn: &mut Conn, spec: &TableSpec) -> Result<(), DbError> {
     let r = TableRecord::of(spec);
     conn.exec_drop(
         "INSERT INTO `logstamp_tables` \
@@ -449,7 +316,7 @@ async fn write_record(conn: &mut Conn, spec: &TableSpec) -> Result<(), StoreErro
         ),
     )
     .await
-    .map_err(StoreError::mysql(format!(
+    .map_err(DbError::mysql(format!(
         "recording table {} in logstamp_tables",
         spec.table
     )))
@@ -459,7 +326,7 @@ async fn write_record(conn: &mut Conn, spec: &TableSpec) -> Result<(), StoreErro
 pub async fn read_partitioning(
     conn: &mut Conn,
     table: &Ident,
-) -> Result<Option<Partitioning>, StoreError> {
+) -> Result<Option<Partitioning>, DbError> {
     let context = || format!("reading the partitions of table {table}");
     let kind: Option<mysql_async::Row> = conn
         .exec_first(
@@ -468,13 +335,13 @@ pub async fn read_partitioning(
             (table.as_str(),),
         )
         .await
-        .map_err(StoreError::mysql(context()))?;
+        .map_err(DbError::mysql(context()))?;
     let Some(mut kind) = kind else {
         return Ok(None);
     };
     let kind: String = take(&mut kind, 0, "TABLES.TABLE_TYPE")?;
     if kind != "BASE TABLE" {
-        return Err(StoreError::Refused(format!(
+        return Err(DbError::Refused(format!(
             "{table} is a {kind}, not a table"
         )));
     }
@@ -488,7 +355,7 @@ pub async fn read_partitioning(
             (table.as_str(),),
         )
         .await
-        .map_err(StoreError::mysql(context()))?;
+        .map_err(DbError::mysql(context()))?;
     let mut partitioning = Partitioning {
         method: None,
         expression: None,
@@ -510,7 +377,7 @@ pub async fn read_partitioning(
         let less_than = match description {
             // Only RANGE partitions have bounds; the method check refuses the others.
             Some(text) if partitioning.method.as_deref() == Some("RANGE") => {
-                parse_bound(&text).map_err(StoreError::Refused)?
+                parse_bound(&text).map_err(DbError::Refused)?
             }
             _ => None,
         };
@@ -524,10 +391,7 @@ pub async fn read_partitioning(
 }
 
 /// The table's columns, in order.
-pub async fn read_columns(
-    conn: &mut Conn,
-    table: &Ident,
-) -> Result<Vec<ExistingColumn>, StoreError> {
+pub async fn read_columns(conn: &mut Conn, table: &Ident) -> Result<Vec<ExistingColumn>, DbError> {
     let rows: Vec<mysql_async::Row> = conn
         .exec(
             "SELECT `COLUMN_NAME`, `COLUMN_TYPE`, `COLUMN_KEY` FROM information_schema.COLUMNS \
@@ -535,7 +399,7 @@ pub async fn read_columns(
             (table.as_str(),),
         )
         .await
-        .map_err(StoreError::mysql(format!(
+        .map_err(DbError::mysql(format!(
             "reading the columns of table {table}"
         )))?;
     rows.into_iter()
@@ -553,6 +417,8 @@ pub async fn read_columns(
 mod tests {
     use super::*;
     use crate::config::Settings;
+    use crate::store::partition_plan::aligned_period_start;
+    use chrono::{NaiveDate, NaiveTime};
 
     fn spec(overrides: &[(&str, &str)]) -> TableSpec {
         let mut sources = crate::config::Sources {
@@ -570,8 +436,8 @@ mod tests {
     }
 
     fn bound(spec: &TableSpec, date: &str) -> u64 {
-        let at = spec.zone.resolve(day(date).and_time(NaiveTime::MIN));
-        spec.layout.first_id_at(at.timestamp()).unwrap()
+        let at = spec.scheme.zone.resolve(day(date).and_time(NaiveTime::MIN));
+        spec.scheme.layout.first_id_at(at.timestamp()).unwrap()
     }
 
     fn partitioned(bounds: &[Option<u64>]) -> Partitioning {
@@ -628,11 +494,12 @@ mod tests {
         let b = bound(&s, "2040-03-01");
         assert!(b > i64::MAX as u64);
         assert_eq!(
-            aligned_period_start(b, &s.layout, s.period, &s.zone),
+            aligned_period_start(b, &s.scheme.layout, s.scheme.period, &s.scheme.zone),
             Some(day("2040-03-01"))
         );
         // The same date at UTC midnight is eight hours off.
         let utc = s
+            .scheme
             .layout
             .first_id_at(
                 day("2040-03-01")
@@ -642,25 +509,42 @@ mod tests {
             )
             .unwrap();
         assert_eq!(
-            aligned_period_start(utc, &s.layout, s.period, &s.zone),
+            aligned_period_start(utc, &s.scheme.layout, s.scheme.period, &s.scheme.zone),
             None
         );
         // Mid-month and a bound with counter bits set are not starts.
         assert_eq!(
-            aligned_period_start(bound(&s, "2040-03-02"), &s.layout, s.period, &s.zone),
+            aligned_period_start(
+                bound(&s, "2040-03-02"),
+                &s.scheme.layout,
+                s.scheme.period,
+                &s.scheme.zone
+            ),
             None
         );
         assert_eq!(
-            aligned_period_start(b + 1, &s.layout, s.period, &s.zone),
+            aligned_period_start(b + 1, &s.scheme.layout, s.scheme.period, &s.scheme.zone),
             None
         );
         // A week starts on Monday: 2040-03-05 is one.
         let w = spec(&[("partitions.period", "week")]);
         assert!(
-            aligned_period_start(bound(&w, "2040-03-05"), &w.layout, w.period, &w.zone).is_some()
+            aligned_period_start(
+                bound(&w, "2040-03-05"),
+                &w.scheme.layout,
+                w.scheme.period,
+                &w.scheme.zone
+            )
+            .is_some()
         );
         assert!(
-            aligned_period_start(bound(&w, "2040-03-06"), &w.layout, w.period, &w.zone).is_none()
+            aligned_period_start(
+                bound(&w, "2040-03-06"),
+                &w.scheme.layout,
+                w.scheme.period,
+                &w.scheme.zone
+            )
+            .is_none()
         );
     }
 
@@ -672,8 +556,15 @@ mod tests {
             Some(bound(&s, "2024-01-02")),
             None,
         ]);
-        let check =
-            |p: &Partitioning| check_partitioning(&s.table, p, &s.layout, s.period, &s.zone);
+        let check = |p: &Partitioning| {
+            check_partitioning(
+                &s.table,
+                p,
+                &s.scheme.layout,
+                s.scheme.period,
+                &s.scheme.zone,
+            )
+        };
         assert_eq!(check(&good), Ok(()));
 
         let mut hash = good.clone();

@@ -13,13 +13,13 @@ use sha2::{Digest, Sha256};
 
 use chrono::{DateTime, Utc};
 
-use super::StoreError;
-use super::db::current_database;
-use super::lock::{schema_lock, table_lock, with_lock};
 use super::log_table::{TableOutcome, TableSpec, ensure_table};
 use super::rollup;
-use super::rows::take;
 use crate::config::Settings;
+use crate::mysql::DbError;
+use crate::mysql::current_database;
+use crate::mysql::lock::{schema_lock, table_lock, with_lock};
+use crate::mysql::rows::take;
 use crate::transform::rollup::RollupPlan;
 
 /// How long `migrate` waits for another run (or a partition maintenance) to finish.
@@ -74,9 +74,9 @@ pub struct Migration {
 
 impl Migration {
     /// From a file name `NNNN_name.sql` and its text.
-    pub fn from_file(file_name: &str, sql: &str) -> Result<Migration, StoreError> {
+    pub fn from_file(file_name: &str, sql: &str) -> Result<Migration, DbError> {
         let bad = || {
-            StoreError::Refused(format!(
+            DbError::Refused(format!(
                 "migration file {file_name:?} is not named NNNN_name.sql"
             ))
         };
@@ -105,7 +105,7 @@ impl Migration {
 }
 
 /// The migrations shipped with this build, in order.
-pub fn builtin() -> Result<Vec<Migration>, StoreError> {
+pub fn builtin() -> Result<Vec<Migration>, DbError> {
     BUILTIN
         .iter()
         .map(|(file, sql)| Migration::from_file(file, sql))
@@ -135,16 +135,16 @@ pub struct Applied {
 pub fn pending<'a>(
     known: &'a [Migration],
     recorded: &[Recorded],
-) -> Result<Vec<&'a Migration>, StoreError> {
+) -> Result<Vec<&'a Migration>, DbError> {
     if let Some(pair) = known.windows(2).find(|w| w[0].version >= w[1].version) {
-        return Err(StoreError::Refused(format!(
+        return Err(DbError::Refused(format!(
             "migrations are not in strictly increasing version order: {} then {}",
             pair[0].version, pair[1].version
         )));
     }
     for r in recorded {
         let Some(m) = known.iter().find(|m| m.version == r.version) else {
-            return Err(StoreError::Refused(format!(
+            return Err(DbError::Refused(format!(
                 "the database has migration {} ({}) applied, which this logstamp does not \
                  know: it was migrated by a newer version",
                 r.version, r.name
@@ -152,7 +152,7 @@ pub fn pending<'a>(
         };
         let checksum = m.checksum();
         if checksum != r.checksum {
-            return Err(StoreError::Refused(format!(
+            return Err(DbError::Refused(format!(
                 "migration {} ({}) changed after it was applied: checksum {} recorded, {} now; \
                  restore the file and add a new migration for the change",
                 r.version, r.name, r.checksum, checksum
@@ -167,7 +167,7 @@ pub fn pending<'a>(
     if let (Some(newest), Some(first)) = (newest, todo.first())
         && first.version < newest
     {
-        return Err(StoreError::Refused(format!(
+        return Err(DbError::Refused(format!(
             "migration {} ({}) was never applied, but the later migration {newest} was: \
              refusing to run migrations out of order",
             first.version, first.name
@@ -178,7 +178,7 @@ pub fn pending<'a>(
 
 /// Refuses unless every known migration is applied: workers use the schema, `logstamp migrate`
 /// makes it.
-pub async fn check_up_to_date(conn: &mut Conn, known: &[Migration]) -> Result<(), StoreError> {
+pub async fn check_up_to_date(conn: &mut Conn, known: &[Migration]) -> Result<(), DbError> {
     const NO_SUCH_TABLE: u16 = 1146;
     let recorded = match recorded(conn).await {
         Err(e) if e.server_code() == Some(NO_SUCH_TABLE) => Vec::new(),
@@ -186,7 +186,7 @@ pub async fn check_up_to_date(conn: &mut Conn, known: &[Migration]) -> Result<()
     };
     match pending(known, &recorded)?.as_slice() {
         [] => Ok(()),
-        [first, rest @ ..] => Err(StoreError::Refused(format!(
+        [first, rest @ ..] => Err(DbError::Refused(format!(
             "database {} lacks migration {} ({}){}: run logstamp migrate first",
             current_database(conn).await?,
             first.version,
@@ -201,17 +201,17 @@ pub async fn check_up_to_date(conn: &mut Conn, known: &[Migration]) -> Result<()
 
 /// Applies the migrations not yet recorded, in order, and returns them. The caller serializes
 /// concurrent runs (see `lock`).
-pub async fn apply(conn: &mut Conn, known: &[Migration]) -> Result<Vec<Applied>, StoreError> {
+pub async fn apply(conn: &mut Conn, known: &[Migration]) -> Result<Vec<Applied>, DbError> {
     conn.query_drop(CREATE_SCHEMA_MIGRATIONS)
         .await
-        .map_err(StoreError::mysql("creating schema_migrations"))?;
+        .map_err(DbError::mysql("creating schema_migrations"))?;
     let recorded = recorded(conn).await?;
     let mut applied = Vec::new();
     for m in pending(known, &recorded)? {
         let context = format!("applying migration {} ({})", m.version, m.name);
         conn.query_drop(m.sql.as_str())
             .await
-            .map_err(StoreError::mysql(context.clone()))?;
+            .map_err(DbError::mysql(context.clone()))?;
         let checksum = m.checksum();
         conn.exec_drop(
             "INSERT INTO `schema_migrations` (`version`, `name`, `checksum`, `applied_at`) \
@@ -219,7 +219,7 @@ pub async fn apply(conn: &mut Conn, known: &[Migration]) -> Result<Vec<Applied>,
             (m.version, m.name.as_str(), checksum.as_str()),
         )
         .await
-        .map_err(StoreError::mysql(format!("recording: {context}")))?;
+        .map_err(DbError::mysql(format!("recording: {context}")))?;
         applied.push(Applied {
             version: m.version,
             name: m.name.clone(),
@@ -248,10 +248,10 @@ pub async fn run(
     spec: &TableSpec,
     now: DateTime<Utc>,
     force: bool,
-) -> Result<MigrateReport, StoreError> {
+) -> Result<MigrateReport, DbError> {
     let database = current_database(conn).await?;
     let busy = |what: &str| {
-        StoreError::Refused(format!(
+        DbError::Refused(format!(
             "{what} of database {database} stayed locked by another logstamp for {LOCK_WAIT_SECONDS} s; try again when it is done"
         ))
     };
@@ -287,7 +287,7 @@ pub async fn run_all(
     settings: &Settings,
     now: DateTime<Utc>,
     force: bool,
-) -> Result<FullReport, StoreError> {
+) -> Result<FullReport, DbError> {
     let report = run(conn, known, &TableSpec::from_settings(settings), now, force).await?;
     let (tables, rollups) = ensure_fanout(
         conn,
@@ -320,7 +320,7 @@ pub async fn ensure_fanout(
     rollups: &[RollupPlan],
     now: DateTime<Utc>,
     force: bool,
-) -> Result<(Vec<TableOutcome>, Vec<RollupOutcome>), StoreError> {
+) -> Result<(Vec<TableOutcome>, Vec<RollupOutcome>), DbError> {
     let database = current_database(conn).await?;
     let mut tables = Vec::with_capacity(specs.len());
     for spec in specs {
@@ -346,7 +346,7 @@ async fn ensure_locked(
     spec: &TableSpec,
     now: DateTime<Utc>,
     force: bool,
-) -> Result<TableOutcome, StoreError> {
+) -> Result<TableOutcome, DbError> {
     with_lock(
         conn,
         &table_lock(database, spec.table.as_str()),
@@ -355,7 +355,7 @@ async fn ensure_locked(
     )
     .await?
     .ok_or_else(|| {
-        StoreError::Refused(format!(
+        DbError::Refused(format!(
             "table {} of database {database} stayed locked by another logstamp for \
              {LOCK_WAIT_SECONDS} s; try again when it is done",
             spec.table
@@ -364,11 +364,11 @@ async fn ensure_locked(
 }
 
 /// The migrations recorded as applied, in version order.
-pub async fn recorded(conn: &mut Conn) -> Result<Vec<Recorded>, StoreError> {
+pub async fn recorded(conn: &mut Conn) -> Result<Vec<Recorded>, DbError> {
     let rows: Vec<mysql_async::Row> = conn
         .query("SELECT `version`, `name`, `checksum` FROM `schema_migrations` ORDER BY `version`")
         .await
-        .map_err(StoreError::mysql("reading schema_migrations"))?;
+        .map_err(DbError::mysql("reading schema_migrations"))?;
     rows.into_iter()
         .map(|mut row| {
             Ok(Recorded {

@@ -6,166 +6,18 @@
 //! partitions, the time and the settings; [`ensure`] reads the catalog, decides and runs the
 //! DDL under a named lock so only one process of the fleet does it at a time.
 
-use chrono::{DateTime, NaiveDate, NaiveTime, Utc};
+use chrono::{DateTime, Utc};
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use serde::Serialize;
 
-use super::db::current_database;
-use super::lock::{table_lock, with_lock};
-use super::log_table::{
-    ExistingPartition, Partitioning, TableSpec, aligned_period_start, check_partitioning,
-    check_record, read_partitioning, read_record,
+use super::log_table::{TableSpec, check_record, read_partitioning, read_record};
+use super::partition_plan::{
+    Maintenance, PartitionInfo, Partitioning, check_partitioning, describe, plan_maintenance,
 };
-use super::partition_plan::MAX_PARTITIONS;
-use super::{PartitionBound, PartitionPlan, Period, StoreError};
-use crate::time::{Zone, format_utc};
-
-/// The first day of the period holding `now`, in `zone`.
-pub fn current_period_start(now: DateTime<Utc>, period: Period, zone: &Zone) -> NaiveDate {
-    period.start_of(zone.local(now).date())
-}
-
-/// The first day of the period `count` periods after the one starting at `start`.
-pub fn periods_after(
-    start: NaiveDate,
-    period: Period,
-    count: u32,
-) -> Result<NaiveDate, StoreError> {
-    let mut day = start;
-    for _ in 0..count {
-        day = period.next_start(day).ok_or_else(|| {
-            StoreError::Refused(format!(
-                "the {period} after {day} is past the calendar's end"
-            ))
-        })?;
-    }
-    Ok(day)
-}
-
-/// What maintenance does to the table, in this order: split `add` off `pmax`, then drop `drop`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Maintenance {
-    pub add: Vec<PartitionBound>,
-    pub drop: Vec<ExistingPartition>,
-}
-
-impl Maintenance {
-    pub fn is_empty(&self) -> bool {
-        self.add.is_empty() && self.drop.is_empty()
-    }
-}
-
-/// Decides the maintenance of a table partitioned as `existing` (checked by
-/// `check_partitioning`: bounded partitions aligned to period starts, then a `MAXVALUE` one).
-///
-/// - Adds a partition for every period from the end of the last bounded one through `ahead`
-///   periods after the one holding `now`. A table left alone for a while gets the missing
-///   periods too, so rows that waited in `pmax` move into the partitions of their period.
-/// - Drops the bounded partitions whose end is at or before `now - retention`: every row in
-///   them is older than the retention. So the partition holding `now` is never dropped (it
-///   ends after `now`), nor `pmax`. Partitions added for a neglected table that are already
-///   past the retention are dropped in the same run, after their rows left `pmax`.
-pub fn plan_maintenance(
-    existing: &[ExistingPartition],
-    now: DateTime<Utc>,
-    spec: &TableSpec,
-) -> Result<Maintenance, String> {
-    let (period, zone, layout) = (spec.period, &spec.zone, &spec.layout);
-    let current = current_period_start(now, period, zone);
-    let last_wanted = periods_after(current, period, spec.ahead).map_err(|e| e.to_string())?;
-    let bounded: Vec<&ExistingPartition> =
-        existing.iter().filter(|p| p.less_than.is_some()).collect();
-    let first_missing = match bounded.last().and_then(|p| p.less_than) {
-        Some(bound) => aligned_period_start(bound, layout, period, zone).ok_or_else(|| {
-            format!("the last bounded partition ends at ID {bound}, which is not a {period} start")
-        })?,
-        None => current,
-    };
-    let add = if first_missing <= last_wanted {
-        let mut plan = PartitionPlan::new(first_missing, last_wanted, period, zone, layout)
-            .map_err(|e| format!("partitions to add: {e}"))?;
-        plan.partitions.retain(|p| p.less_than.is_some());
-        plan.partitions
-    } else {
-        Vec::new()
-    };
-
-    let mut drop = Vec::new();
-    if let Some(retention) = spec.retention {
-        let cutoff = i128::from(now.timestamp()) - i128::from(retention.as_secs());
-        let ends = |bound: u64| i128::from(layout.decode(bound).unix_seconds);
-        let added = add.iter().filter_map(|p| {
-            p.less_than.map(|bound| ExistingPartition {
-                name: p.name.clone(),
-                less_than: Some(bound),
-                rows: 0,
-            })
-        });
-        drop = bounded
-            .into_iter()
-            .cloned()
-            .chain(added)
-            .filter(|p| p.less_than.is_some_and(|b| ends(b) <= cutoff))
-            .collect();
-    }
-
-    let total = existing.len() + add.len() - drop.len();
-    if total > MAX_PARTITIONS {
-        return Err(format!(
-            "the table would have {total} partitions, more than MariaDB's {MAX_PARTITIONS}: \
-             lower partitions.ahead or set a retention"
-        ));
-    }
-    Ok(Maintenance { add, drop })
-}
-
-/// A partition as `partitions list` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PartitionInfo {
-    pub name: String,
-    /// When its period starts (RFC 3339, UTC): the previous partition's bound, or for the
-    /// first partition the start of its period (it also holds anything older).
-    pub from: Option<String>,
-    /// When the next period starts: its bound as a time. `None` for `pmax`.
-    pub to: Option<String>,
-    pub less_than: Option<u64>,
-    /// The server's estimate.
-    pub rows: u64,
-}
-
-/// The time each partition covers, from its bound and the previous one.
-pub fn describe(existing: &[ExistingPartition], spec: &TableSpec) -> Vec<PartitionInfo> {
-    let time_of = |bound: u64| format_utc(spec.layout.decode(bound).unix_seconds);
-    let mut previous: Option<u64> = None;
-    existing
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let from = match previous {
-                Some(bound) => Some(time_of(bound)),
-                None if i == 0 => p.less_than.and_then(|bound| nominal_start(bound, spec)),
-                None => None,
-            };
-            previous = p.less_than.or(previous);
-            PartitionInfo {
-                name: p.name.clone(),
-                from,
-                to: p.less_than.map(time_of),
-                less_than: p.less_than,
-                rows: p.rows,
-            }
-        })
-        .collect()
-}
-
-/// The start of the period that ends at `bound`, if the bound is a period start.
-fn nominal_start(bound: u64, spec: &TableSpec) -> Option<String> {
-    let end = aligned_period_start(bound, &spec.layout, spec.period, &spec.zone)?;
-    let start = spec.period.start_of(end.pred_opt()?);
-    let at = spec.zone.resolve(start.and_time(NaiveTime::MIN));
-    Some(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-}
+use crate::mysql::DbError;
+use crate::mysql::current_database;
+use crate::mysql::lock::{table_lock, with_lock};
 
 /// What `ensure` did, or why it did nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -184,14 +36,14 @@ pub async fn ensure(
     spec: &TableSpec,
     now: DateTime<Utc>,
     dry_run: bool,
-) -> Result<EnsureOutcome, StoreError> {
+) -> Result<EnsureOutcome, DbError> {
     let database = current_database(conn).await?;
     let lock = table_lock(&database, spec.table.as_str());
     // Wait for nobody: whoever holds the lock is doing this very work.
     let done = with_lock(conn, &lock, 0, async |conn| {
         let partitioning = checked_partitioning(conn, spec).await?;
-        let plan = plan_maintenance(&partitioning.partitions, now, spec)
-            .map_err(|e| StoreError::Refused(format!("table {}: {e}", spec.table)))?;
+        let plan = plan_maintenance(&partitioning.partitions, now, &spec.scheme)
+            .map_err(|e| DbError::Refused(format!("table {}: {e}", spec.table)))?;
         if !dry_run {
             run(conn, spec, &partitioning, &plan).await?;
         }
@@ -206,24 +58,27 @@ pub async fn ensure(
 
 /// The table's partitions, after checking it is the table `migrate` recorded with these
 /// settings. The number of service bits does not matter here: bounds do not depend on it.
-async fn checked_partitioning(
-    conn: &mut Conn,
-    spec: &TableSpec,
-) -> Result<Partitioning, StoreError> {
+async fn checked_partitioning(conn: &mut Conn, spec: &TableSpec) -> Result<Partitioning, DbError> {
     let table = &spec.table;
     let record = read_record(conn, table).await?.ok_or_else(|| {
-        StoreError::Refused(format!(
+        DbError::Refused(format!(
             "table {table} is not recorded in logstamp_tables: run logstamp migrate first"
         ))
     })?;
-    check_record(&record, spec, true).map_err(StoreError::Refused)?;
+    check_record(&record, spec, true).map_err(DbError::Refused)?;
     let partitioning = read_partitioning(conn, table).await?.ok_or_else(|| {
-        StoreError::Refused(format!(
+        DbError::Refused(format!(
             "table {table} does not exist: run logstamp migrate"
         ))
     })?;
-    check_partitioning(table, &partitioning, &spec.layout, spec.period, &spec.zone)
-        .map_err(StoreError::Refused)?;
+    check_partitioning(
+        table,
+        &partitioning,
+        &spec.scheme.layout,
+        spec.scheme.period,
+        &spec.scheme.zone,
+    )
+    .map_err(DbError::Refused)?;
     Ok(partitioning)
 }
 
@@ -232,7 +87,7 @@ async fn run(
     spec: &TableSpec,
     partitioning: &Partitioning,
     plan: &Maintenance,
-) -> Result<(), StoreError> {
+) -> Result<(), DbError> {
     let table = &spec.table;
     if !plan.add.is_empty() {
         // check_partitioning made sure the last partition is the MAXVALUE one.
@@ -240,7 +95,7 @@ async fn run(
             .partitions
             .last()
             .map(|p| quote(&p.name))
-            .ok_or_else(|| StoreError::Refused(format!("table {table} has no partitions")))?;
+            .ok_or_else(|| DbError::Refused(format!("table {table} has no partitions")))?;
         let mut parts: Vec<String> = plan
             .add
             .iter()
@@ -254,35 +109,31 @@ async fn run(
             "ALTER TABLE {table} REORGANIZE PARTITION {pmax} INTO ({})",
             parts.join(", ")
         );
-        conn.query_drop(sql)
-            .await
-            .map_err(StoreError::mysql(format!(
-                "adding {} partitions to table {table}",
-                plan.add.len()
-            )))?;
+        conn.query_drop(sql).await.map_err(DbError::mysql(format!(
+            "adding {} partitions to table {table}",
+            plan.add.len()
+        )))?;
     }
     if !plan.drop.is_empty() {
         let names: Vec<String> = plan.drop.iter().map(|p| quote(&p.name)).collect();
         let sql = format!("ALTER TABLE {table} DROP PARTITION {}", names.join(", "));
-        conn.query_drop(sql)
-            .await
-            .map_err(StoreError::mysql(format!(
-                "dropping partitions {} of table {table}",
-                names.join(", ")
-            )))?;
+        conn.query_drop(sql).await.map_err(DbError::mysql(format!(
+            "dropping partitions {} of table {table}",
+            names.join(", ")
+        )))?;
     }
     Ok(())
 }
 
 /// The table's partitions with the time each covers, in order.
-pub async fn list(conn: &mut Conn, spec: &TableSpec) -> Result<Vec<PartitionInfo>, StoreError> {
+pub async fn list(conn: &mut Conn, spec: &TableSpec) -> Result<Vec<PartitionInfo>, DbError> {
     let partitioning = read_partitioning(conn, &spec.table).await?.ok_or_else(|| {
-        StoreError::Refused(format!(
+        DbError::Refused(format!(
             "table {} does not exist: run logstamp migrate",
             spec.table
         ))
     })?;
-    Ok(describe(&partitioning.partitions, spec))
+    Ok(describe(&partitioning.partitions, &spec.scheme))
 }
 
 /// A partition name read from the catalog, quoted; a backtick inside is doubled.
@@ -294,6 +145,8 @@ fn quote(name: &str) -> String {
 mod tests {
     use super::*;
     use crate::config::{Settings, Sources};
+    use crate::store::partition_plan::{ExistingPartition, PartitionPlan};
+    use chrono::NaiveDate;
 
     fn spec(overrides: &[(&str, &str)]) -> TableSpec {
         let mut sources = Sources {
@@ -319,9 +172,9 @@ mod tests {
         PartitionPlan::new(
             date(first),
             date(last),
-            spec.period,
-            &spec.zone,
-            &spec.layout,
+            spec.scheme.period,
+            &spec.scheme.zone,
+            &spec.scheme.layout,
         )
         .unwrap()
         .partitions
@@ -346,7 +199,7 @@ mod tests {
     fn an_up_to_date_table_needs_nothing() {
         let s = spec(&[("partitions.ahead", "2")]);
         let existing = table(&s, "2040-03-05", "2040-03-07");
-        let m = plan_maintenance(&existing, at("2040-03-05T23:59:59Z"), &s).unwrap();
+        let m = plan_maintenance(&existing, at("2040-03-05T23:59:59Z"), &s.scheme).unwrap();
         assert!(m.is_empty(), "{m:?}");
     }
 
@@ -354,9 +207,9 @@ mod tests {
     fn a_new_day_adds_one_partition_exactly_at_midnight() {
         let s = spec(&[("partitions.ahead", "2")]);
         let existing = table(&s, "2040-03-05", "2040-03-07");
-        let before = plan_maintenance(&existing, at("2040-03-05T23:59:59Z"), &s).unwrap();
+        let before = plan_maintenance(&existing, at("2040-03-05T23:59:59Z"), &s.scheme).unwrap();
         assert!(before.add.is_empty());
-        let after = plan_maintenance(&existing, at("2040-03-06T00:00:00Z"), &s).unwrap();
+        let after = plan_maintenance(&existing, at("2040-03-06T00:00:00Z"), &s.scheme).unwrap();
         assert_eq!(names_added(&after), ["p20400308"]);
         let bound = after.add[0].less_than.unwrap();
         assert_eq!(bound, (at("2040-03-09T00:00:00Z").timestamp() as u64) << 32);
@@ -372,9 +225,9 @@ mod tests {
         ]);
         let existing = table(&s, "2040-01-01", "2040-02-01");
         // 2040-02-01 00:00 at +08:00 is 2040-01-31 16:00 UTC.
-        let before = plan_maintenance(&existing, at("2040-01-31T15:59:59Z"), &s).unwrap();
+        let before = plan_maintenance(&existing, at("2040-01-31T15:59:59Z"), &s.scheme).unwrap();
         assert!(before.add.is_empty(), "{before:?}");
-        let after = plan_maintenance(&existing, at("2040-01-31T16:00:00Z"), &s).unwrap();
+        let after = plan_maintenance(&existing, at("2040-01-31T16:00:00Z"), &s.scheme).unwrap();
         assert_eq!(names_added(&after), ["p204003"]);
         assert_eq!(
             after.add[0].ends_at.as_deref(),
@@ -382,7 +235,7 @@ mod tests {
         );
         // December to January crosses the year.
         let dec = table(&s, "2040-11-01", "2040-12-01");
-        let m = plan_maintenance(&dec, at("2040-12-15T00:00:00Z"), &s).unwrap();
+        let m = plan_maintenance(&dec, at("2040-12-15T00:00:00Z"), &s.scheme).unwrap();
         assert_eq!(names_added(&m), ["p204101"]);
     }
 
@@ -391,9 +244,9 @@ mod tests {
         let s = spec(&[("partitions.period", "week"), ("partitions.ahead", "1")]);
         // 2040-12-24 and 2040-12-31 are Mondays; 2040-12-31 is in ISO week 2041-W01.
         let existing = table(&s, "2040-12-17", "2040-12-24");
-        let sunday = plan_maintenance(&existing, at("2040-12-23T23:59:59Z"), &s).unwrap();
+        let sunday = plan_maintenance(&existing, at("2040-12-23T23:59:59Z"), &s.scheme).unwrap();
         assert!(sunday.add.is_empty(), "{sunday:?}");
-        let monday = plan_maintenance(&existing, at("2040-12-24T00:00:00Z"), &s).unwrap();
+        let monday = plan_maintenance(&existing, at("2040-12-24T00:00:00Z"), &s.scheme).unwrap();
         assert_eq!(names_added(&monday), ["p2041w01"]);
         assert_eq!(monday.add[0].period_start, Some(date("2040-12-31")));
     }
@@ -406,9 +259,9 @@ mod tests {
         ]);
         let existing = table(&s, "2040-03-05", "2040-03-05");
         // 2040-03-06 00:00 at +08:00 is 2040-03-05 16:00 UTC.
-        let before = plan_maintenance(&existing, at("2040-03-05T15:59:59Z"), &s).unwrap();
+        let before = plan_maintenance(&existing, at("2040-03-05T15:59:59Z"), &s.scheme).unwrap();
         assert!(before.add.is_empty());
-        let after = plan_maintenance(&existing, at("2040-03-05T16:00:00Z"), &s).unwrap();
+        let after = plan_maintenance(&existing, at("2040-03-05T16:00:00Z"), &s.scheme).unwrap();
         assert_eq!(names_added(&after), ["p20400306"]);
         assert_eq!(
             after.add[0].ends_at.as_deref(),
@@ -428,9 +281,9 @@ mod tests {
             existing[0].less_than,
             Some((at("2018-11-04T03:00:00Z").timestamp() as u64) << 32)
         );
-        let before = plan_maintenance(&existing, at("2018-11-04T02:59:59Z"), &s).unwrap();
+        let before = plan_maintenance(&existing, at("2018-11-04T02:59:59Z"), &s.scheme).unwrap();
         assert_eq!(names_added(&before), ["p20181104"]);
-        let after = plan_maintenance(&existing, at("2018-11-04T03:00:00Z"), &s).unwrap();
+        let after = plan_maintenance(&existing, at("2018-11-04T03:00:00Z"), &s.scheme).unwrap();
         assert_eq!(names_added(&after), ["p20181104", "p20181105"]);
     }
 
@@ -438,7 +291,7 @@ mod tests {
     fn a_neglected_table_gets_every_missing_period() {
         let s = spec(&[("partitions.ahead", "1")]);
         let existing = table(&s, "2040-03-01", "2040-03-02");
-        let m = plan_maintenance(&existing, at("2040-03-05T10:00:00Z"), &s).unwrap();
+        let m = plan_maintenance(&existing, at("2040-03-05T10:00:00Z"), &s.scheme).unwrap();
         assert_eq!(
             names_added(&m),
             ["p20400303", "p20400304", "p20400305", "p20400306"]
@@ -453,7 +306,7 @@ mod tests {
             less_than: None,
             rows: 5,
         }];
-        let m = plan_maintenance(&only_pmax, at("2040-03-05T10:00:00Z"), &s).unwrap();
+        let m = plan_maintenance(&only_pmax, at("2040-03-05T10:00:00Z"), &s.scheme).unwrap();
         assert_eq!(names_added(&m), ["p20400305", "p20400306"]);
     }
 
@@ -462,15 +315,15 @@ mod tests {
         let s = spec(&[("partitions.ahead", "0"), ("partitions.retention", "2days")]);
         let existing = table(&s, "2040-03-01", "2040-03-05");
         // Cutoff 2040-03-03 00:00: p20400302 ends exactly then, p20400303 a day later.
-        let m = plan_maintenance(&existing, at("2040-03-05T00:00:00Z"), &s).unwrap();
+        let m = plan_maintenance(&existing, at("2040-03-05T00:00:00Z"), &s.scheme).unwrap();
         assert_eq!(names_dropped(&m), ["p20400301", "p20400302"]);
-        let m = plan_maintenance(&existing, at("2040-03-04T23:59:59Z"), &s).unwrap();
+        let m = plan_maintenance(&existing, at("2040-03-04T23:59:59Z"), &s.scheme).unwrap();
         assert_eq!(names_dropped(&m), ["p20400301"]);
         assert!(m.add.is_empty());
 
         let off = spec(&[("partitions.ahead", "0")]);
-        assert!(off.retention.is_none());
-        let m = plan_maintenance(&existing, at("2040-04-05T00:00:00Z"), &off).unwrap();
+        assert!(off.scheme.retention.is_none());
+        let m = plan_maintenance(&existing, at("2040-04-05T00:00:00Z"), &off.scheme).unwrap();
         assert!(m.drop.is_empty());
     }
 
@@ -484,9 +337,9 @@ mod tests {
         ]);
         let existing = table(&s, "2040-01-01", "2040-03-01");
         // January ends 2040-01-31 16:00 UTC; 31 days later is 2040-03-02 16:00 UTC.
-        let m = plan_maintenance(&existing, at("2040-03-02T15:59:59Z"), &s).unwrap();
+        let m = plan_maintenance(&existing, at("2040-03-02T15:59:59Z"), &s.scheme).unwrap();
         assert!(m.drop.is_empty(), "{m:?}");
-        let m = plan_maintenance(&existing, at("2040-03-02T16:00:00Z"), &s).unwrap();
+        let m = plan_maintenance(&existing, at("2040-03-02T16:00:00Z"), &s.scheme).unwrap();
         assert_eq!(names_dropped(&m), ["p204001"]);
 
         let w = spec(&[
@@ -495,7 +348,7 @@ mod tests {
             ("partitions.retention", "1week"),
         ]);
         let weeks = table(&w, "2040-12-17", "2040-12-31");
-        let m = plan_maintenance(&weeks, at("2041-01-01T00:00:00Z"), &w).unwrap();
+        let m = plan_maintenance(&weeks, at("2041-01-01T00:00:00Z"), &w.scheme).unwrap();
         // The week of 12-17 ended 12-24, more than a week before; the week of 12-24 did not.
         assert_eq!(names_dropped(&m), ["p2040w51"]);
     }
@@ -504,7 +357,7 @@ mod tests {
     fn the_current_partition_is_never_dropped() {
         let s = spec(&[("partitions.ahead", "0"), ("partitions.retention", "0s")]);
         let existing = table(&s, "2040-03-04", "2040-03-05");
-        let m = plan_maintenance(&existing, at("2040-03-05T12:00:00Z"), &s).unwrap();
+        let m = plan_maintenance(&existing, at("2040-03-05T12:00:00Z"), &s.scheme).unwrap();
         assert_eq!(names_dropped(&m), ["p20400304"]);
     }
 
@@ -512,7 +365,7 @@ mod tests {
     fn partitions_added_and_already_past_retention_are_dropped_too() {
         let s = spec(&[("partitions.ahead", "0"), ("partitions.retention", "1day")]);
         let existing = table(&s, "2040-03-01", "2040-03-01");
-        let m = plan_maintenance(&existing, at("2040-03-05T12:00:00Z"), &s).unwrap();
+        let m = plan_maintenance(&existing, at("2040-03-05T12:00:00Z"), &s.scheme).unwrap();
         assert_eq!(
             names_added(&m),
             ["p20400302", "p20400303", "p20400304", "p20400305"]
@@ -525,14 +378,14 @@ mod tests {
         let s = spec(&[]);
         let mut existing = table(&s, "2040-03-01", "2040-03-01");
         existing[0].less_than = existing[0].less_than.map(|b| b + (3600 << 32));
-        let error = plan_maintenance(&existing, at("2040-03-05T12:00:00Z"), &s).unwrap_err();
+        let error = plan_maintenance(&existing, at("2040-03-05T12:00:00Z"), &s.scheme).unwrap_err();
         assert!(error.contains("not a day start"), "{error}");
     }
 
     #[test]
     fn too_many_partitions_are_refused() {
         let s = spec(&[("partitions.ahead", "9000")]);
-        assert!(plan_maintenance(&[], at("2040-03-05T12:00:00Z"), &s).is_err());
+        assert!(plan_maintenance(&[], at("2040-03-05T12:00:00Z"), &s.scheme).is_err());
     }
 
     #[test]
@@ -542,7 +395,7 @@ mod tests {
             ("partitions.time_zone", "+08:00"),
         ]);
         let existing = table(&s, "2040-01-01", "2040-02-01");
-        let shown = describe(&existing, &s);
+        let shown = describe(&existing, &s.scheme);
         assert_eq!(shown.len(), 3);
         assert_eq!(shown[0].name, "p204001");
         assert_eq!(shown[0].from.as_deref(), Some("2039-12-31T16:00:00Z"));

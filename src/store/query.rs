@@ -26,10 +26,10 @@ use serde::Serialize;
 use serde::ser::SerializeMap;
 
 use super::log_table::TableSpec;
-use super::rows::take;
 use super::schema::{ColumnSpec, ColumnType};
-use super::{Ident, StoreError};
 use crate::id::{IdError, IdRange, Layout};
+use crate::mysql::rows::take;
+use crate::mysql::{DbError, Ident};
 use crate::time::{ceil_seconds, floor_seconds};
 
 /// A comparison in a filter.
@@ -427,16 +427,16 @@ pub async fn run(
     spec: &TableSpec,
     query: &TimeQuery,
     mut each: impl FnMut(Record) -> ControlFlow<()>,
-) -> Result<u64, StoreError> {
+) -> Result<u64, DbError> {
     let (sql, params) = select_sql(spec, query);
     let context = || format!("querying table {}", spec.table);
     let mut rows = conn
         .exec_stream::<Row, _, _>(sql, params)
         .await
-        .map_err(StoreError::mysql(context()))?;
+        .map_err(DbError::mysql(context()))?;
     let mut count = 0;
     while let Some(row) = rows.next().await {
-        let row = row.map_err(StoreError::mysql(context()))?;
+        let row = row.map_err(DbError::mysql(context()))?;
         count += 1;
         if each(record(spec, row)?).is_break() {
             break;
@@ -450,13 +450,13 @@ pub async fn explain_partitions(
     conn: &mut Conn,
     spec: &TableSpec,
     query: &TimeQuery,
-) -> Result<Vec<String>, StoreError> {
+) -> Result<Vec<String>, DbError> {
     let (sql, params) = select_sql(spec, query);
     let context = || format!("explaining a query of table {}", spec.table);
     let rows: Vec<Row> = conn
         .exec(format!("EXPLAIN PARTITIONS {sql}"), params)
         .await
-        .map_err(StoreError::mysql(context()))?;
+        .map_err(DbError::mysql(context()))?;
     let mut partitions = Vec::new();
     for mut row in rows {
         let Some(index) = row
@@ -464,7 +464,7 @@ pub async fn explain_partitions(
             .iter()
             .position(|c| c.name_str().eq_ignore_ascii_case("partitions"))
         else {
-            return Err(StoreError::Refused(format!(
+            return Err(DbError::Refused(format!(
                 "{}: EXPLAIN shows no partitions column",
                 context()
             )));
@@ -481,7 +481,7 @@ pub async fn explain_partitions(
     Ok(partitions)
 }
 
-fn record(spec: &TableSpec, mut row: Row) -> Result<Record, StoreError> {
+fn record(spec: &TableSpec, mut row: Row) -> Result<Record, DbError> {
     let id: u64 = take(&mut row, 0, "id")?;
     let mut columns = Vec::with_capacity(spec.columns.len() + 1);
     for (i, c) in spec.columns.iter().enumerate() {
@@ -503,17 +503,17 @@ fn to_json(
     value: Value,
     column_type: ColumnType,
     name: &str,
-) -> Result<serde_json::Value, StoreError> {
+) -> Result<serde_json::Value, DbError> {
     use serde_json::Value as J;
     if value == Value::NULL {
         return Ok(J::Null);
     }
     let bad = |value: &Value| {
-        StoreError::Refused(format!(
+        DbError::Refused(format!(
             "column {name} holds {value:?}, which is not a {column_type:?} value"
         ))
     };
-    let text = |value: Value| -> Result<String, StoreError> {
+    let text = |value: Value| -> Result<String, DbError> {
         match value {
             Value::Bytes(bytes) => Ok(String::from_utf8_lossy(&bytes).into_owned()),
             other => Err(bad(&other)),

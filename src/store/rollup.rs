@@ -13,13 +13,13 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, IsolationLevel, Row as MysqlRow, TxOpts, Value};
 use serde::Serialize;
 
-use super::encode::{mysql_value, size_bound};
-use super::lock::{table_lock, with_lock};
 use super::log_table::read_columns;
-use super::rows::first;
 use super::schema::ColumnType;
-use super::{StoreError, db};
 use crate::id::Layout;
+use crate::mysql::encode::{mysql_value, size_bound};
+use crate::mysql::lock::{table_lock, with_lock};
+use crate::mysql::rows::first;
+use crate::mysql::{self, DbError};
 use crate::transform::rollup::{MeasureKind, RollupPlan, RollupRow};
 
 /// A rebuild recomputes this much time per transaction, so locks are held briefly and progress
@@ -73,18 +73,18 @@ pub async fn ensure_table(
     conn: &mut Conn,
     plan: &RollupPlan,
     create: bool,
-) -> Result<bool, StoreError> {
+) -> Result<bool, DbError> {
     let existing = read_columns(conn, &plan.name).await?;
     if existing.is_empty() {
         if !create {
-            return Err(StoreError::Refused(format!(
+            return Err(DbError::Refused(format!(
                 "rollup table {} does not exist: run `logstamp migrate`",
                 plan.name
             )));
         }
         conn.query_drop(create_table_sql(plan))
             .await
-            .map_err(StoreError::mysql(format!(
+            .map_err(DbError::mysql(format!(
                 "creating rollup table {}",
                 plan.name
             )))?;
@@ -100,7 +100,7 @@ pub async fn ensure_table(
         .map(|c| c.to_ascii_lowercase())
         .collect();
     if have != want {
-        return Err(StoreError::Refused(format!(
+        return Err(DbError::Refused(format!(
             "rollup table {} has the columns ({}), the settings say ({}): give the changed \
              rollup a new name, or drop the table, migrate and run `rollup rebuild`",
             plan.name,
@@ -239,7 +239,7 @@ pub async fn rebuild(
     layout: &Layout,
     (from, to): (u64, u64),
     mut progress: impl FnMut(u64, &RebuildReport),
-) -> Result<RebuildReport, StoreError> {
+) -> Result<RebuildReport, DbError> {
     let (from, to) = widen_to_buckets(plan, from, to);
     let mut report = RebuildReport {
         rollup: plan.name.as_str().to_string(),
@@ -247,7 +247,7 @@ pub async fn rebuild(
         to: format_time(to),
         ..RebuildReport::default()
     };
-    let database = db::current_database(conn).await?;
+    let database = mysql::current_database(conn).await?;
     let lock = table_lock(&database, plan.source.as_str());
     let (delete, insert) = rebuild_sql(plan, layout);
     let done = with_lock(conn, &lock, LOCK_WAIT_SECONDS, async |conn| {
@@ -266,7 +266,7 @@ pub async fn rebuild(
     })
     .await?;
     if done.is_none() {
-        return Err(StoreError::Refused(format!(
+        return Err(DbError::Refused(format!(
             "table {} stayed locked for {LOCK_WAIT_SECONDS}s (partition maintenance or another \
              rebuild); try again",
             plan.source
@@ -289,7 +289,7 @@ async fn step_retrying_conflicts(
     layout: &Layout,
     statements: (&str, &str),
     range: (u64, u64),
-) -> Result<(u64, u64), StoreError> {
+) -> Result<(u64, u64), DbError> {
     let mut attempt = 0;
     loop {
         match rebuild_step(conn, plan, layout, statements, range).await {
@@ -313,24 +313,24 @@ async fn rebuild_step(
     layout: &Layout,
     (delete, insert): (&str, &str),
     (start, end): (u64, u64),
-) -> Result<(u64, u64), StoreError> {
+) -> Result<(u64, u64), DbError> {
     let context = || format!("rebuilding {} from {}", plan.name, format_time(start));
     let ids = layout
         .id_range(to_i64(start), to_i64(end))
-        .map_err(|e| StoreError::Refused(format!("{}: {e}", context())))?;
+        .map_err(|e| DbError::Refused(format!("{}: {e}", context())))?;
     let mut options = TxOpts::default();
     options.with_isolation_level(IsolationLevel::RepeatableRead);
     let mut tx = conn
         .start_transaction(options)
         .await
-        .map_err(StoreError::mysql(context()))?;
+        .map_err(DbError::mysql(context()))?;
     let bounds = (datetime(start), datetime(end));
     tx.exec_drop(delete, bounds.clone())
         .await
-        .map_err(StoreError::mysql(context()))?;
+        .map_err(DbError::mysql(context()))?;
     tx.exec_drop(insert, (ids.start, ids.end))
         .await
-        .map_err(StoreError::mysql(context()))?;
+        .map_err(DbError::mysql(context()))?;
     let rows = tx.affected_rows();
     let counted: Option<MysqlRow> = tx
         .exec_first(
@@ -342,9 +342,9 @@ async fn rebuild_step(
             bounds,
         )
         .await
-        .map_err(StoreError::mysql(context()))?;
+        .map_err(DbError::mysql(context()))?;
     let counted: Option<u64> = first(counted, "the rows counted in a rollup")?;
-    tx.commit().await.map_err(StoreError::mysql(context()))?;
+    tx.commit().await.map_err(DbError::mysql(context()))?;
     // An aggregate without GROUP BY always returns one row.
     let counted = counted.unwrap_or(0);
     Ok((rows, counted))
@@ -373,7 +373,7 @@ pub async fn read(
     plan: &RollupPlan,
     (from, to): (u64, u64),
     mut each: impl FnMut(RollupRecord) -> std::ops::ControlFlow<()>,
-) -> Result<(), StoreError> {
+) -> Result<(), DbError> {
     let names = plan.column_names();
     let columns: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
     let mut key = vec!["`bucket`".to_string()];
@@ -388,7 +388,7 @@ pub async fn read(
     let rows: Vec<MysqlRow> = conn
         .exec(sql, (datetime(from), datetime(to)))
         .await
-        .map_err(StoreError::mysql(format!("reading rollup {}", plan.name)))?;
+        .map_err(DbError::mysql(format!("reading rollup {}", plan.name)))?;
     for row in rows {
         let values = row.unwrap();
         let columns = names
@@ -443,7 +443,7 @@ fn datetime(unix_seconds: u64) -> Value {
     let t = DateTime::<Utc>::from_timestamp(to_i64(unix_seconds), 0)
         .unwrap_or(DateTime::<Utc>::MAX_UTC)
         .naive_utc();
-    mysql_value(&crate::transform::SqlValue::Datetime(t))
+    mysql_value(&crate::mysql::SqlValue::Datetime(t))
 }
 
 /// A time as RFC 3339 UTC.
@@ -456,7 +456,7 @@ pub fn format_time(unix_seconds: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Ident;
+    use crate::mysql::Ident;
     use crate::store::schema::ColumnSpec;
     use crate::transform::rollup::{Bucket, RollupSettings, SourceTable};
 

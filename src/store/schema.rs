@@ -4,7 +4,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Ident, PartitionPlan};
+use super::PartitionPlan;
+use crate::mysql::Ident;
 
 /// Column names logstamp itself uses, which a mapping may not take.
 pub const RESERVED_COLUMNS: &[&str] = &["id", "payload"];

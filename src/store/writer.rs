@@ -28,12 +28,12 @@ use mysql_async::{
 };
 use tokio::sync::OnceCell;
 
-use super::retry::retrying;
 use super::rollup;
-use super::rows::first;
-use super::{Ident, StoreError, db};
 use crate::config::{InsertMethod, Settings};
 use crate::id::Layout;
+use crate::mysql::retry::retrying;
+use crate::mysql::rows::first;
+use crate::mysql::{self, DbError, Ident};
 use crate::transform::MappedRow;
 use crate::transform::rollup::RollupPlan;
 use infile::{InfileHandler, InfileServer};
@@ -137,24 +137,23 @@ struct Inner {
 }
 
 impl Writer {
-    pub fn new(settings: &Settings) -> Result<Writer, StoreError> {
+    pub fn new(settings: &Settings) -> Result<Writer, DbError> {
         let store = &settings.store;
         let idents = |columns: &[crate::store::schema::ColumnSpec]| {
             columns
                 .iter()
-                .map(|c| c.ident().map_err(StoreError::Refused))
+                .map(|c| c.ident().map_err(DbError::Refused))
                 .collect::<Result<Vec<Ident>, _>>()
         };
         let fanout = store
             .tables
             .iter()
             .map(|t| Ok(Target::new(t.name.clone(), idents(&t.columns)?, t.payload)))
-            .collect::<Result<Vec<Target>, StoreError>>()?;
+            .collect::<Result<Vec<Target>, DbError>>()?;
         let infiles = Arc::new(InfileServer::default());
-        let constraints = PoolConstraints::new(1, store.concurrency.max(1)).ok_or_else(|| {
-            StoreError::Refused(format!("invalid pool size {}", store.concurrency))
-        })?;
-        let opts = OptsBuilder::from_opts(db::opts(&settings.mysql.url)?)
+        let constraints = PoolConstraints::new(1, store.concurrency.max(1))
+            .ok_or_else(|| DbError::Refused(format!("invalid pool size {}", store.concurrency)))?;
+        let opts = OptsBuilder::from_opts(mysql::opts(&settings.mysql.url)?)
             .setup(SESSION_SETUP.to_vec())
             .local_infile_handler(Some(InfileHandler(infiles.clone())))
             .pool_opts(
@@ -189,7 +188,7 @@ impl Writer {
 
     /// Writes a batch exactly once, retrying transient failures for up to
     /// `store.give_up_after`.
-    pub async fn write(&self, batch: &Batch) -> Result<WriteOutcome, StoreError> {
+    pub async fn write(&self, batch: &Batch) -> Result<WriteOutcome, DbError> {
         self.check(batch)?;
         retrying(
             self.inner.give_up_after,
@@ -210,7 +209,7 @@ impl Writer {
         &self,
         consumer_group: &str,
         partitions: &[(&str, i32)],
-    ) -> Result<Vec<Option<i64>>, StoreError> {
+    ) -> Result<Vec<Option<i64>>, DbError> {
         let read = async || {
             let mut conn = self.conn().await?;
             let mut stored = Vec::with_capacity(partitions.len());
@@ -224,7 +223,7 @@ impl Writer {
                         (consumer_group, topic, partition),
                     )
                     .await
-                    .map_err(StoreError::mysql(format!(
+                    .map_err(DbError::mysql(format!(
                         "reading the stored offset of {topic}/{partition}"
                     )))?;
                 stored.push(first(row, "ingest_offsets.next_offset")?);
@@ -241,7 +240,7 @@ impl Writer {
 
     /// Loads rows with one `LOAD DATA LOCAL INFILE` outside any batch, offset or transaction:
     /// the ceiling the benchmark compares the writer with. Returns the rows loaded.
-    pub async fn load_unbatched(&self, rows: &[Row]) -> Result<u64, StoreError> {
+    pub async fn load_unbatched(&self, rows: &[Row]) -> Result<u64, DbError> {
         let mut conn = self.conn().await?;
         let budget = self.statement_budget(&mut conn).await?;
         let rows: Vec<TableRow> = rows.iter().map(main_row).collect();
@@ -257,27 +256,27 @@ impl Writer {
     }
 
     /// Closes the pool's connections once every clone's work is done.
-    pub async fn close(self) -> Result<(), StoreError> {
+    pub async fn close(self) -> Result<(), DbError> {
         self.inner
             .pool
             .clone()
             .disconnect()
             .await
-            .map_err(StoreError::mysql("closing the writer's connections"))
+            .map_err(DbError::mysql("closing the writer's connections"))
     }
 
-    async fn conn(&self) -> Result<Conn, StoreError> {
+    async fn conn(&self) -> Result<Conn, DbError> {
         self.inner
             .pool
             .get_conn()
             .await
-            .map_err(StoreError::mysql("connecting the writer"))
+            .map_err(DbError::mysql("connecting the writer"))
     }
 
     /// Mistakes of the caller, refused before any work.
-    fn check(&self, batch: &Batch) -> Result<(), StoreError> {
+    fn check(&self, batch: &Batch) -> Result<(), DbError> {
         let refuse = |why: String| {
-            Err(StoreError::Refused(format!(
+            Err(DbError::Refused(format!(
                 "batch of {}/{} from offset {}: {why}",
                 batch.topic, batch.partition, batch.start_offset
             )))
@@ -329,7 +328,7 @@ impl Writer {
         Ok(())
     }
 
-    async fn attempt(&self, batch: &Batch) -> Result<WriteOutcome, StoreError> {
+    async fn attempt(&self, batch: &Batch) -> Result<WriteOutcome, DbError> {
         let mut conn = self.conn().await?;
         let budget = self.statement_budget(&mut conn).await?;
         // Fast path: the whole batch at once; slow path (only when the database refused a row):
@@ -338,7 +337,7 @@ impl Writer {
             let mut tx =
                 conn.start_transaction(TxOpts::default())
                     .await
-                    .map_err(StoreError::mysql(batch_context(
+                    .map_err(DbError::mysql(batch_context(
                         batch,
                         "starting a transaction",
                     )))?;
@@ -347,7 +346,7 @@ impl Writer {
                 Ok(Step::Commit(committed)) => {
                     tx.commit()
                         .await
-                        .map_err(StoreError::mysql(batch_context(batch, "committing")))?;
+                        .map_err(DbError::mysql(batch_context(batch, "committing")))?;
                     return Ok(WriteOutcome::Committed(committed));
                 }
                 Ok(Step::Moved(stored)) => {
@@ -366,7 +365,7 @@ impl Writer {
                     );
                     tx.rollback()
                         .await
-                        .map_err(StoreError::mysql(batch_context(batch, "rolling back")))?;
+                        .map_err(DbError::mysql(batch_context(batch, "rolling back")))?;
                 }
                 Err(e) => {
                     // Roll back now, so the partition's offset row is unlocked before the error
@@ -378,7 +377,7 @@ impl Writer {
                 }
             }
         }
-        Err(StoreError::Refused(batch_context(
+        Err(DbError::Refused(batch_context(
             batch,
             "a row was refused, then none was when isolating it",
         )))
@@ -392,7 +391,7 @@ impl Writer {
         batch: &Batch,
         budget: usize,
         isolating: bool,
-    ) -> Result<Step, StoreError> {
+    ) -> Result<Step, DbError> {
         if let Some(stored) = claim_offset(tx, batch).await? {
             return Ok(Step::Moved(stored));
         }
@@ -547,7 +546,7 @@ impl Writer {
         tx: &mut Transaction<'_>,
         rows: &[Row],
         budget: usize,
-    ) -> Result<Vec<(usize, String)>, StoreError> {
+    ) -> Result<Vec<(usize, String)>, DbError> {
         let context = "isolating refused rows";
         let mut refused = Vec::new();
         let mut parts = vec![(0, rows.len())];
@@ -557,13 +556,13 @@ impl Writer {
             }
             tx.query_drop("SAVEPOINT logstamp_part")
                 .await
-                .map_err(StoreError::mysql(context))?;
+                .map_err(DbError::mysql(context))?;
             match self.write_records(tx, &rows[from..to], budget).await {
                 Ok(()) => {}
                 Err(InsertError::Refused(reason)) => {
                     tx.query_drop("ROLLBACK TO SAVEPOINT logstamp_part")
                         .await
-                        .map_err(StoreError::mysql(context))?;
+                        .map_err(DbError::mysql(context))?;
                     if to - from == 1 {
                         refused.push((from, reason));
                     } else {
@@ -578,16 +577,16 @@ impl Writer {
         Ok(refused)
     }
 
-    async fn statement_budget(&self, conn: &mut Conn) -> Result<usize, StoreError> {
+    async fn statement_budget(&self, conn: &mut Conn) -> Result<usize, DbError> {
         self.inner
             .statement_budget
             .get_or_try_init(|| async {
                 let row: Option<MysqlRow> =
                     conn.query_first("SELECT @@max_allowed_packet")
                         .await
-                        .map_err(StoreError::mysql("reading max_allowed_packet"))?;
+                        .map_err(DbError::mysql("reading max_allowed_packet"))?;
                 let server: u64 = first(row, "@@max_allowed_packet")?.ok_or_else(|| {
-                    StoreError::Refused("the server did not say its max_allowed_packet".into())
+                    DbError::Refused("the server did not say its max_allowed_packet".into())
                 })?;
                 let server = usize::try_from(server).unwrap_or(usize::MAX);
                 // A lower limit of the client's own (`max_allowed_packet` in mysql.url) makes
@@ -596,7 +595,7 @@ impl Writer {
                     .opts()
                     .max_allowed_packet()
                     .map_or(server, |client| client.min(server));
-                Ok::<usize, StoreError>(max.saturating_sub(PACKET_HEADROOM).max(max / 2))
+                Ok::<usize, DbError>(max.saturating_sub(PACKET_HEADROOM).max(max / 2))
             })
             .await
             .copied()
@@ -644,7 +643,7 @@ fn batch_context(batch: &Batch, what: &str) -> String {
 async fn claim_offset(
     tx: &mut Transaction<'_>,
     batch: &Batch,
-) -> Result<Option<Option<i64>>, StoreError> {
+) -> Result<Option<Option<i64>>, DbError> {
     let context = || {
         format!(
             "claiming offset {} of {}/{} for group {}",
@@ -664,7 +663,7 @@ async fn claim_offset(
         (batch.next_offset, key.0, key.1, key.2, batch.start_offset),
     )
     .await
-    .map_err(StoreError::mysql(context()))?;
+    .map_err(DbError::mysql(context()))?;
     if tx.affected_rows() == 1 {
         return Ok(None);
     }
@@ -679,7 +678,7 @@ async fn claim_offset(
         (key.0, key.1, key.2, batch.next_offset),
     )
     .await
-    .map_err(StoreError::mysql(context()))?;
+    .map_err(DbError::mysql(context()))?;
     if tx.affected_rows() == 1 {
         return Ok(None);
     }
@@ -692,7 +691,7 @@ async fn claim_offset(
             key,
         )
         .await
-        .map_err(StoreError::mysql(context()))?;
+        .map_err(DbError::mysql(context()))?;
     Ok(Some(first(row, "ingest_offsets.next_offset")?))
 }
 
@@ -701,7 +700,7 @@ async fn insert_dead_letters(
     batch: &Batch,
     dead_letters: &[DeadLetter],
     budget: usize,
-) -> Result<usize, StoreError> {
+) -> Result<usize, DbError> {
     if dead_letters.is_empty() {
         return Ok(0);
     }
@@ -746,7 +745,7 @@ async fn insert_dead_letters(
             InsertError::Store(e) => e,
             // Nothing about a dead letter can be refused but its size, which is bounded above.
             InsertError::Refused(reason) => {
-                StoreError::Refused(format!("storing dead letters: {reason}"))
+                DbError::Refused(format!("storing dead letters: {reason}"))
             }
         })?;
     Ok(dead_letters.len())

@@ -1,25 +1,18 @@
-//! The process's Prometheus recorder. Totals a command already keeps (`IngestStats`,
-//! `RelayStats`, the ID generator's stats, the lease) are read at each scrape by the command's
-//! [`Source`](super::server::Source); only histograms, which need every observation, are
-//! recorded as they happen (through the `metrics` facade, a no-op until [`Exporter::install`]).
+//! The process's Prometheus recorder. Totals a command already keeps are read at each scrape by
+//! the command's [`Source`]; only histograms, which need every observation, are recorded as they
+//! happen (through the `metrics` facade, a no-op until [`Exporter::install`]).
 
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use super::{ingest, relay};
+use super::server::Source;
 
-/// Histogram: seconds each committed batch took to stamp and write.
-pub const BATCH_SECONDS: &str = "logstamp_ingest_batch_seconds";
-/// Histogram: rows per committed batch (one insert transaction).
-pub const BATCH_ROWS: &str = "logstamp_ingest_batch_rows";
-
-const SECONDS_BUCKETS: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-];
-const ROWS_BUCKETS: &[f64] = &[
-    1.0, 10.0, 50.0, 100.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, 50000.0,
-];
+/// A histogram a command records, with its bucket bounds.
+pub struct Histogram {
+    pub name: &'static str,
+    pub buckets: &'static [f64],
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
@@ -38,21 +31,19 @@ pub struct Exporter {
 }
 
 impl Exporter {
-    /// Installs the process-wide recorder: once per process (a second call is an error).
-    pub fn install() -> Result<Exporter, TelemetryError> {
+    /// Installs the process-wide recorder for the command that serves `S`: once per process
+    /// (a second call is an error).
+    pub fn install<S: Source>() -> Result<Exporter, TelemetryError> {
         let recorder_error =
             |e: metrics_exporter_prometheus::BuildError| TelemetryError::Recorder(e.to_string());
-        let handle = PrometheusBuilder::new()
-            .set_buckets_for_metric(Matcher::Full(BATCH_SECONDS.into()), SECONDS_BUCKETS)
-            .map_err(recorder_error)?
-            .set_buckets_for_metric(Matcher::Full(BATCH_ROWS.into()), ROWS_BUCKETS)
-            .map_err(recorder_error)?
-            .install_recorder()
-            .map_err(recorder_error)?;
-        // Only metrics that have a value are rendered, so describing every command's is
-        // harmless.
-        ingest::describe();
-        relay::describe();
+        let mut builder = PrometheusBuilder::new();
+        for histogram in S::HISTOGRAMS {
+            builder = builder
+                .set_buckets_for_metric(Matcher::Full(histogram.name.into()), histogram.buckets)
+                .map_err(recorder_error)?;
+        }
+        let handle = builder.install_recorder().map_err(recorder_error)?;
+        S::describe();
         // Histogram observations wait in buffers until drained; drain them even if nobody
         // scrapes, so memory stays flat.
         let upkeep = handle.clone();
@@ -73,7 +64,7 @@ impl Exporter {
 }
 
 /// A Prometheus label value, escaped.
-pub(super) fn label_value(text: &str) -> String {
+pub fn label_value(text: &str) -> String {
     text.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")

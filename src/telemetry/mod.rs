@@ -1,11 +1,9 @@
 //! Logging: `tracing` to stderr, filtered by `RUST_LOG` or `telemetry.log_level`, as text or JSON
 //! (stdout is left to commands' own output); Prometheus metrics and health checks over HTTP on
-//! `telemetry.listen` (`exporter`, `server`), with what `ingest` and `relay run` serve there
-//! (`ingest`, `relay`).
+//! `telemetry.listen` (`exporter`, `server`). Generic: what a command serves there is its own
+//! [`server::Source`] (`ingest::metrics`, `relay::metrics`).
 
 pub mod exporter;
-pub mod ingest;
-pub mod relay;
 pub mod server;
 
 use std::io::IsTerminal;

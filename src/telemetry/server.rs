@@ -13,15 +13,19 @@ use rdkafka::ClientConfig;
 use rdkafka::producer::{BaseProducer, Producer};
 use tokio::net::TcpListener;
 
-use super::exporter::{Exporter, TelemetryError};
-use crate::config::MysqlUrl;
-use crate::store::db;
+use super::exporter::{Exporter, Histogram, TelemetryError};
+use crate::mysql;
+use crate::mysql::MysqlUrl;
 
 /// How long a readiness check waits for MySQL and for Kafka.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What a long-running command serves: its metrics, and whether it is ready.
 pub trait Source: Send + Sync + 'static {
+    /// The histograms the command records as they happen, with their buckets.
+    const HISTOGRAMS: &'static [Histogram] = &[];
+    /// Describes the command's metrics to the recorder (their help text and units).
+    fn describe();
     /// The Prometheus text of everything, the command's totals read now.
     fn render(&self, exporter: &Exporter) -> String;
     /// `Ok` when ready, else the first reason it is not.
@@ -95,7 +99,7 @@ async fn ready<S: Source>(State(served): State<Arc<Served<S>>>) -> (StatusCode, 
 /// Whether MySQL at `url` answers a ping within [`PROBE_TIMEOUT`]; the error is the readiness reason.
 pub async fn mysql_answers(url: &MysqlUrl) -> Result<(), String> {
     let probe = async {
-        let mut conn = db::connect(url).await.map_err(|e| e.to_string())?;
+        let mut conn = mysql::connect(url).await.map_err(|e| e.to_string())?;
         let pinged = mysql_async::prelude::Queryable::ping(&mut conn).await;
         let _ = conn.disconnect().await;
         pinged.map_err(|e| e.to_string())

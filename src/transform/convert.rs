@@ -3,10 +3,8 @@
 use chrono::{DateTime, Datelike, NaiveDateTime, Utc};
 use serde_json::{Number, Value as Json};
 
+use crate::mysql::{MAX_TEXT_BYTES, SqlValue};
 use crate::store::schema::ColumnType;
-
-/// `MEDIUMTEXT` holds at most 2^24 - 1 bytes.
-pub const MAX_TEXT_BYTES: usize = 16_777_215;
 
 /// Integers up to 2^53 survive a trip through `f64`; beyond it a number written with a fraction
 /// or exponent may already have been rounded by the parser.
@@ -15,23 +13,6 @@ const MAX_EXACT_FLOAT_INT: f64 = 9_007_199_254_740_992.0;
 /// Epoch numbers of this magnitude or more are milliseconds (from 1973-03-03), smaller ones are
 /// seconds (until the year 5138).
 const EPOCH_MILLIS_FROM: f64 = 100_000_000_000.0;
-
-/// A value ready for MySQL, of the type its column declares.
-#[derive(Debug, Clone, PartialEq)]
-pub enum SqlValue {
-    Null,
-    /// `string` and `text` columns.
-    Text(String),
-    Int(i64),
-    Uint(u64),
-    /// Always finite.
-    Double(f64),
-    Bool(bool),
-    /// UTC, whole milliseconds, years 1000 to 9999 (`DATETIME(3)`'s range).
-    Datetime(NaiveDateTime),
-    /// JSON text of a value.
-    Json(String),
-}
 
 /// The value for a column of `column_type`; `length` is a `string` column's limit in characters.
 /// A longer string is an error, or with `truncate` is cut to fit and the flag returned is true.

@@ -14,9 +14,9 @@ pub mod route;
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
+use crate::mysql::SqlValue;
 use crate::store::schema::{ColumnSpec, ColumnType, DEFAULT_STRING_LENGTH};
 
-pub use convert::{MAX_TEXT_BYTES, SqlValue};
 pub use normalize::Normalizer;
 use route::Condition;
 

@@ -8,9 +8,8 @@ use std::collections::BTreeMap;
 use chrono::DateTime;
 use serde::{Deserialize, Serialize};
 
-use super::SqlValue;
 use crate::id::Layout;
-use crate::store::Ident;
+use crate::mysql::{Ident, SqlValue};
 use crate::store::schema::{ColumnSpec, ColumnType, DEFAULT_STRING_LENGTH};
 
 /// InnoDB's longest index key (DYNAMIC row format, 16 KiB pages).

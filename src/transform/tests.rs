@@ -3,6 +3,7 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
+use crate::mysql::{MAX_TEXT_BYTES, SqlValue};
 
 fn spec(name: &str, pointer: &str, column_type: ColumnType, length: Option<u32>) -> ColumnSpec {
     ColumnSpec {

@@ -422,6 +422,16 @@ impl Setup {
     /// Starts `logstamp ingest` with `--service-id service_id` (a number or auto, which leases
     /// one of 2-20); its log goes to a file beside the settings.
     pub fn spawn_process(&self, service_id: &str, run: usize) -> Process {
+        self.spawn_process_with(service_id, run, &[])
+    }
+
+    /// `spawn_process` with more settings, `(key, value)`, over the others.
+    pub fn spawn_process_with(
+        &self,
+        service_id: &str,
+        run: usize,
+        overrides: &[(&str, &str)],
+    ) -> Process {
         let written = self.config_file("worker");
         let log = written.with_file_name(format!("worker-{service_id}-{run}.log"));
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_logstamp"));
@@ -437,6 +447,9 @@ impl Setup {
                 command.arg("--config").arg(&written);
             }
         }
+        for (key, value) in overrides {
+            command.env(logstamp::config::env_var(key), value);
+        }
         let child = command
             .args(["ingest", "--service-id", service_id])
             .env("RUST_LOG", "logstamp=info")
@@ -450,13 +463,18 @@ impl Setup {
 
 impl Process {
     /// SIGTERM, then the exit status, within `within`.
-    pub fn terminate(mut self, within: Duration) -> std::process::ExitStatus {
+    pub fn terminate(self, within: Duration) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();
         let sent = std::process::Command::new("kill")
             .args(["-TERM", &pid])
             .status()
             .unwrap();
         assert!(sent.success());
+        self.exit_within(within, "of SIGTERM")
+    }
+
+    /// The exit status, within `within` (`since` says of what, for the failure).
+    pub fn exit_within(mut self, within: Duration, since: &str) -> std::process::ExitStatus {
         let deadline = Instant::now() + within;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -465,7 +483,7 @@ impl Process {
             if Instant::now() > deadline {
                 let _ = self.child.kill();
                 panic!(
-                    "worker did not exit within {within:?} of SIGTERM; log:\n{}",
+                    "worker did not exit within {within:?} {since}; log:\n{}",
                     std::fs::read_to_string(&self.log).unwrap_or_default()
                 );
             }
@@ -570,6 +588,16 @@ pub fn read_topic(brokers: &str, topic: &str, count: usize) -> Vec<(String, Stri
 /// The offsets `group` committed to Kafka for partitions `0..partitions` of the topic, in
 /// partition order; 0 where none.
 pub fn committed_in_kafka(brokers: &str, group: &str, partitions: i32) -> Vec<(i32, i64)> {
+    committed_in_topic(brokers, group, TOPIC, partitions)
+}
+
+/// [`committed_in_kafka`] for `topic`.
+pub fn committed_in_topic(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> Vec<(i32, i64)> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     let consumer: BaseConsumer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", brokers)
@@ -578,7 +606,7 @@ pub fn committed_in_kafka(brokers: &str, group: &str, partitions: i32) -> Vec<(i
         .unwrap();
     let mut tpl = rdkafka::TopicPartitionList::new();
     for p in 0..partitions {
-        tpl.add_partition(TOPIC, p);
+        tpl.add_partition(topic, p);
     }
     let committed = consumer
         .committed_offsets(tpl, Duration::from_secs(10))

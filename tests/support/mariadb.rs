@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
 
+use super::SET_UP;
+
 /// Settings every private server gets: small memory, no fsync per commit (these servers hold
 /// test data only), and the binlog the relay needs.
 const BASE_ARGS: &[&str] = &[
@@ -126,7 +128,7 @@ impl MariaDb {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap_or_else(|e| panic!("these tests need MariaDB's mariadbd: {e}"));
+            .unwrap_or_else(|e| panic!("these tests need MariaDB's mariadbd: {e}; {SET_UP}"));
         self.child = Some(child);
         let deadline = Instant::now() + READY_WITHIN;
         loop {
@@ -180,7 +182,7 @@ fn program(variable: &str, name: &str) -> PathBuf {
         .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
         .map(|dir| dir.join(name))
         .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("these tests need MariaDB's {name} (or {variable})"))
+        .unwrap_or_else(|| panic!("these tests need MariaDB's {name} (or {variable}); {SET_UP}"))
 }
 
 /// A freshly installed data directory, copied for each server. It is kept under the build's
@@ -192,7 +194,7 @@ fn template() -> &'static Path {
         let version = Command::new(&server)
             .arg("--version")
             .output()
-            .unwrap_or_else(|e| panic!("these tests need MariaDB's mariadbd: {e}"));
+            .unwrap_or_else(|e| panic!("these tests need MariaDB's mariadbd: {e}; {SET_UP}"));
         // "mariadbd  Ver 10.11.19-MariaDB-0+deb12u1 for ...": the word after "Ver".
         let text = String::from_utf8_lossy(&version.stdout).to_string();
         let version: String = text
@@ -229,7 +231,7 @@ fn template() -> &'static Path {
         .arg("--skip-test-db")
         .arg("--innodb-log-file-size=8M")
         .output()
-        .unwrap_or_else(|e| panic!("these tests need MariaDB's mariadb-install-db: {e}"));
+        .unwrap_or_else(|e| panic!("these tests need MariaDB's mariadb-install-db: {e}; {SET_UP}"));
         assert!(
             output.status.success(),
             "mariadb-install-db failed: {}",

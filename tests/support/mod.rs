@@ -2,15 +2,22 @@
 //! so tests run in parallel and leave nothing behind. A missing server fails the test loudly.
 #![allow(dead_code)]
 
+pub mod dev_broker;
 pub mod http;
 pub mod ingest;
 pub mod mariadb;
+pub mod python;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use logstamp::config::{MysqlUrl, Settings, Sources};
+use logstamp::config::{Settings, Sources};
+use logstamp::mysql::MysqlUrl;
 use mysql_async::prelude::Queryable;
+
+/// What a test that misses a service it needs says to do: the README's test command installs
+/// and starts every one.
+pub const SET_UP: &str = "scripts/test installs and starts what the tests need, then runs them";
 
 /// The server the tests use; `LOGSTAMP_TEST_MYSQL` points them elsewhere.
 pub fn server_url() -> String {
@@ -42,7 +49,7 @@ impl TestDb {
         let mut conn = mysql_async::Conn::from_url(format!("{server}/"))
             .await
             .unwrap_or_else(|e| {
-                panic!("these tests need MariaDB at {server} (root, empty password): {e}")
+                panic!("these tests need MariaDB at {server} (root, empty password): {e}; {SET_UP}")
             });
         conn.query_drop(format!("DROP DATABASE IF EXISTS `{name}`"))
             .await
@@ -85,8 +92,9 @@ impl TestDb {
     /// Creates this database and migrates it for `settings`: the log table, the fan-out
     /// tables and the rollups.
     pub async fn migrate(&self, settings: &Settings) {
-        use logstamp::store::{db, migrate};
-        db::create_database(&self.mysql_url()).await.unwrap();
+        use logstamp::mysql;
+        use logstamp::store::migrate;
+        mysql::create_database(&self.mysql_url()).await.unwrap();
         let mut conn = self.conn().await;
         let now = chrono::Utc::now();
         migrate::run_all(

@@ -13,9 +13,11 @@ use mysql_async::prelude::Queryable;
 
 use chrono::Utc;
 
-use logstamp::config::{MysqlUrl, Settings, Sources};
+use logstamp::config::{Settings, Sources};
 use logstamp::ingest::sample;
-use logstamp::store::{db, migrate};
+use logstamp::mysql;
+use logstamp::mysql::MysqlUrl;
+use logstamp::store::migrate;
 
 use super::db::with_database;
 use super::load_settings;
@@ -71,9 +73,9 @@ pub async fn in_scratch_database<T>(
         &format!("logstamp_bench_{}", std::process::id()),
     )?;
     settings.mysql.url = scratch.clone();
-    db::create_database(&scratch).await?;
+    mysql::create_database(&scratch).await?;
     let result = async {
-        let mut conn = db::connect(&scratch).await?;
+        let mut conn = mysql::connect(&scratch).await?;
         migrate::run_all(
             &mut conn,
             &migrate::builtin()?,

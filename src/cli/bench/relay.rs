@@ -16,11 +16,12 @@ use rdkafka::mocking::MockCluster;
 use serde::Serialize;
 use tokio::sync::watch;
 
-use logstamp::config::{LoopFilterMode, MysqlUrl, RemoteDc, Settings};
+use logstamp::config::{LoopFilterMode, RemoteDc, Settings};
 use logstamp::id::IdGenerator;
+use logstamp::mysql::MysqlUrl;
+use logstamp::mysql::encode::push_sql_string;
 use logstamp::relay::checkpoint;
 use logstamp::relay::{RelayContext, apply, capture};
-use logstamp::store::encode::push_sql_string;
 use logstamp::store::migrate;
 
 use crate::cli::UsageError;
@@ -246,7 +247,7 @@ async fn bench_in(
     }
     // Capture starts where the backlog starts.
     {
-        let mut state = logstamp::store::db::connect(context_a.url()).await?;
+        let mut state = logstamp::mysql::connect(context_a.url()).await?;
         checkpoint::unlogged(&mut state).await?;
         checkpoint::start_here(&mut state, "a").await?;
         state.disconnect().await?;

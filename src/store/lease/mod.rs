@@ -2,8 +2,9 @@
 //! and no process issues an ID at or below one issued before under its service ID, whatever its
 //! clock says.
 //!
-//! [`HeldLease::acquire`] claims the configured ID (`id.service_id = N`) or the lowest free or
-//! expired one of `id.auto_range` (`"auto"`), and yields an [`IdGenerator`] bounded by the lease:
+//! [`HeldLease::acquire`] claims the configured ID (`id.service_id = N`; another holder's live
+//! lease is waited out unless renewed meanwhile) or the lowest free or expired one of
+//! `id.auto_range` (`"auto"`), and yields an [`IdGenerator`] bounded by the lease:
 //! it starts above the row's high-water mark (`issued_seconds_mark`, the latest second any holder
 //! may have issued) and never passes the mark this holder persisted. A background task renews
 //! the lease and raises the mark ahead of the IDs; when it cannot renew in time, or finds the
@@ -19,6 +20,7 @@ mod rules;
 mod sql;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use mysql_async::Pool;
 use tokio::sync::watch;
@@ -27,11 +29,11 @@ use tokio::time::{Instant, sleep, timeout_at};
 
 use crate::config::{ServiceIdSetting, Settings};
 use crate::id::{Clock, HaltReason, IdError, IdGenerator, SystemClock};
-use crate::store::{StoreError, db};
+use crate::mysql::{self, DbError};
 
 pub use sql::{Holder, LeaseRow, force_release, list};
 
-use rules::{Candidate, Timing};
+use rules::{Candidate, Timing, WhileHeld};
 
 /// Connections of the lease's own pool: renewals never queue behind the writer's batches.
 const POOL_CONNECTIONS: usize = 2;
@@ -39,6 +41,13 @@ const POOL_CONNECTIONS: usize = 2;
 /// Rounds of reading the auto range and trying its candidates before giving up; each failed
 /// round means other processes claimed every candidate seen.
 const CLAIM_ROUNDS: usize = 10;
+
+/// How long past `id.lease_ttl` a fixed claim waits for another holder's lease to expire: for
+/// the statements and the polling around the expiry.
+const WAIT_MARGIN: Duration = Duration::from_secs(2);
+
+/// How often a waiting fixed claim says it is still waiting.
+const WAIT_PROGRESS: Duration = Duration::from_secs(10);
 
 /// Why a lease could not be had.
 #[derive(Debug, thiserror::Error)]
@@ -67,7 +76,7 @@ pub enum LeaseError {
     #[error("the lease of service ID {service_id} was lost while it was being set up")]
     LostAtStart { service_id: u32 },
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] DbError),
     #[error("service ID lease: {0}")]
     Id(#[from] IdError),
 }
@@ -132,19 +141,20 @@ impl<C: Clock + 'static> HeldLease<C> {
         let id = &settings.id;
         let timing = Timing::new(id.lease_ttl, id.mark_window);
         let holder = Holder::this_process();
-        let pool = db::pool(&settings.mysql.url, POOL_CONNECTIONS)?;
-        let mut conn = pool.get_conn().await.map_err(StoreError::mysql(format!(
+        let pool = mysql::pool(&settings.mysql.url, POOL_CONNECTIONS)?;
+        let mut conn = pool.get_conn().await.map_err(DbError::mysql(format!(
             "connecting to {} for the service-ID lease",
             settings.mysql.url.redacted()
         )))?;
         // The renewal clock starts before the claim was sent: the database's expiry is later.
-        let claimed_at = Instant::now();
-        let service_id = match id.service_id {
+        let (service_id, claimed_at) = match id.service_id {
             ServiceIdSetting::Fixed(service_id) => {
                 claim_fixed(&mut conn, service_id, &holder, timing.ttl).await?
             }
             ServiceIdSetting::Auto => {
-                claim_auto(&mut conn, id.auto_ids(), &holder, timing.ttl).await?
+                let claimed_at = Instant::now();
+                let service_id = claim_auto(&mut conn, id.auto_ids(), &holder, timing.ttl).await?;
+                (service_id, claimed_at)
             }
         };
         let mark_at_claim = sql::claimed_mark(&mut conn, service_id, &holder)
@@ -246,9 +256,11 @@ impl<C: Clock + 'static> HeldLease<C> {
         let keeper = &self.keeper;
         let deadline = Instant::now() + keeper.timing.ttl;
         let released = timeout_at(deadline, async {
-            let mut conn = keeper.pool.get_conn().await.map_err(StoreError::mysql(
-                "connecting to release the service-ID lease",
-            ))?;
+            let mut conn = keeper
+                .pool
+                .get_conn()
+                .await
+                .map_err(DbError::mysql("connecting to release the service-ID lease"))?;
             sql::release(&mut conn, keeper.service_id, &keeper.holder, mark).await
         })
         .await;
@@ -338,10 +350,12 @@ impl<C: Clock + 'static> Keeper<C> {
         }
     }
 
-    async fn renew(&self, mark: u64) -> Result<bool, StoreError> {
-        let mut conn = self.pool.get_conn().await.map_err(StoreError::mysql(
-            "connecting to renew the service-ID lease",
-        ))?;
+    async fn renew(&self, mark: u64) -> Result<bool, DbError> {
+        let mut conn = self
+            .pool
+            .get_conn()
+            .await
+            .map_err(DbError::mysql("connecting to renew the service-ID lease"))?;
         sql::renew(
             &mut conn,
             self.service_id,
@@ -366,38 +380,90 @@ impl<C: Clock + 'static> Keeper<C> {
     }
 }
 
-/// Claims `service_id`: creates its row, or takes it over if the lease expired. Refuses when a
-/// live lease of another holder has it.
+/// Claims `service_id`: creates its row, or takes it over if the lease expired; with the time
+/// just before the claim that succeeded was sent.
+///
+/// A live lease of another holder may be that of a process that died without releasing it,
+/// such as this worker before a crash and a restart: the claim waits for the lease to expire
+/// (at most `ttl` and [`WAIT_MARGIN`]), and refuses as soon as the row's expiry moves, which
+/// only a live process does (a renewal, or another claim). The holder's pid is no evidence
+/// either way: a pid seen from another host, or from another pid namespace with the same host
+/// name, says nothing about whether that process is alive.
 async fn claim_fixed(
     conn: &mut mysql_async::Conn,
     service_id: u32,
     holder: &Holder,
-    ttl: std::time::Duration,
-) -> Result<u32, LeaseError> {
-    // Each pass fails only if the row changed between two statements (created, or expired);
-    // a few passes settle it.
-    for _ in 0..CLAIM_ROUNDS {
+    ttl: Duration,
+) -> Result<(u32, Instant), LeaseError> {
+    let limit = ttl + WAIT_MARGIN;
+    // The wait's start and the row's expiry then, once a live lease was seen.
+    let mut waiting: Option<(Instant, String)> = None;
+    let mut progress_at = Instant::now() + WAIT_PROGRESS;
+    // A pass finding no live lease after failing to claim means the row changed between two
+    // statements (created, or expired); a few such passes settle it.
+    let mut unsettled = 0;
+    loop {
+        let sent = Instant::now();
         if sql::try_claim(conn, Candidate::New(service_id), holder, ttl).await?
             || sql::try_claim(conn, Candidate::Expired(service_id), holder, ttl).await?
         {
-            return Ok(service_id);
+            return Ok((service_id, sent));
         }
-        if let Some(row) = sql::read(conn, service_id).await?
-            && row.live
-        {
-            return Err(LeaseError::Held {
+        let Some(row) = sql::read(conn, service_id).await?.filter(|row| row.live) else {
+            unsettled += 1;
+            if unsettled == CLAIM_ROUNDS {
+                return Err(LeaseError::Contended {
+                    first: service_id,
+                    last: service_id,
+                });
+            }
+            continue;
+        };
+        let expires_in = Duration::from_micros(u64::try_from(row.expires_in_micros).unwrap_or(0));
+        let (started, first_expiry) = waiting.get_or_insert_with(|| {
+            tracing::warn!(
                 service_id,
-                host: row.host,
-                pid: row.pid,
-                expires_at: row.expires_at,
-                expires_in_seconds: row.expires_in_micros.div_euclid(1_000_000),
-            });
+                expires_at = %row.expires_at,
+                "service ID {service_id} is leased by host {}, pid {}, for {} s more (database \
+                 clock): waiting for the lease to expire, as its holder may have died; refusing \
+                 if the holder renews it",
+                row.host,
+                row.pid,
+                expires_in.as_secs(),
+            );
+            (Instant::now(), row.expires_at.clone())
+        });
+        let now = Instant::now();
+        match rules::while_held(
+            first_expiry,
+            &row.expires_at,
+            expires_in,
+            now - *started,
+            limit,
+        ) {
+            WhileHeld::Wait(pause) => {
+                if now >= progress_at {
+                    progress_at = now + WAIT_PROGRESS;
+                    tracing::info!(
+                        service_id,
+                        "still waiting for the lease of service ID {service_id} to expire \
+                         ({} s left)",
+                        expires_in.as_secs()
+                    );
+                }
+                sleep(pause).await;
+            }
+            WhileHeld::Refuse => {
+                return Err(LeaseError::Held {
+                    service_id,
+                    host: row.host,
+                    pid: row.pid,
+                    expires_at: row.expires_at,
+                    expires_in_seconds: row.expires_in_micros.div_euclid(1_000_000),
+                });
+            }
         }
     }
-    Err(LeaseError::Contended {
-        first: service_id,
-        last: service_id,
-    })
 }
 
 /// Claims the lowest free or expired ID of `range`.

@@ -52,6 +52,41 @@ pub fn candidates(range: RangeInclusive<u32>, seen: &[Seen]) -> Vec<Candidate> {
     out
 }
 
+/// What a claimant of a fixed ID does about another holder's live lease, which may be that of a
+/// process that died without releasing it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhileHeld {
+    /// Nothing wrote the row since the wait began: look again after this long.
+    Wait(Duration),
+    /// The row's expiry moved (its holder renewed, or another process claimed it), so a live
+    /// process has it; or the wait ran out.
+    Refuse,
+}
+
+/// How often a waiting claimant reads the row at most: a renewal (every third of the holder's
+/// TTL) is seen soon after it is made.
+const WAIT_POLL: Duration = Duration::from_millis(250);
+
+/// The least a waiting claimant sleeps, so a lease a few microseconds from its expiry is not
+/// read again in a busy loop.
+const WAIT_MIN: Duration = Duration::from_millis(10);
+
+/// Whether to wait on: `first_expiry` is the row's expiry when the wait began and `expiry` now
+/// (both as the database formats it), `expires_in` the time left by the database's clock,
+/// `waited` the time since the wait began, of at most `limit`.
+pub fn while_held(
+    first_expiry: &str,
+    expiry: &str,
+    expires_in: Duration,
+    waited: Duration,
+    limit: Duration,
+) -> WhileHeld {
+    if expiry != first_expiry || waited >= limit {
+        return WhileHeld::Refuse;
+    }
+    WhileHeld::Wait(expires_in.clamp(WAIT_MIN, WAIT_POLL).min(limit - waited))
+}
+
 /// The first second a new holder may issue, given the stored mark: the second after it, or
 /// `None` when nothing was ever issued under the ID (a mark of 0).
 pub fn floor_after(mark: u64) -> Option<u64> {
@@ -140,6 +175,41 @@ mod tests {
         assert_eq!(
             candidates(u32::MAX - 1..=u32::MAX, &[]),
             [Candidate::New(u32::MAX - 1), Candidate::New(u32::MAX)]
+        );
+    }
+
+    #[test]
+    fn a_claimant_waits_for_an_unrenewed_lease_and_refuses_once_it_is_renewed() {
+        let limit = Duration::from_secs(5);
+        let at = "2026-01-01T00:00:03.000000Z";
+        let ms = Duration::from_millis;
+        // Not written since: wait until the expiry, looking again at least every 250 ms.
+        assert_eq!(
+            while_held(at, at, ms(3000), ms(0), limit),
+            WhileHeld::Wait(ms(250))
+        );
+        assert_eq!(
+            while_held(at, at, ms(40), ms(2960), limit),
+            WhileHeld::Wait(ms(40))
+        );
+        assert_eq!(
+            while_held(at, at, Duration::from_micros(3), ms(3000), limit),
+            WhileHeld::Wait(ms(10))
+        );
+        // Renewed (or claimed by another): a live process holds it.
+        let renewed = "2026-01-01T00:00:04.000000Z";
+        assert_eq!(
+            while_held(at, renewed, ms(3000), ms(1000), limit),
+            WhileHeld::Refuse
+        );
+        // A lease running past the wait's limit (its holder has a longer TTL): given up there.
+        assert_eq!(
+            while_held(at, at, ms(3000), ms(4900), limit),
+            WhileHeld::Wait(ms(100))
+        );
+        assert_eq!(
+            while_held(at, at, ms(3000), limit, limit),
+            WhileHeld::Refuse
         );
     }
 

@@ -11,8 +11,8 @@ use mysql_async::{Conn, Error as MysqlError, Params, Row};
 use serde::Serialize;
 
 use super::rules::{Candidate, Seen};
-use crate::store::StoreError;
-use crate::store::rows::{first, take};
+use crate::mysql::DbError;
+use crate::mysql::rows::{first, take};
 
 /// ER_NO_SUCH_TABLE.
 const NO_SUCH_TABLE: u16 = 1146;
@@ -45,12 +45,12 @@ pub struct LeaseRow {
 }
 
 /// A failed statement as a store error; a missing table says how to create it.
-fn failed(what: String) -> impl FnOnce(MysqlError) -> StoreError {
+fn failed(what: String) -> impl FnOnce(MysqlError) -> DbError {
     move |source| match &source {
-        MysqlError::Server(e) if e.code == NO_SUCH_TABLE => StoreError::Refused(format!(
+        MysqlError::Server(e) if e.code == NO_SUCH_TABLE => DbError::Refused(format!(
             "{what}: table service_leases does not exist: run `logstamp migrate` first"
         )),
-        _ => StoreError::Mysql {
+        _ => DbError::Mysql {
             context: what,
             source,
         },
@@ -65,7 +65,7 @@ const ROW_COLUMNS: &str = "`service_id`, `host`, `pid`, \
      DATE_FORMAT(`expires_at`, '%Y-%m-%dT%H:%i:%s.%fZ'), `expires_at` > NOW(6), \
      TIMESTAMPDIFF(MICROSECOND, NOW(6), `expires_at`), `issued_seconds_mark`";
 
-fn lease_row(mut row: Row) -> Result<LeaseRow, StoreError> {
+fn lease_row(mut row: Row) -> Result<LeaseRow, DbError> {
     Ok(LeaseRow {
         service_id: take(&mut row, 0, "service_leases.service_id")?,
         host: take(&mut row, 1, "service_leases.host")?,
@@ -78,7 +78,7 @@ fn lease_row(mut row: Row) -> Result<LeaseRow, StoreError> {
 }
 
 /// Every lease row, by service ID.
-pub async fn list(conn: &mut Conn) -> Result<Vec<LeaseRow>, StoreError> {
+pub async fn list(conn: &mut Conn) -> Result<Vec<LeaseRow>, DbError> {
     let rows: Vec<Row> = conn
         .query(format!(
             "SELECT {ROW_COLUMNS} FROM `service_leases` ORDER BY `service_id`"
@@ -89,7 +89,7 @@ pub async fn list(conn: &mut Conn) -> Result<Vec<LeaseRow>, StoreError> {
 }
 
 /// The row of one service ID, if it has one.
-pub async fn read(conn: &mut Conn, service_id: u32) -> Result<Option<LeaseRow>, StoreError> {
+pub async fn read(conn: &mut Conn, service_id: u32) -> Result<Option<LeaseRow>, DbError> {
     let row: Option<Row> = conn
         .exec_first(
             format!("SELECT {ROW_COLUMNS} FROM `service_leases` WHERE `service_id` = ?"),
@@ -103,7 +103,7 @@ pub async fn read(conn: &mut Conn, service_id: u32) -> Result<Option<LeaseRow>, 
 }
 
 /// Which IDs of `first..=last` have rows, and whether each is live.
-pub async fn seen(conn: &mut Conn, first: u32, last: u32) -> Result<Vec<Seen>, StoreError> {
+pub async fn seen(conn: &mut Conn, first: u32, last: u32) -> Result<Vec<Seen>, DbError> {
     let rows: Vec<Row> = conn
         .exec(
             "SELECT `service_id`, `expires_at` > NOW(6) FROM `service_leases` \
@@ -132,7 +132,7 @@ async fn changed_one(
     statement: &str,
     params: impl Into<Params> + Send,
     what: String,
-) -> Result<bool, StoreError> {
+) -> Result<bool, DbError> {
     conn.exec_drop(statement, params)
         .await
         .map_err(failed(what))?;
@@ -147,7 +147,7 @@ pub async fn try_claim(
     candidate: Candidate,
     holder: &Holder,
     ttl: Duration,
-) -> Result<bool, StoreError> {
+) -> Result<bool, DbError> {
     let statement = match candidate {
         // IGNORE turns only the duplicate key into "no row": the other values always fit.
         Candidate::New(_) => {
@@ -186,7 +186,7 @@ pub async fn renew(
     holder: &Holder,
     ttl: Duration,
     mark: u64,
-) -> Result<bool, StoreError> {
+) -> Result<bool, DbError> {
     changed_one(
         conn,
         "UPDATE `service_leases` SET `expires_at` = NOW(6) + INTERVAL ? MICROSECOND, \
@@ -203,7 +203,7 @@ pub async fn claimed_mark(
     conn: &mut Conn,
     service_id: u32,
     holder: &Holder,
-) -> Result<Option<u64>, StoreError> {
+) -> Result<Option<u64>, DbError> {
     let row: Option<Row> = conn
         .exec_first(
             "SELECT `issued_seconds_mark` FROM `service_leases` \
@@ -224,7 +224,7 @@ pub async fn release(
     service_id: u32,
     holder: &Holder,
     mark: u64,
-) -> Result<bool, StoreError> {
+) -> Result<bool, DbError> {
     changed_one(
         conn,
         "UPDATE `service_leases` SET `expires_at` = LEAST(`expires_at`, NOW(6)), \
@@ -238,10 +238,7 @@ pub async fn release(
 /// Ends whatever live lease the ID has, for an operator whose holder died. The mark is kept,
 /// so IDs issued later under the ID still start above every earlier one. The row as it was
 /// before, if a live lease was ended.
-pub async fn force_release(
-    conn: &mut Conn,
-    service_id: u32,
-) -> Result<Option<LeaseRow>, StoreError> {
+pub async fn force_release(conn: &mut Conn, service_id: u32) -> Result<Option<LeaseRow>, DbError> {
     let Some(before) = read(conn, service_id).await? else {
         return Ok(None);
     };

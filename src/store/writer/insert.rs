@@ -7,12 +7,12 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Error as MysqlError, Row, Transaction, Value};
 
 use super::infile::InfileServer;
-use crate::store::encode::{
+use crate::mysql::SqlValue;
+use crate::mysql::encode::{
     mysql_value, push_infile_field, push_infile_text, push_sql_literal, push_sql_string, size_bound,
 };
-use crate::store::rows::text_lossy;
-use crate::store::{Ident, StoreError};
-use crate::transform::SqlValue;
+use crate::mysql::rows::text_lossy;
+use crate::mysql::{DbError, Ident};
 
 /// One row of one table: a record's ID and its values for that table's columns.
 #[derive(Debug, Clone, Copy)]
@@ -49,14 +49,14 @@ pub(super) enum InsertError {
     /// The server refused (or would have altered) some row of the statement; the reason is its
     /// message.
     Refused(String),
-    Store(StoreError),
+    Store(DbError),
 }
 
 impl InsertError {
-    pub(super) fn into_store(self) -> StoreError {
+    pub(super) fn into_store(self) -> DbError {
         match self {
             InsertError::Store(e) => e,
-            InsertError::Refused(reason) => StoreError::Refused(reason),
+            InsertError::Refused(reason) => DbError::Refused(reason),
         }
     }
 
@@ -69,8 +69,8 @@ impl InsertError {
     }
 }
 
-impl From<StoreError> for InsertError {
-    fn from(e: StoreError) -> InsertError {
+impl From<DbError> for InsertError {
+    fn from(e: DbError) -> InsertError {
         InsertError::Store(e)
     }
 }
@@ -80,7 +80,7 @@ fn classify(context: &'static str) -> impl FnOnce(MysqlError) -> InsertError {
         MysqlError::Server(server) if ROW_ERROR_CODES.contains(&server.code) => {
             InsertError::Refused(format!("{} (error {})", server.message, server.code))
         }
-        _ => InsertError::Store(StoreError::Mysql {
+        _ => InsertError::Store(DbError::Mysql {
             context: context.to_string(),
             source: e,
         }),

@@ -10,7 +10,7 @@ use chrono::NaiveDateTime;
 use chrono::{Datelike, Timelike};
 use mysql_async::Value;
 
-use crate::transform::SqlValue;
+use crate::mysql::SqlValue;
 
 /// `'...'` with every character that could end or alter the literal escaped, as
 /// `mysql_real_escape_string` does.

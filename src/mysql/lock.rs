@@ -1,13 +1,13 @@
 //! Named locks (`GET_LOCK`), so that only one process of the fleet changes a table's schema or
 //! partitions at a time. A lock belongs to its connection: hold it on a connection of its own
-//! (`db::connect`), never a pooled one, and it is released when that connection closes even if
+//! (`mysql::connect`), never a pooled one, and it is released when that connection closes even if
 //! the process dies.
 
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use sha2::{Digest, Sha256};
 
-use super::StoreError;
+use super::DbError;
 use super::rows::take;
 
 /// MySQL 5.7+ refuses lock names longer than 64 characters.
@@ -37,18 +37,18 @@ pub fn table_lock(database: &str, table: &str) -> String {
 
 /// Takes the lock, waiting up to `wait_seconds` (0: only if free now). False if another
 /// session holds it.
-pub async fn try_lock(conn: &mut Conn, name: &str, wait_seconds: u32) -> Result<bool, StoreError> {
+pub async fn try_lock(conn: &mut Conn, name: &str, wait_seconds: u32) -> Result<bool, DbError> {
     let context = || format!("taking lock {name}");
     let mut row = conn
         .exec_first("SELECT GET_LOCK(?, ?)", (name, wait_seconds))
         .await
-        .map_err(StoreError::mysql(context()))?
-        .ok_or_else(|| StoreError::Refused(format!("{}: no answer", context())))?;
+        .map_err(DbError::mysql(context()))?
+        .ok_or_else(|| DbError::Refused(format!("{}: no answer", context())))?;
     match take::<Option<i64>>(&mut row, 0, "GET_LOCK")? {
         Some(1) => Ok(true),
         Some(_) => Ok(false),
         // NULL: the server failed to take it (out of memory, or the thread was killed).
-        None => Err(StoreError::Refused(format!(
+        None => Err(DbError::Refused(format!(
             "{}: the server returned NULL",
             context()
         ))),
@@ -61,8 +61,8 @@ pub async fn with_lock<T>(
     conn: &mut Conn,
     name: &str,
     wait_seconds: u32,
-    work: impl AsyncFnOnce(&mut Conn) -> Result<T, StoreError>,
-) -> Result<Option<T>, StoreError> {
+    work: impl AsyncFnOnce(&mut Conn) -> Result<T, DbError>,
+) -> Result<Option<T>, DbError> {
     if !try_lock(conn, name, wait_seconds).await? {
         return Ok(None);
     }
@@ -75,10 +75,10 @@ pub async fn with_lock<T>(
 }
 
 /// Releases a lock this connection holds.
-pub async fn release(conn: &mut Conn, name: &str) -> Result<(), StoreError> {
+pub async fn release(conn: &mut Conn, name: &str) -> Result<(), DbError> {
     conn.exec_drop("SELECT RELEASE_LOCK(?)", (name,))
         .await
-        .map_err(StoreError::mysql(format!("releasing lock {name}")))
+        .map_err(DbError::mysql(format!("releasing lock {name}")))
 }
 
 #[cfg(test)]

@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use super::exporter::Exporter;
-use super::server::{KafkaProbe, Source, mysql_answers};
-use crate::config::MysqlUrl;
+use crate::mysql::MysqlUrl;
 use crate::relay::RelayContext;
 use crate::relay::stats::RelayStats;
+use crate::telemetry::exporter::Exporter;
+use crate::telemetry::server::{KafkaProbe, Source, mysql_answers};
 
 /// The relay's endpoints.
 pub struct RelaySource {
@@ -56,6 +56,10 @@ fn flag(value: &AtomicBool) -> f64 {
 }
 
 impl Source for RelaySource {
+    fn describe() {
+        describe();
+    }
+
     fn render(&self, exporter: &Exporter) -> String {
         let dc = self.dc.clone();
         let capture = &self.stats.capture;
@@ -141,7 +145,7 @@ impl Source for RelaySource {
     }
 }
 
-pub(super) fn describe() {
+fn describe() {
     use metrics::{describe_counter, describe_gauge};
     describe_counter!(
         "logstamp_relay_published_transactions_total",

@@ -1,11 +1,11 @@
-//! Retrying MySQL work that failed for a transient reason (see [`StoreError::is_transient`]),
+//! Retrying MySQL work that failed for a transient reason (see [`DbError::is_transient`]),
 //! for at most `store.give_up_after`.
 
 use std::time::{Duration, Instant};
 
 use backon::{ExponentialBuilder, Retryable};
 
-use super::StoreError;
+use super::DbError;
 
 /// Runs `operation` until it succeeds, fails for good, or has failed transiently for
 /// `give_up_after`, with exponential backoff and jitter in between. `what` names the work in
@@ -14,9 +14,9 @@ pub async fn retrying<T, F>(
     give_up_after: Duration,
     what: impl Fn() -> String,
     operation: impl FnMut() -> F,
-) -> Result<T, StoreError>
+) -> Result<T, DbError>
 where
-    F: Future<Output = Result<T, StoreError>>,
+    F: Future<Output = Result<T, DbError>>,
 {
     let started = Instant::now();
     // Retries go on until `give_up_after` has passed; capping each wait at a quarter of it
@@ -33,8 +33,8 @@ where
         .without_max_times();
     operation
         .retry(backoff)
-        .when(|e: &StoreError| e.is_transient() && started.elapsed() < give_up_after)
-        .notify(|e: &StoreError, wait: Duration| {
+        .when(|e: &DbError| e.is_transient() && started.elapsed() < give_up_after)
+        .notify(|e: &DbError, wait: Duration| {
             tracing::warn!(retry_in = ?wait, "{} failed, retrying: {e}", what());
         })
         .await

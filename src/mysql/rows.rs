@@ -4,17 +4,17 @@
 use mysql_async::prelude::FromValue;
 use mysql_async::{Row, Value};
 
-use super::StoreError;
+use super::DbError;
 
 /// Column `index` of `row` as a `T`; `what` names it in the error.
-pub(crate) fn take<T: FromValue>(row: &mut Row, index: usize, what: &str) -> Result<T, StoreError> {
+pub(crate) fn take<T: FromValue>(row: &mut Row, index: usize, what: &str) -> Result<T, DbError> {
     match row.take_opt::<T, usize>(index) {
         Some(Ok(value)) => Ok(value),
-        Some(Err(e)) => Err(StoreError::Refused(format!(
+        Some(Err(e)) => Err(DbError::Refused(format!(
             "unexpected value for {what}: {:?}",
             e.0
         ))),
-        None => Err(StoreError::Refused(format!(
+        None => Err(DbError::Refused(format!(
             "the server's answer has no column for {what}"
         ))),
     }
@@ -22,7 +22,7 @@ pub(crate) fn take<T: FromValue>(row: &mut Row, index: usize, what: &str) -> Res
 
 /// The first column of a query's first row (`None`: no row) as a `T`, for queries of one value;
 /// `what` names it in the error.
-pub(crate) fn first<T: FromValue>(row: Option<Row>, what: &str) -> Result<Option<T>, StoreError> {
+pub(crate) fn first<T: FromValue>(row: Option<Row>, what: &str) -> Result<Option<T>, DbError> {
     row.map(|mut row| take(&mut row, 0, what)).transpose()
 }
 

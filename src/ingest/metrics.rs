@@ -5,12 +5,18 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::exporter::{BATCH_ROWS, BATCH_SECONDS, Exporter, label_value};
-use super::server::{KafkaProbe, Source, mysql_answers};
-use crate::config::{MysqlUrl, Settings};
+use super::{IngestStats, kafka};
+use crate::config::Settings;
 use crate::id::IdGenerator;
-use crate::ingest::{IngestStats, kafka};
+use crate::mysql::MysqlUrl;
 use crate::store::lease::LeaseStatus;
+use crate::telemetry::exporter::{Exporter, Histogram, label_value};
+use crate::telemetry::server::{KafkaProbe, Source, mysql_answers};
+
+/// Histogram: seconds each committed batch took to stamp and write.
+pub const BATCH_SECONDS: &str = "logstamp_ingest_batch_seconds";
+/// Histogram: rows per committed batch (one insert transaction).
+pub const BATCH_ROWS: &str = "logstamp_ingest_batch_rows";
 
 /// What a scrape reads from one running worker.
 #[derive(Debug, Clone)]
@@ -38,6 +44,25 @@ impl IngestSource {
 }
 
 impl Source for IngestSource {
+    const HISTOGRAMS: &'static [Histogram] = &[
+        Histogram {
+            name: BATCH_SECONDS,
+            buckets: &[
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            ],
+        },
+        Histogram {
+            name: BATCH_ROWS,
+            buckets: &[
+                1.0, 10.0, 50.0, 100.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, 50000.0,
+            ],
+        },
+    ];
+
+    fn describe() {
+        describe();
+    }
+
     fn render(&self, exporter: &Exporter) -> String {
         let worker = &self.worker;
         let counts = worker.stats.snapshot();
@@ -98,7 +123,7 @@ impl Source for IngestSource {
     }
 }
 
-pub(super) fn describe() {
+fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};
     describe_counter!(
         "logstamp_ingest_records_consumed_total",

@@ -4,7 +4,7 @@
 use mysql_async::{DriverError, Error as MysqlError};
 
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+pub enum DbError {
     /// A MySQL call failed; `context` says what was being done.
     #[error("{context}: {source}")]
     Mysql {
@@ -17,24 +17,24 @@ pub enum StoreError {
     Refused(String),
 }
 
-impl StoreError {
-    pub fn mysql(context: impl Into<String>) -> impl FnOnce(MysqlError) -> StoreError {
+impl DbError {
+    pub fn mysql(context: impl Into<String>) -> impl FnOnce(MysqlError) -> DbError {
         let context = context.into();
-        move |source| StoreError::Mysql { context, source }
+        move |source| DbError::Mysql { context, source }
     }
 
     /// Whether the same work may succeed when tried again.
     pub fn is_transient(&self) -> bool {
         match self {
-            StoreError::Mysql { source, .. } => is_transient(source),
-            StoreError::Refused(_) => false,
+            DbError::Mysql { source, .. } => is_transient(source),
+            DbError::Refused(_) => false,
         }
     }
 
     /// The server's error code, if the server answered with one.
     pub fn server_code(&self) -> Option<u16> {
         match self {
-            StoreError::Mysql {
+            DbError::Mysql {
                 source: MysqlError::Server(e),
                 ..
             } => Some(e.code),

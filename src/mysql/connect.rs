@@ -4,13 +4,13 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
 
 use super::rows::take;
-use super::{Ident, StoreError};
-use crate::config::MysqlUrl;
+use super::{DbError, Ident};
+use crate::mysql::MysqlUrl;
 
 /// A pool of up to `max_connections` connections to the URL's database.
-pub fn pool(url: &MysqlUrl, max_connections: usize) -> Result<Pool, StoreError> {
+pub fn pool(url: &MysqlUrl, max_connections: usize) -> Result<Pool, DbError> {
     let constraints = PoolConstraints::new(1, max_connections.max(1))
-        .ok_or_else(|| StoreError::Refused(format!("invalid pool size {max_connections}")))?;
+        .ok_or_else(|| DbError::Refused(format!("invalid pool size {max_connections}")))?;
     let opts = OptsBuilder::from_opts(opts(url)?)
         .pool_opts(PoolOpts::default().with_constraints(constraints));
     Ok(Pool::new(opts))
@@ -18,9 +18,9 @@ pub fn pool(url: &MysqlUrl, max_connections: usize) -> Result<Pool, StoreError> 
 
 /// Connection options from the URL. The driver's message is kept, the URL (and its password)
 /// is not.
-pub(crate) fn opts(url: &MysqlUrl) -> Result<Opts, StoreError> {
+pub(crate) fn opts(url: &MysqlUrl) -> Result<Opts, DbError> {
     let opts = Opts::from_url(url.expose())
-        .map_err(|e| StoreError::Refused(format!("mysql.url {}: {e}", url.redacted())))?;
+        .map_err(|e| DbError::Refused(format!("mysql.url {}: {e}", url.redacted())))?;
     // DATETIME columns (and their CURRENT_TIMESTAMP defaults) hold UTC whatever the server's
     // zone is; `setup` runs again after a pooled connection is reset.
     // `client_found_rows=true` in the URL would make a row an upsert or update finds but leaves
@@ -37,43 +37,38 @@ const SESSION_UTC: &str = "SET time_zone = '+00:00'";
 
 /// One connection of its own, outside any pool: for work that keeps session state such as
 /// named locks (`GET_LOCK`), which a pooled connection would carry into its next use.
-pub async fn connect(url: &MysqlUrl) -> Result<Conn, StoreError> {
+pub async fn connect(url: &MysqlUrl) -> Result<Conn, DbError> {
     Conn::new(opts(url)?)
         .await
-        .map_err(StoreError::mysql(format!(
-            "connecting to {}",
-            url.redacted()
-        )))
+        .map_err(DbError::mysql(format!("connecting to {}", url.redacted())))
 }
 
 /// Creates the URL's database if it does not exist, connecting without selecting it.
-pub async fn create_database(url: &MysqlUrl) -> Result<(), StoreError> {
+pub async fn create_database(url: &MysqlUrl) -> Result<(), DbError> {
     let database = Ident::new(url.database())
-        .map_err(|e| StoreError::Refused(format!("mysql.url database: {e}")))?;
+        .map_err(|e| DbError::Refused(format!("mysql.url database: {e}")))?;
     let server = OptsBuilder::from_opts(opts(url)?).db_name(None::<String>);
     let context = || format!("creating database {database} at {}", url.redacted());
     let mut conn = mysql_async::Conn::new(server)
         .await
-        .map_err(StoreError::mysql(context()))?;
+        .map_err(DbError::mysql(context()))?;
     conn.query_drop(format!(
         "CREATE DATABASE IF NOT EXISTS {database} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
     ))
     .await
-    .map_err(StoreError::mysql(context()))?;
-    conn.disconnect()
-        .await
-        .map_err(StoreError::mysql(context()))
+    .map_err(DbError::mysql(context()))?;
+    conn.disconnect().await.map_err(DbError::mysql(context()))
 }
 
 /// The database the connection works in.
-pub async fn current_database(conn: &mut Conn) -> Result<String, StoreError> {
+pub async fn current_database(conn: &mut Conn) -> Result<String, DbError> {
     let row: Option<mysql_async::Row> = conn
         .query_first("SELECT DATABASE()")
         .await
-        .map_err(StoreError::mysql("reading the current database"))?;
+        .map_err(DbError::mysql("reading the current database"))?;
     let name: Option<String> = match row {
         Some(mut row) => take(&mut row, 0, "DATABASE()")?,
         None => None,
     };
-    name.ok_or_else(|| StoreError::Refused("the connection has no database selected".into()))
+    name.ok_or_else(|| DbError::Refused("the connection has no database selected".into()))
 }

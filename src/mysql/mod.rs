@@ -1,0 +1,20 @@
+//! The bottom layer every command that talks to MySQL shares: connecting, named locks, reading
+//! result rows without panicking, escaping and encoding values, identifiers, telling transient
+//! errors from definite ones, and retrying. It knows nothing of logs, offsets or the relay.
+
+mod connect;
+pub mod encode;
+pub mod error;
+pub mod ident;
+pub mod lock;
+pub mod retry;
+pub(crate) mod rows;
+mod url;
+mod value;
+
+pub(crate) use connect::opts;
+pub use connect::{connect, create_database, current_database, pool};
+pub use error::DbError;
+pub use ident::{Ident, IdentError};
+pub use url::{MysqlSettings, MysqlUrl};
+pub use value::{MAX_TEXT_BYTES, SqlValue};
