@@ -4,6 +4,7 @@
 //! the sources, composes the sections and says which layer set a bad key.
 
 use std::fmt;
+use std::time::Duration;
 
 /// A setting that cannot be used: its dotted key (`store.concurrency`) and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -26,6 +27,29 @@ impl SettingError {
 pub fn at_least_one(key: &str, value: u64) -> Result<(), SettingError> {
     if value == 0 {
         Err(SettingError::new(key, "must be at least 1"))
+    } else {
+        Ok(())
+    }
+}
+
+/// The largest size, count or duration a setting takes: far beyond any sensible value, so that
+/// arithmetic on it (sums, `Instant` plus a duration) cannot overflow.
+pub const TIB: u64 = 1 << 40;
+pub const LONGEST: Duration = Duration::from_secs(365 * 86_400);
+
+/// Refuses a count or size above `max`.
+pub fn at_most(key: &str, value: usize, max: u64) -> Result<(), SettingError> {
+    if u64::try_from(value).map_or(true, |v| v > max) {
+        Err(SettingError::new(key, format!("must be at most {max}")))
+    } else {
+        Ok(())
+    }
+}
+
+/// Refuses a duration above [`LONGEST`].
+pub fn at_most_a_year(key: &str, value: Duration) -> Result<(), SettingError> {
+    if value > LONGEST {
+        Err(SettingError::new(key, "must be at most 365 days"))
     } else {
         Ok(())
     }

@@ -953,6 +953,80 @@ fn ingest_settings_are_checked() {
     }
 }
 
+/// Sizes, counts and durations have upper bounds far above any sane value, below where the
+/// arithmetic done with them could overflow (`ingest.max_message_bytes` at `usize::MAX` once
+/// wrapped to 0): the bound itself loads, one more is refused naming the key and the bound.
+#[test]
+fn sizes_counts_and_durations_have_upper_bounds() {
+    for (key, bound, over, says) in [
+        (
+            "ingest.max_message_bytes",
+            "1000000000",
+            "1000000001",
+            "at most 1000000000",
+        ),
+        (
+            "ingest.max_buffered_bytes",
+            "1099511627776",
+            "1099511627777",
+            "at most 1099511627776",
+        ),
+        (
+            "batch.max_bytes",
+            "1099511627776",
+            "1099511627777",
+            "at most 1099511627776",
+        ),
+        ("batch.max_rows", "10000000", "10000001", "at most 10000000"),
+        ("store.concurrency", "1024", "1025", "at most 1024"),
+        ("relay.apply_batch", "100000", "100001", "at most 100000"),
+        (
+            "batch.linger_ms",
+            "31536000000",
+            "31536000001",
+            "at most 365 days",
+        ),
+        (
+            "ingest.shutdown_timeout",
+            "365days",
+            "366days",
+            "at most 365 days",
+        ),
+        (
+            "ingest.maintenance_interval",
+            "365days",
+            "365days 1s",
+            "at most 365 days",
+        ),
+        (
+            "store.give_up_after",
+            "365days",
+            "366days",
+            "at most 365 days",
+        ),
+        ("id.lease_ttl", "365days", "366days", "at most 365 days"),
+        ("id.mark_window", "365days", "366days", "at most 365 days"),
+        ("relay.cache_ttl", "365days", "366days", "at most 365 days"),
+        (
+            "relay.checkpoint_interval",
+            "365days",
+            "366days",
+            "at most 365 days",
+        ),
+    ] {
+        load(None, &[], &[(key, bound)]);
+        let e = load_err(None, &[], &[(key, over)]);
+        assert_names(&e, key, "the command line");
+        assert!(e.to_string().contains(says), "{key}: {e}");
+    }
+    let largest = u64::MAX.to_string();
+    for key in ["ingest.max_message_bytes", "batch.max_bytes"] {
+        let e = load_err(None, &[], &[(key, &largest)]);
+        assert_names(&e, key, "the command line");
+    }
+    check_bad_in_every_layer("ingest.max_message_bytes", "1000000001", "1000000001");
+}
+
 // ---------------------------------------------------------------------------------------------
 // [[normalize]]
 // ---------------------------------------------------------------------------------------------

@@ -410,6 +410,90 @@ async fn a_record_refused_in_one_table_is_stored_in_none_and_counted_nowhere() {
     assert_rollups_match_raw(&setup.db).await;
 }
 
+/// Settings of a log table with a DOUBLE column summed per day.
+const DAILY_SUM_TOML: &str = r#"
+[store]
+table = "logs"
+
+[[store.columns]]
+name = "seq"
+pointer = "/seq"
+type = "uint"
+
+[[store.columns]]
+name = "value"
+pointer = "/value"
+type = "double"
+
+[[rollups]]
+name = "value_per_day"
+bucket = "day"
+sums = ["value"]
+"#;
+
+/// Message `seq` of the daily sum's stream: every 300th from 150 has a value of 1e308, two of
+/// which overflow a DOUBLE sum; the rest are multiples of 1/4, summed exactly in any order.
+fn daily_sum_message(seq: u64) -> Vec<u8> {
+    let value = if seq % 300 == 150 {
+        1e308
+    } else {
+        seq as f64 / 4.0
+    };
+    serde_json::to_vec(&json!({"seq": seq, "value": value})).unwrap()
+}
+
+/// A poison value never halts a worker: a record whose share pushes a rollup's DOUBLE sum out
+/// of range is dead-lettered naming the rollup and the server's error, and everything else is
+/// stored and counted. Stamped in one day (or two, across midnight), three values of 1e308
+/// leave at most one stored per day.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rollup_sum_out_of_range_dead_letters_its_records_and_the_worker_goes_on() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let file = dir.path().join("daily_sum.toml");
+    std::fs::write(&file, DAILY_SUM_TOML).unwrap();
+    let setup = Setup::with_config("pipeline_overflow", 2, &file, daily_sum_message).await;
+    let n = 1_000;
+    let worker = setup.start_worker(1);
+    setup.feed(0, n, 2).await;
+    setup
+        .wait_for(SUM_OFFSETS, n, Duration::from_secs(120))
+        .await;
+    worker.stop().await.unwrap();
+
+    let huge = (0..n).filter(|s| s % 300 == 150).count() as u64;
+    let stored_huge: Vec<u64> = rows(
+        &setup.db,
+        "SELECT COUNT(*) FROM logs WHERE value = 1e308 GROUP BY (id >> 32) DIV 86400",
+    )
+    .await;
+    assert!(stored_huge.iter().all(|&k| k == 1), "{stored_huge:?}");
+    let refused = huge - stored_huge.len() as u64;
+    assert!(refused >= 1);
+    let letters: Vec<u64> = rows(
+        &setup.db,
+        "SELECT COUNT(*) FROM dead_letters WHERE reason LIKE \
+         'the database refused adding the record to rollup `value_per_day`: %(error 1690)' \
+         AND JSON_VALUE(raw, '$.value') = 1e308",
+    )
+    .await;
+    assert_eq!(letters, vec![refused]);
+    let total: Vec<u64> = rows(&setup.db, "SELECT COUNT(*) FROM logs").await;
+    assert_eq!(total, vec![n - refused]);
+    type Day = (String, u64, f64);
+    let rollup: Vec<Day> = rows(
+        &setup.db,
+        "SELECT DATE_FORMAT(bucket, '%Y-%m-%d'), n, sum_value FROM value_per_day ORDER BY 1",
+    )
+    .await;
+    let raw: Vec<Day> = rows(
+        &setup.db,
+        "SELECT DATE_FORMAT(TIMESTAMP'1970-01-01 00:00:00' + INTERVAL ((id >> 32) DIV 86400) DAY, \
+         '%Y-%m-%d'), COUNT(*), SUM(value) FROM logs GROUP BY 1 ORDER BY 1",
+    )
+    .await;
+    assert_eq!(rollup, raw);
+}
+
 /// The writer alone, with each insert method: one batch of the worked example's records lands
 /// in every table it is routed to (same IDs) and in the rollups, which equal the raw rows.
 async fn every_insert_method_writes_fan_out_and_rollups(method: &str) {

@@ -14,14 +14,15 @@ use serde_json::json;
 use logstamp::config::Settings;
 use logstamp::id::Layout;
 use logstamp::mysql::SqlValue;
-use logstamp::mysql::{self, DbError};
+use logstamp::mysql::{self, DbError, MysqlUrl};
 use logstamp::store::schema::{ColumnSpec, ColumnType, create_log_table_sql};
 use logstamp::store::settings::InsertMethod;
 use logstamp::store::{
-    Batch, Committed, DeadLetter, PartitionPlan, Period, Row, WriteOutcome, Writer,
+    Batch, Committed, DeadLetter, PartitionPlan, Period, Row, WriteOutcome, Writer, rollup,
 };
 use logstamp::time::Zone;
 use logstamp::transform::Mapper;
+use logstamp::transform::rollup::{Bucket, RollupPlan, RollupSettings, SourceTable};
 use support::TestDb;
 
 const GROUP: &str = "g";
@@ -93,6 +94,16 @@ impl Fixture {
     }
 
     async fn with(hint: &str, method: InsertMethod, overrides: &[(&str, &str)]) -> Fixture {
+        Fixture::with_rollups(hint, method, overrides, &[]).await
+    }
+
+    /// With rollups over the log table, their tables created.
+    async fn with_rollups(
+        hint: &str,
+        method: InsertMethod,
+        overrides: &[(&str, &str)],
+        rollups: &[RollupSettings],
+    ) -> Fixture {
         let db = TestDb::create(hint).await;
         let method_name = serde_json::to_value(method).unwrap();
         let mut all = vec![
@@ -102,8 +113,20 @@ impl Fixture {
         all.extend_from_slice(overrides);
         let mut settings = db.settings(&all);
         settings.store.columns = every_type();
+        let source = SourceTable {
+            name: &settings.store.table,
+            columns: &settings.store.columns,
+        };
+        settings.rollup_plans = rollups
+            .iter()
+            .map(|r| RollupPlan::compile(r, std::slice::from_ref(&source)).unwrap())
+            .collect();
         mysql::create_database(&db.mysql_url()).await.unwrap();
-        create_store_tables(&mut db.conn().await, &settings).await;
+        let mut conn = db.conn().await;
+        create_store_tables(&mut conn, &settings).await;
+        for plan in &settings.rollup_plans {
+            rollup::ensure_table(&mut conn, plan, true).await.unwrap();
+        }
         let writer = Writer::new(&settings).unwrap();
         let mapper = Mapper::new(&settings.store.columns);
         Fixture {
@@ -344,6 +367,76 @@ async fn the_same_batch_twice_is_written_once(method: InsertMethod) {
     assert_eq!(f.stored_ids().await.len(), 60);
 }
 for_each_method!(the_same_batch_twice_is_written_once);
+
+/// With `client_found_rows=true` in `mysql.url`, MySQL would count the offset row an upsert
+/// finds unchanged as affected, which the offset claim reads as its own. The writer's sessions
+/// do without it: a stale owner (here one that read again from offset 0 and stamped new IDs)
+/// still commits nothing.
+#[tokio::test]
+async fn client_found_rows_in_the_url_does_not_let_a_stale_owner_commit() {
+    let f = Fixture::new("found_rows", InsertMethod::Prepared).await;
+    let mut settings = f.settings.clone();
+    settings.mysql.url =
+        MysqlUrl::try_from(format!("{}?client_found_rows=true", f.db.url)).unwrap();
+    let writer = Writer::new(&settings).unwrap();
+    let first = log_messages(1000, 0, 10);
+    committed(
+        writer
+            .write(&f.batch(0, 0, 10, &borrowed(&first)))
+            .await
+            .unwrap(),
+    );
+    let stale = log_messages(2000, 0, 7);
+    assert_eq!(
+        writer
+            .write(&f.batch(0, 0, 7, &borrowed(&stale)))
+            .await
+            .unwrap(),
+        WriteOutcome::OffsetMoved { stored: Some(10) }
+    );
+    writer.close().await.unwrap();
+    let (rows, low, high, letters, offset): (u64, u64, u64, u64, i64) = f
+        .conn()
+        .await
+        .query_first(
+            "SELECT (SELECT COUNT(*) FROM logs), (SELECT MIN(id) FROM logs), \
+             (SELECT MAX(id) FROM logs), (SELECT COUNT(*) FROM dead_letters), \
+             (SELECT next_offset FROM ingest_offsets)",
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((rows, low, high, letters, offset), (10, 1000, 1009, 0, 10));
+}
+
+/// A client-side `max_allowed_packet` in `mysql.url` below the server's bounds the statements
+/// too: a batch larger than it is sent in smaller statements, not refused by the driver.
+async fn a_lower_max_allowed_packet_in_the_url_splits_statements(method: InsertMethod) {
+    let f = Fixture::with("url_packet", method, &[("store.give_up_after", "2s")]).await;
+    let mut settings = f.settings.clone();
+    settings.mysql.url =
+        MysqlUrl::try_from(format!("{}?max_allowed_packet=262144", f.db.url)).unwrap();
+    let writer = Writer::new(&settings).unwrap();
+    let messages: Vec<(u64, i64, Vec<u8>)> = (0..300)
+        .map(|k| {
+            (
+                1 + k as u64,
+                k,
+                message(json!({"t": "x".repeat(2_000), "i": k})),
+            )
+        })
+        .collect();
+    let done = committed(
+        writer
+            .write(&f.batch(0, 0, 300, &borrowed(&messages)))
+            .await
+            .unwrap(),
+    );
+    writer.close().await.unwrap();
+    assert_eq!((done.rows, done.dead_letters), (300, 0));
+    assert_eq!(f.stored_ids().await, (1..=300).collect::<Vec<u64>>());
+}
+for_each_method!(a_lower_max_allowed_packet_in_the_url_splits_statements);
 
 #[tokio::test]
 async fn offsets_are_kept_per_group_topic_and_partition() {
@@ -914,6 +1007,176 @@ async fn rows_the_database_refuses_are_dead_lettered(method: InsertMethod) {
     assert!(letters[3].2.contains("not JSON"), "{}", letters[3].2);
 }
 for_each_method!(rows_the_database_refuses_are_dead_lettered);
+
+/// A record whose share of a rollup puts a DOUBLE sum out of range is dead-lettered, naming the
+/// rollup and the server's error; the rest of its batch is stored and counted. The overflow may
+/// come from two records of one batch (1e308 twice in a bucket: the second is refused) or from
+/// the total already stored. The rollup then equals a `GROUP BY` over the stored rows.
+async fn a_rollup_sum_out_of_range_dead_letters_only_its_record(method: InsertMethod) {
+    let per_minute = RollupSettings {
+        name: "d_per_minute".into(),
+        source: String::new(),
+        bucket: Bucket::Minute,
+        dimensions: vec!["s".into()],
+        sums: vec!["d".into()],
+        mins: vec![],
+        maxs: vec!["d".into()],
+    };
+    let f = Fixture::with_rollups("rollup_overflow", method, &[], &[per_minute]).await;
+    let layout = f.settings.id.layout;
+    // Offsets 0..40 over two minutes and two services; d is a multiple of 1/4, so every sum is
+    // exact whatever the order of the additions.
+    let record = |offset: i64, d: f64| {
+        let id = layout
+            .encode(60 * (offset as u64 % 2), 0, offset as u32)
+            .unwrap();
+        let s = ["api", "web"][offset as usize / 20 % 2];
+        (id, offset, message(json!({"s": s, "d": d})))
+    };
+    let mut messages: Vec<_> = (0..40).map(|o| record(o, o as f64 / 4.0)).collect();
+    messages[10] = record(10, 1e308);
+    messages[14] = record(14, 1e308);
+    let done = committed(
+        f.writer
+            .write(&f.batch(0, 0, 40, &borrowed(&messages)))
+            .await
+            .unwrap(),
+    );
+    assert_eq!((done.rows, done.dead_letters), (39, 1));
+    let mut later: Vec<_> = (40..50).map(|o| record(o, 1.0)).collect();
+    later[2] = record(42, 1e308);
+    later[5] = record(45, 1e308);
+    let done = committed(
+        f.writer
+            .write(&f.batch(0, 40, 50, &borrowed(&later)))
+            .await
+            .unwrap(),
+    );
+    assert_eq!((done.rows, done.dead_letters), (9, 1));
+    assert_eq!(f.stored_offset(0).await, Some(50));
+
+    let letters = f.dead_letters().await;
+    let offsets: Vec<i64> = letters.iter().map(|l| l.1).collect();
+    // Offset 42 lands in the bucket of offset 10, whose 1e308 is stored; 45 in another, where
+    // it fits.
+    assert_eq!(offsets, vec![14, 42]);
+    for (_, offset, reason, raw) in &letters {
+        assert!(
+            reason.contains("rollup `d_per_minute`") && reason.contains("(error 1690)"),
+            "{reason}"
+        );
+        let all = messages.iter().chain(&later);
+        let sent = all.clone().find(|m| m.1 == *offset).unwrap();
+        assert_eq!(raw.as_deref(), Some(sent.2.as_slice()));
+    }
+    let mut stored: Vec<u64> = messages
+        .iter()
+        .chain(&later)
+        .filter(|m| ![14, 42].contains(&m.1))
+        .map(|m| m.0)
+        .collect();
+    stored.sort_unstable();
+    assert_eq!(f.stored_ids().await, stored);
+
+    type Totals = (String, String, u64, f64, Option<f64>);
+    let rollup: Vec<Totals> = f
+        .conn()
+        .await
+        .query(
+            "SELECT DATE_FORMAT(bucket, '%Y-%m-%d %H:%i'), s, n, sum_d, max_d \
+             FROM d_per_minute ORDER BY 1, 2",
+        )
+        .await
+        .unwrap();
+    let raw: Vec<Totals> = f
+        .conn()
+        .await
+        .query(
+            "SELECT DATE_FORMAT(TIMESTAMP'1970-01-01 00:00:00' + INTERVAL ((id >> 32) DIV 60 * 60) \
+             SECOND, '%Y-%m-%d %H:%i'), COALESCE(s, ''), COUNT(*), SUM(d), MAX(d) \
+             FROM logs GROUP BY 1, 2 ORDER BY 1, 2",
+        )
+        .await
+        .unwrap();
+    assert_eq!(rollup.len(), 4);
+    assert_eq!(
+        rollup.iter().filter(|b| b.3 == 1e308).count(),
+        2,
+        "{rollup:?}"
+    );
+    assert_eq!(rollup, raw);
+}
+for_each_method!(a_rollup_sum_out_of_range_dead_letters_only_its_record);
+
+/// A refusal the server words in another character set (here a trigger switches the session's
+/// results to latin1, and the CHECK constraint's name is not ASCII) is read, not a panic: the
+/// record is dead-lettered with the message, its bad bytes replaced. `load_data` hears of it as
+/// a warning (from `SHOW WARNINGS`), the other methods as an error.
+async fn a_refusal_worded_in_another_character_set_is_read(method: InsertMethod) {
+    let f = Fixture::new("latin1_refusal", method).await;
+    let mut conn = f.conn().await;
+    conn.query_drop("ALTER TABLE logs ADD CONSTRAINT `é_13` CHECK (i IS NULL OR i <> 13)")
+        .await
+        .unwrap();
+    conn.query_drop(
+        "CREATE TRIGGER results_in_latin1 BEFORE INSERT ON logs FOR EACH ROW \
+         SET character_set_results = latin1",
+    )
+    .await
+    .unwrap();
+    let messages = log_messages(100, 10, 5);
+    let done = committed(
+        f.writer
+            .write(&f.batch(0, 10, 15, &borrowed(&messages)))
+            .await
+            .unwrap(),
+    );
+    assert_eq!((done.rows, done.dead_letters), (4, 1));
+    let letters = f.dead_letters().await;
+    assert_eq!(letters.len(), 1);
+    let (_, offset, reason, _) = &letters[0];
+    assert_eq!(*offset, 13);
+    assert!(
+        reason.starts_with("the database refused the row: ")
+            && reason.contains("CONSTRAINT `\u{FFFD}_13` failed"),
+        "{reason}"
+    );
+    assert_eq!(f.stored_ids().await, [100, 101, 102, 104]);
+}
+for_each_method!(a_refusal_worded_in_another_character_set_is_read);
+
+/// A stored offset that is not a number (NULL, or text in a column altered by hand) is an error
+/// naming the column, on reading offsets and on claiming one: not a panic.
+#[tokio::test]
+async fn a_stored_offset_that_is_not_a_number_is_an_error_naming_it() {
+    let f = Fixture::new("bad_offset", InsertMethod::Prepared).await;
+    let mut conn = f.conn().await;
+    conn.query_drop("ALTER TABLE ingest_offsets MODIFY next_offset VARCHAR(20) NULL")
+        .await
+        .unwrap();
+    conn.query_drop(
+        "INSERT INTO ingest_offsets (consumer_group, topic, kafka_partition, next_offset) \
+         VALUES ('g', 't', 0, NULL), ('g', 't', 1, '1e3')",
+    )
+    .await
+    .unwrap();
+    for partition in [0, 1] {
+        let read = f.writer.stored_offsets(GROUP, &[(TOPIC, partition)]).await;
+        let written = f
+            .writer
+            .write(&f.batch(partition, 0, 3, &borrowed(&log_messages(1, 0, 3))))
+            .await;
+        for outcome in [read.map(|_| ()), written.map(|_| ())] {
+            match outcome {
+                Err(e @ DbError::Refused(_)) => {
+                    assert!(e.to_string().contains("ingest_offsets.next_offset"), "{e}")
+                }
+                other => panic!("partition {partition}: {other:?}"),
+            }
+        }
+    }
+    assert!(f.stored_ids().await.is_empty());
+}
 
 #[tokio::test]
 async fn a_batch_of_only_dead_letters_still_moves_the_offset() {

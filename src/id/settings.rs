@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize, Serializer};
 
 use super::{IdError, Layout};
-use crate::settings::{SettingError, as_text, duration_text};
+use crate::settings::{SettingError, as_text, at_most_a_year, duration_text};
 use crate::time::{Zone, parse_time};
 
 /// The ID settings, with the layout already checked.
@@ -166,6 +166,8 @@ impl TryFrom<RawIdSettings> for IdSettings {
                 .check_service_id(last)
                 .map_err(|e| SettingError::new("id.auto_range", e))?;
         }
+        at_most_a_year("id.lease_ttl", raw.lease_ttl)?;
+        at_most_a_year("id.mark_window", raw.mark_window)?;
         if raw.lease_ttl < Duration::from_secs(1) {
             return Err(SettingError::new("id.lease_ttl", "must be at least 1s"));
         }

@@ -430,8 +430,9 @@ impl Poller {
                         },
                         offset: message.offset(),
                         size: payload.map_or(0, <[u8]>::len),
-                        payload: payload
-                            .map(|p| p[..p.len().min(self.max_message_bytes + 1)].to_vec()),
+                        payload: payload.map(|p| {
+                            p[..p.len().min(self.max_message_bytes.saturating_add(1))].to_vec()
+                        }),
                     };
                     if context
                         .handle

@@ -126,7 +126,9 @@ impl Dispatcher {
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
             let linger = self.next_deadline();
-            let give_up = self.stopping.map(|at| at + shutdown_timeout);
+            let give_up = self
+                .stopping
+                .and_then(|at| at.checked_add(shutdown_timeout));
             tokio::select! {
                 biased;
                 Some(written) = self.writes.join_next(), if !self.writes.is_empty() => {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::settings::{SettingError, at_least_one, duration_text};
+use crate::settings::{SettingError, TIB, at_least_one, at_most, at_most_a_year, duration_text};
 use crate::transform::MessageFormat;
 
 /// The ingest worker's own settings.
@@ -30,11 +30,20 @@ pub struct IngestSettings {
 impl IngestSettings {
     pub fn validate(&self) -> Result<(), SettingError> {
         at_least_one("ingest.max_message_bytes", self.max_message_bytes as u64)?;
+        // Kafka's own largest message (librdkafka's message.max.bytes).
+        at_most(
+            "ingest.max_message_bytes",
+            self.max_message_bytes,
+            1_000_000_000,
+        )?;
         at_least_one("ingest.max_buffered_bytes", self.max_buffered_bytes as u64)?;
+        at_most("ingest.max_buffered_bytes", self.max_buffered_bytes, TIB)?;
+        at_most_a_year("ingest.shutdown_timeout", self.shutdown_timeout)?;
         at_least_one(
             "ingest.maintenance_interval",
             self.maintenance_interval.as_secs(),
-        )
+        )?;
+        at_most_a_year("ingest.maintenance_interval", self.maintenance_interval)
     }
 }
 
@@ -55,6 +64,9 @@ impl BatchSettings {
 impl BatchSettings {
     pub fn validate(&self) -> Result<(), SettingError> {
         at_least_one("batch.max_rows", self.max_rows as u64)?;
-        at_least_one("batch.max_bytes", self.max_bytes as u64)
+        at_most("batch.max_rows", self.max_rows, 10_000_000)?;
+        at_least_one("batch.max_bytes", self.max_bytes as u64)?;
+        at_most("batch.max_bytes", self.max_bytes, TIB)?;
+        at_most_a_year("batch.linger_ms", self.linger())
     }
 }

@@ -23,7 +23,13 @@ pub(crate) fn opts(url: &MysqlUrl) -> Result<Opts, DbError> {
         .map_err(|e| DbError::Refused(format!("mysql.url {}: {e}", url.redacted())))?;
     // DATETIME columns (and their CURRENT_TIMESTAMP defaults) hold UTC whatever the server's
     // zone is; `setup` runs again after a pooled connection is reset.
-    Ok(OptsBuilder::from_opts(opts).setup(vec![SESSION_UTC]).into())
+    // `client_found_rows=true` in the URL would make a row an upsert or update finds but leaves
+    // unchanged count as affected: the writer's offset claim (and any conditional update read
+    // by its affected rows) would then succeed for a stale owner. It is off on every session.
+    Ok(OptsBuilder::from_opts(opts)
+        .setup(vec![SESSION_UTC])
+        .client_found_rows(false)
+        .into())
 }
 
 /// Makes the session's `NOW()`, `CURRENT_TIMESTAMP` and `UNIX_TIMESTAMP(text)` UTC.

@@ -18,6 +18,7 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use tokio::sync::{mpsc, watch};
 
 use crate::mysql::lock::{lock_name, try_lock};
+use crate::mysql::rows::take;
 use crate::mysql::{self, DbError};
 use crate::relay::settings::LoopFilterMode;
 
@@ -583,17 +584,20 @@ async fn source_variables(
     conn: &mut mysql_async::Conn,
 ) -> Result<HashMap<String, String>, DbError> {
     let names: Vec<String> = SOURCE_VARIABLES.iter().map(|n| format!("'{n}'")).collect();
-    let rows: Vec<(String, String)> = conn
+    let rows: Vec<mysql_async::Row> = conn
         .query(format!(
             "SHOW GLOBAL VARIABLES WHERE Variable_name IN ({})",
             names.join(", ")
         ))
         .await
         .map_err(DbError::mysql("reading the server's binlog settings"))?;
-    Ok(rows
-        .into_iter()
-        .map(|(k, v)| (k.to_ascii_lowercase(), v))
-        .collect())
+    rows.into_iter()
+        .map(|mut row| {
+            let name: String = take(&mut row, 0, "SHOW GLOBAL VARIABLES Variable_name")?;
+            let value = take(&mut row, 1, "SHOW GLOBAL VARIABLES Value")?;
+            Ok((name.to_ascii_lowercase(), value))
+        })
+        .collect()
 }
 
 async fn utf8_collations(conn: &mut mysql_async::Conn) -> Result<Charsets, DbError> {
@@ -601,13 +605,17 @@ async fn utf8_collations(conn: &mut mysql_async::Conn) -> Result<Charsets, DbErr
         .iter()
         .map(|n| format!("'{n}'"))
         .collect();
-    let ids: Vec<u16> = conn
+    let rows: Vec<mysql_async::Row> = conn
         .query(format!(
             "SELECT ID FROM information_schema.COLLATIONS WHERE CHARACTER_SET_NAME IN ({})",
             names.join(", ")
         ))
         .await
         .map_err(DbError::mysql("reading the server's collations"))?;
+    let ids = rows
+        .into_iter()
+        .map(|mut row| take(&mut row, 0, "COLLATIONS.ID"))
+        .collect::<Result<Vec<u16>, _>>()?;
     Ok(Charsets::new(ids))
 }
 

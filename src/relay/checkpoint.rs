@@ -9,7 +9,7 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
 use crate::mysql::DbError;
-use crate::mysql::rows::take;
+use crate::mysql::rows::{first, take};
 
 use super::context::{CHECKPOINT_TABLE, RelayError};
 use super::gtid::GtidState;
@@ -127,11 +127,11 @@ pub async fn gtid_at(
     file: &str,
     pos: u64,
 ) -> Result<Option<GtidState>, RelayError> {
-    let state: Option<Option<String>> = match conn
+    let row: Option<mysql_async::Row> = match conn
         .exec_first("SELECT BINLOG_GTID_POS(?, ?)", (file, pos))
         .await
     {
-        Ok(state) => state,
+        Ok(row) => row,
         // ER_SP_DOES_NOT_EXIST: not MariaDB.
         Err(mysql_async::Error::Server(e)) if e.code == 1305 => return Ok(None),
         Err(e) => {
@@ -140,6 +140,7 @@ pub async fn gtid_at(
             );
         }
     };
+    let state: Option<Option<String>> = first(row, "BINLOG_GTID_POS")?;
     state
         .flatten()
         .map(|s| {
@@ -162,11 +163,13 @@ pub async fn server_position(conn: &mut Conn) -> Result<(String, u64, GtidState)
     })?;
     let file: String = take(&mut status, 0, "SHOW MASTER STATUS File")?;
     let pos: u64 = take(&mut status, 1, "SHOW MASTER STATUS Position")?;
-    let gtid: Option<String> = conn
+    let gtid: Option<mysql_async::Row> = conn
         .query_first("SELECT @@GLOBAL.gtid_binlog_pos")
         .await
         .map_err(DbError::mysql("reading @@gtid_binlog_pos"))?;
+    let gtid: Option<Option<String>> = first(gtid, "@@GLOBAL.gtid_binlog_pos")?;
     let gtid_state = gtid
+        .flatten()
         .unwrap_or_default()
         .parse()
         .map_err(|e| RelayError::Refused(format!("the server's gtid_binlog_pos: {e}")))?;

@@ -138,7 +138,7 @@ where
 /// Refuses to start before `logstamp migrate` created the relay tables.
 async fn check_migrated(context: &RelayContext) -> Result<(), RelayError> {
     let mut conn = mysql::connect(context.url()).await?;
-    let found: Vec<String> = conn
+    let found: Vec<mysql_async::Row> = conn
         .exec(
             "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? \
              AND TABLE_NAME IN (?, ?)",

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::settings::{SettingError, at_least_one, duration_text};
+use crate::settings::{SettingError, at_least_one, at_most, at_most_a_year, duration_text};
 
 /// The cross-data-centre relay of this data centre: its capture and the remote appliers.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -70,6 +70,10 @@ impl RelaySettings {
                 "use ASCII letters, digits, ., _ and -, at most 185 characters",
             ));
         }
+        at_most_a_year("relay.cache_ttl", self.cache_ttl)?;
+        at_most_a_year("relay.checkpoint_interval", self.checkpoint_interval)?;
+        // It sizes a buffer.
+        at_most("relay.apply_batch", self.apply_batch, 100_000)?;
         if self.cache_ttl.is_zero() {
             return Err(SettingError::new(
                 "relay.cache_ttl",

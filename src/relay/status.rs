@@ -69,11 +69,20 @@ pub async fn capture(
     let mut conn = mysql::connect(context.url()).await?;
     let found = checkpoint::load(&mut conn, dc).await?;
     let (file, pos, gtid) = checkpoint::server_position(&mut conn).await?;
-    let logs: Vec<(String, u64)> = conn
+    let logs: Vec<mysql_async::Row> = conn
         .query("SHOW BINARY LOGS")
         .await
         .map_err(DbError::mysql("listing binary logs"))?;
     let _ = conn.disconnect().await;
+    // By position: MySQL 8 adds an `Encrypted` column.
+    let logs = logs
+        .into_iter()
+        .map(|mut row| {
+            let name: String = take(&mut row, 0, "SHOW BINARY LOGS Log_name")?;
+            let size: u64 = take(&mut row, 1, "SHOW BINARY LOGS File_size")?;
+            Ok((name, size))
+        })
+        .collect::<Result<Vec<_>, DbError>>()?;
     let behind_bytes = found
         .as_ref()
         .and_then(|c| bytes_between(&logs, (&c.file, c.pos), (&file, pos)));

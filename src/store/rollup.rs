@@ -18,6 +18,7 @@ use super::schema::ColumnType;
 use crate::id::Layout;
 use crate::mysql::encode::{mysql_value, size_bound};
 use crate::mysql::lock::{table_lock, with_lock};
+use crate::mysql::rows::first;
 use crate::mysql::{self, DbError};
 use crate::transform::rollup::{MeasureKind, RollupPlan, RollupRow};
 
@@ -331,7 +332,7 @@ async fn rebuild_step(
         .await
         .map_err(DbError::mysql(context()))?;
     let rows = tx.affected_rows();
-    let counted: Option<u64> = tx
+    let counted: Option<MysqlRow> = tx
         .exec_first(
             format!(
                 "SELECT CAST(COALESCE(SUM(`n`), 0) AS UNSIGNED) FROM {} \
@@ -342,6 +343,7 @@ async fn rebuild_step(
         )
         .await
         .map_err(DbError::mysql(context()))?;
+    let counted: Option<u64> = first(counted, "the rows counted in a rollup")?;
     tx.commit().await.map_err(DbError::mysql(context()))?;
     // An aggregate without GROUP BY always returns one row.
     let counted = counted.unwrap_or(0);

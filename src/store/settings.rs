@@ -11,7 +11,9 @@ use super::Period;
 use super::schema::ColumnSpec;
 use crate::mysql::Ident;
 use crate::mysql::ident::serialize_bare;
-use crate::settings::{SettingError, as_text, at_least_one, duration_text};
+use crate::settings::{
+    SettingError, as_text, at_least_one, at_most, at_most_a_year, duration_text,
+};
 use crate::time::Zone;
 use crate::transform::route::Condition;
 
@@ -91,6 +93,8 @@ impl StoreSettings {
     /// make sense.
     pub fn validate(&self) -> Result<(), SettingError> {
         at_least_one("store.concurrency", self.concurrency as u64)?;
+        at_most("store.concurrency", self.concurrency, 1_024)?;
+        at_most_a_year("store.give_up_after", self.give_up_after)?;
         distinct_columns("store.columns", &self.columns)?;
         let mut tables = HashSet::from([self.table.as_str().to_ascii_lowercase()]);
         for table in &self.tables {

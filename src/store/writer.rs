@@ -8,10 +8,11 @@
 //! claim also locks the partition's offset row, so two writers of one partition run one after
 //! the other.
 //!
-//! Rows the database refuses (bad data for a column) do not stop the writer: the batch is
-//! written again in a fresh transaction that isolates the refused records by bisection (a record
-//! is refused whole, in all its tables), moves them to the dead letters with the server's
-//! message, and commits the rest with the offset; rollups count only what is committed.
+//! Rows the database refuses (bad data for a column), and rollup totals it refuses (a DOUBLE
+//! sum out of range), do not stop the writer: the batch is written again in a fresh transaction
+//! that isolates the refused records by bisection (a record is refused whole: in all its tables
+//! and rollups), moves them to the dead letters with the server's message, and commits the rest
+//! with the offset; rollups count only what is committed.
 //! Transient failures (lost connection, deadlock) retry the whole batch with backoff, for at
 //! most `store.give_up_after`.
 
@@ -22,13 +23,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts, Transaction, TxOpts, Value};
+use mysql_async::{
+    Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts, Row as MysqlRow, Transaction, TxOpts, Value,
+};
 use tokio::sync::OnceCell;
 
 use super::rollup;
 use crate::config::Settings;
 use crate::id::Layout;
 use crate::mysql::retry::retrying;
+use crate::mysql::rows::first;
 use crate::mysql::{self, DbError, Ident};
 use crate::store::settings::InsertMethod;
 use crate::transform::MappedRow;
@@ -44,8 +48,8 @@ pub const DEAD_LETTERS_TABLE: &str = "dead_letters";
 /// Longest reason kept for a dead letter (the column is `TEXT`, 65,535 bytes).
 const MAX_REASON_BYTES: usize = 16 * 1024;
 
-/// Statements stay this far below `max_allowed_packet`, for the packet header and the statement
-/// text around the values.
+/// Statements stay this far below `max_allowed_packet` (or at half of it, when that is less),
+/// for the packet header and the statement text around the values.
 const PACKET_HEADROOM: usize = 64 * 1024;
 
 /// Session settings every writer connection runs once. Strict mode makes bad data an error
@@ -211,7 +215,7 @@ impl Writer {
             let mut conn = self.conn().await?;
             let mut stored = Vec::with_capacity(partitions.len());
             for (topic, partition) in partitions {
-                let offset: Option<i64> = conn
+                let row: Option<MysqlRow> = conn
                     .exec_first(
                         format!(
                             "SELECT next_offset FROM `{OFFSETS_TABLE}` \
@@ -223,7 +227,7 @@ impl Writer {
                     .map_err(DbError::mysql(format!(
                         "reading the stored offset of {topic}/{partition}"
                     )))?;
-                stored.push(offset);
+                stored.push(first(row, "ingest_offsets.next_offset")?);
             }
             Ok(stored)
         };
@@ -239,10 +243,17 @@ impl Writer {
     /// the ceiling the benchmark compares the writer with. Returns the rows loaded.
     pub async fn load_unbatched(&self, rows: &[Row]) -> Result<u64, DbError> {
         let mut conn = self.conn().await?;
+        let budget = self.statement_budget(&mut conn).await?;
         let rows: Vec<TableRow> = rows.iter().map(main_row).collect();
-        insert::load_data(&mut conn, &self.inner.infiles, &self.inner.target, &rows)
-            .await
-            .map_err(InsertError::into_store)
+        insert::load_data(
+            &mut conn,
+            &self.inner.infiles,
+            &self.inner.target,
+            &rows,
+            budget,
+        )
+        .await
+        .map_err(InsertError::into_store)
     }
 
     /// Closes the pool's connections once every clone's work is done.
@@ -351,7 +362,7 @@ impl Writer {
                         topic = %batch.topic,
                         partition = batch.partition,
                         start_offset = batch.start_offset,
-                        "the database refused a row ({reason}); finding which"
+                        "{reason}; finding which records"
                     );
                     tx.rollback()
                         .await
@@ -373,8 +384,8 @@ impl Writer {
         )))
     }
 
-    /// Claims the offset, then writes the rows (all at once, or `isolating` refused ones) and
-    /// the dead letters. Commits nothing.
+    /// Claims the offset, then writes the records (all at once, or `isolating` refused ones)
+    /// and the dead letters. Commits nothing.
     async fn in_transaction(
         &self,
         tx: &mut Transaction<'_>,
@@ -386,23 +397,21 @@ impl Writer {
             return Ok(Step::Moved(stored));
         }
         let refused = if isolating {
-            self.insert_isolating(tx, &batch.rows, budget).await?
+            self.write_isolating(tx, &batch.rows, budget).await?
         } else {
-            match self.insert(tx, &batch.rows, budget).await {
+            match self.write_records(tx, &batch.rows, budget).await {
                 Ok(()) => Vec::new(),
                 Err(InsertError::Refused(reason)) => return Ok(Step::Refused(reason)),
                 Err(InsertError::Store(e)) => return Err(e),
             }
         };
-        let mut refused_rows: Vec<usize> = refused.iter().map(|(i, _)| *i).collect();
-        refused_rows.sort_unstable();
         let refused: Vec<DeadLetter> = refused
             .into_iter()
             .map(|(i, reason)| {
                 let row = &batch.rows[i];
                 DeadLetter {
                     offset: row.offset,
-                    reason: format!("the database refused the row: {reason}"),
+                    reason,
                     raw: row.mapped.document.as_bytes().to_vec(),
                 }
             })
@@ -410,8 +419,6 @@ impl Writer {
         let mut dead_letters = batch.dead_letters.clone();
         dead_letters.extend(refused.iter().cloned());
         let dead = insert_dead_letters(tx, batch, &dead_letters, budget).await?;
-        self.add_to_rollups(tx, &batch.rows, &refused_rows, budget)
-            .await?;
         Ok(Step::Commit(Committed {
             rows: batch.rows.len() - refused.len(),
             dead_letters: dead,
@@ -460,21 +467,37 @@ impl Writer {
             InsertMethod::Text => insert::text(tx, target, rows, budget).await,
             InsertMethod::Prepared => insert::prepared(tx, target, rows, budget).await,
             InsertMethod::Batch => insert::batch(tx, target, rows, budget).await,
-            InsertMethod::LoadData => insert::load_data(tx, &self.inner.infiles, target, rows)
-                .await
-                .map(|_| ()),
+            InsertMethod::LoadData => {
+                insert::load_data(tx, &self.inner.infiles, target, rows, budget)
+                    .await
+                    .map(|_| ())
+            }
         }
     }
 
-    /// Adds the stored rows (all but `refused`, ascending indexes) to every rollup, in the
-    /// batch's transaction.
+    /// Writes the records whole: their rows in every table they go to, then their share of
+    /// every rollup. A refusal's reason says which of these the database refused.
+    async fn write_records(
+        &self,
+        tx: &mut Transaction<'_>,
+        rows: &[Row],
+        budget: usize,
+    ) -> Result<(), InsertError> {
+        self.insert(tx, rows, budget).await.map_err(|e| {
+            e.refused_as(|reason| format!("the database refused the row: {reason}"))
+        })?;
+        self.add_to_rollups(tx, rows, budget).await
+    }
+
+    /// Adds the records to every rollup. A total out of its column's range (a DOUBLE sum past
+    /// 1.8e308, among the records or with the total already stored) is refused by the server
+    /// like a bad row, so the records that cause it can be isolated like refused rows.
     async fn add_to_rollups(
         &self,
         tx: &mut Transaction<'_>,
         rows: &[Row],
-        refused: &[usize],
         budget: usize,
-    ) -> Result<(), DbError> {
+    ) -> Result<(), InsertError> {
         for RollupTarget {
             plan,
             prefix,
@@ -482,17 +505,13 @@ impl Writer {
             width,
         } in &self.inner.rollups
         {
-            let stored = rows
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| refused.binary_search(i).is_err())
-                .filter_map(|(_, row)| {
-                    let values = match plan.source_index {
-                        0 => Some(row.mapped.values.as_slice()),
-                        n => row.mapped.fanout.get(n - 1)?.as_deref(),
-                    };
-                    Some((row.id, values?))
-                });
+            let stored = rows.iter().filter_map(|row| {
+                let values = match plan.source_index {
+                    0 => Some(row.mapped.values.as_slice()),
+                    n => row.mapped.fanout.get(n - 1)?.as_deref(),
+                };
+                Some((row.id, values?))
+            });
             let aggregate = plan.aggregate(&self.inner.layout, stored);
             if aggregate.is_empty() {
                 continue;
@@ -506,20 +525,24 @@ impl Writer {
             let values = aggregate.iter().map(rollup::upsert_values).collect();
             insert::prepared_values(tx, &statement, values, budget)
                 .await
-                .map_err(|e| match e {
-                    InsertError::Store(e) => e,
-                    InsertError::Refused(reason) => {
-                        DbError::Refused(format!("adding to rollup {}: {reason}", plan.name))
-                    }
+                .map_err(|e| {
+                    e.refused_as(|reason| {
+                        format!(
+                            "the database refused adding the record to rollup {}: {reason}",
+                            plan.name
+                        )
+                    })
                 })?;
         }
         Ok(())
     }
 
-    /// Inserts the rows the database accepts, each part under a savepoint so a refused part
-    /// leaves nothing behind, halving refused parts down to single rows. Returns the refused
-    /// rows' indexes with the server's reason.
-    async fn insert_isolating(
+    /// Writes the records the database accepts, each part under a savepoint so a refused part
+    /// leaves nothing behind (no row, no rollup share), halving refused parts down to single
+    /// records. Parts are written in offset order, so of records that overflow a rollup's
+    /// total only together, the one whose share pushes it out of range is refused. Returns
+    /// the refused records' indexes with the reason.
+    async fn write_isolating(
         &self,
         tx: &mut Transaction<'_>,
         rows: &[Row],
@@ -535,7 +558,7 @@ impl Writer {
             tx.query_drop("SAVEPOINT logstamp_part")
                 .await
                 .map_err(DbError::mysql(context))?;
-            match self.insert(tx, &rows[from..to], budget).await {
+            match self.write_records(tx, &rows[from..to], budget).await {
                 Ok(()) => {}
                 Err(InsertError::Refused(reason)) => {
                     tx.query_drop("ROLLBACK TO SAVEPOINT logstamp_part")
@@ -559,12 +582,21 @@ impl Writer {
         self.inner
             .statement_budget
             .get_or_try_init(|| async {
-                let max: Option<u64> = conn
-                    .query_first("SELECT @@max_allowed_packet")
-                    .await
-                    .map_err(DbError::mysql("reading max_allowed_packet"))?;
-                let max = usize::try_from(max.unwrap_or(0)).unwrap_or(usize::MAX);
-                Ok::<usize, DbError>(max.saturating_sub(PACKET_HEADROOM).max(PACKET_HEADROOM))
+                let row: Option<MysqlRow> =
+                    conn.query_first("SELECT @@max_allowed_packet")
+                        .await
+                        .map_err(DbError::mysql("reading max_allowed_packet"))?;
+                let server: u64 = first(row, "@@max_allowed_packet")?.ok_or_else(|| {
+                    DbError::Refused("the server did not say its max_allowed_packet".into())
+                })?;
+                let server = usize::try_from(server).unwrap_or(usize::MAX);
+                // A lower limit of the client's own (`max_allowed_packet` in mysql.url) makes
+                // the driver refuse larger packets.
+                let max = conn
+                    .opts()
+                    .max_allowed_packet()
+                    .map_or(server, |client| client.min(server));
+                Ok::<usize, DbError>(max.saturating_sub(PACKET_HEADROOM).max(max / 2))
             })
             .await
             .copied()
@@ -651,7 +683,7 @@ async fn claim_offset(
     if tx.affected_rows() == 1 {
         return Ok(None);
     }
-    let stored: Option<i64> = tx
+    let row: Option<MysqlRow> = tx
         .exec_first(
             format!(
                 "SELECT next_offset FROM `{OFFSETS_TABLE}` \
@@ -661,7 +693,7 @@ async fn claim_offset(
         )
         .await
         .map_err(DbError::mysql(context()))?;
-    Ok(Some(stored))
+    Ok(Some(first(row, "ingest_offsets.next_offset")?))
 }
 
 async fn insert_dead_letters(

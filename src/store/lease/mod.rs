@@ -174,7 +174,7 @@ impl<C: Clock + 'static> HeldLease<C> {
         }
         let generator = Arc::new(generator.with_ceiling(ceiling));
         let frontier = generator.frontier_unix_seconds();
-        if frontier > host_now + id.mark_window.as_secs() {
+        if frontier > host_now.saturating_add(id.mark_window.as_secs()) {
             tracing::warn!(
                 service_id,
                 ahead_seconds = frontier - host_now,

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::rules::{Candidate, Seen};
 use crate::mysql::DbError;
-use crate::mysql::rows::take;
+use crate::mysql::rows::{first, take};
 
 /// ER_NO_SUCH_TABLE.
 const NO_SUCH_TABLE: u16 = 1146;
@@ -204,7 +204,7 @@ pub async fn claimed_mark(
     service_id: u32,
     holder: &Holder,
 ) -> Result<Option<u64>, DbError> {
-    let mark: Option<u64> = conn
+    let row: Option<Row> = conn
         .exec_first(
             "SELECT `issued_seconds_mark` FROM `service_leases` \
              WHERE `service_id` = ? AND `instance_token` = ?",
@@ -214,7 +214,7 @@ pub async fn claimed_mark(
         .map_err(failed(format!(
             "reading the mark of service ID {service_id}"
         )))?;
-    Ok(mark)
+    first(row, "service_leases.issued_seconds_mark")
 }
 
 /// Ends this holder's lease now and sets the mark to `mark`, the last second it issued. False

@@ -13,14 +13,15 @@ use bytes::Bytes;
 use mysql_async::prelude::GlobalHandler;
 use mysql_async::{InfileData, LocalInfileError};
 
-/// Data is sent in parts well below `max_allowed_packet`: the driver sends each part as one
-/// protocol packet.
+/// Data is sent in parts of at most this size, and within the statement budget (below
+/// `max_allowed_packet`): the driver sends each part as one protocol packet.
 const PART_BYTES: usize = 1 << 20;
 
 #[derive(Debug, Default)]
 pub(super) struct InfileServer {
     next: AtomicU64,
-    pending: Mutex<HashMap<String, Bytes>>,
+    /// Each load's data with its part size.
+    pending: Mutex<HashMap<String, (Bytes, usize)>>,
 }
 
 /// A registration, withdrawn when dropped (the statement finished, failed or was cancelled).
@@ -42,23 +43,25 @@ impl Drop for Ticket<'_> {
 }
 
 impl InfileServer {
-    pub(super) fn register(&self, data: Bytes) -> Ticket<'_> {
+    /// Registers `data`, to be sent in parts of at most `budget` bytes.
+    pub(super) fn register(&self, data: Bytes, budget: usize) -> Ticket<'_> {
         let name = format!(
             "logstamp-infile-{}-{}",
             std::process::id(),
             self.next.fetch_add(1, Ordering::Relaxed)
         );
-        self.pending_map().insert(name.clone(), data);
+        let part = PART_BYTES.min(budget).max(1);
+        self.pending_map().insert(name.clone(), (data, part));
         Ticket { server: self, name }
     }
 
-    fn take(&self, name: &str) -> Option<Bytes> {
+    fn take(&self, name: &str) -> Option<(Bytes, usize)> {
         self.pending_map().remove(name)
     }
 
     /// The map stays consistent whatever panicked while holding the lock (inserts and removes
     /// are single operations), so a poisoned lock is still usable.
-    fn pending_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Bytes>> {
+    fn pending_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Bytes, usize)>> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -74,10 +77,10 @@ impl GlobalHandler for InfileHandler {
         let name = String::from_utf8_lossy(file_name).into_owned();
         let data = self.0.take(&name);
         Box::pin(async move {
-            let data = data.ok_or(LocalInfileError::PathIsNotInTheWhiteList(name))?;
+            let (data, part) = data.ok_or(LocalInfileError::PathIsNotInTheWhiteList(name))?;
             let parts: Vec<io::Result<Bytes>> = (0..data.len())
-                .step_by(PART_BYTES)
-                .map(|at| Ok(data.slice(at..(at + PART_BYTES).min(data.len()))))
+                .step_by(part)
+                .map(|at| Ok(data.slice(at..(at + part).min(data.len()))))
                 .collect();
             Ok(Box::pin(futures_util::stream::iter(parts)) as InfileData)
         })
@@ -95,7 +98,7 @@ mod tests {
         let server = Arc::new(InfileServer::default());
         let handler = InfileHandler(server.clone());
         let data: Vec<u8> = (0..(2 * PART_BYTES + 10)).map(|i| i as u8).collect();
-        let ticket = server.register(Bytes::from(data.clone()));
+        let ticket = server.register(Bytes::from(data.clone()), usize::MAX);
         let name = ticket.name().to_string();
 
         let stream = handler.handle(name.as_bytes()).await.unwrap();
@@ -113,7 +116,10 @@ mod tests {
     async fn a_dropped_ticket_withdraws_its_data() {
         let server = Arc::new(InfileServer::default());
         let handler = InfileHandler(server.clone());
-        let name = server.register(Bytes::from_static(b"x")).name().to_string();
+        let name = server
+            .register(Bytes::from_static(b"x"), usize::MAX)
+            .name()
+            .to_string();
         assert!(handler.handle(name.as_bytes()).await.is_err());
         assert!(server.pending_map().is_empty());
     }

@@ -4,13 +4,14 @@
 
 use bytes::Bytes;
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Error as MysqlError, Transaction, Value};
+use mysql_async::{Conn, Error as MysqlError, Row, Transaction, Value};
 
 use super::infile::InfileServer;
 use crate::mysql::SqlValue;
 use crate::mysql::encode::{
     mysql_value, push_infile_field, push_infile_text, push_sql_literal, push_sql_string, size_bound,
 };
+use crate::mysql::rows::text_lossy;
 use crate::mysql::{DbError, Ident};
 
 /// One row of one table: a record's ID and its values for that table's columns.
@@ -56,6 +57,14 @@ impl InsertError {
         match self {
             InsertError::Store(e) => e,
             InsertError::Refused(reason) => DbError::Refused(reason),
+        }
+    }
+
+    /// A refusal's reason rewritten (to say what was refused); other errors as they are.
+    pub(super) fn refused_as(self, reason: impl FnOnce(String) -> String) -> InsertError {
+        match self {
+            InsertError::Refused(r) => InsertError::Refused(reason(r)),
+            store => store,
         }
     }
 }
@@ -110,12 +119,18 @@ async fn check_result(
     expected_rows: Option<usize>,
 ) -> Result<(), InsertError> {
     if session.warnings() > 0 {
-        let warnings: Vec<(String, u32, String)> = session
+        let warnings: Vec<Row> = session
             .query("SHOW WARNINGS")
             .await
             .map_err(classify("reading warnings"))?;
-        if let Some((_, code, message)) = warnings.iter().find(|(level, _, _)| level != "Note") {
-            return Err(InsertError::Refused(format!("{message} (warning {code})")));
+        // Read leniently: a warning is a refusal whatever its form (a message quoting data in
+        // another character set, an unexpected column).
+        if let Some(warning) = warnings.iter().find(|w| text_lossy(w, 0) != "Note") {
+            return Err(InsertError::Refused(format!(
+                "{} (warning {})",
+                text_lossy(warning, 2),
+                text_lossy(warning, 1)
+            )));
         }
     }
     if let Some(expected) = expected_rows {
@@ -386,15 +401,17 @@ pub(super) async fn batch(
     check_result(session, None).await
 }
 
-/// `LOAD DATA LOCAL INFILE` from memory: rows as tab-separated lines. Returns the rows stored.
+/// `LOAD DATA LOCAL INFILE` from memory: rows as tab-separated lines, sent in packets within
+/// `budget`. Returns the rows stored.
 pub(super) async fn load_data(
     session: &mut impl Session,
     infiles: &InfileServer,
     target: &Target,
     rows: &[TableRow<'_>],
+    budget: usize,
 ) -> Result<u64, InsertError> {
     let data = infile_lines(target, rows);
-    let ticket = infiles.register(Bytes::from(data));
+    let ticket = infiles.register(Bytes::from(data), budget);
     // The name is ours (letters, digits and '-'), quoted all the same.
     let mut sql = String::from("LOAD DATA LOCAL INFILE ");
     push_sql_string(&mut sql, ticket.name());
