@@ -11,7 +11,7 @@ use logstamp::ingest::metrics::{IngestSource, WorkerView};
 use logstamp::ingest::{self, IngestError, IngestStats};
 use logstamp::store::lease::HeldLease;
 use logstamp::telemetry::exporter::Exporter;
-use logstamp::telemetry::server;
+use logstamp::telemetry::server::{self, Source};
 
 use super::output::Output;
 use super::{UsageError, load_settings};
@@ -47,7 +47,7 @@ pub fn run(args: IngestArgs, sources: Sources) -> anyhow::Result<ExitCode> {
             lease: lease.watch(),
         };
         let source = IngestSource::new(view, &settings);
-        let telemetry = server::serve(listener, Exporter::install::<IngestSource>()?, source);
+        let telemetry = server::serve(listener, Exporter::install(IngestSource::HISTOGRAMS)?, source);
         let worker = ingest::run(
             &settings,
             lease.generator().clone(),

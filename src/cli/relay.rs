@@ -12,7 +12,7 @@ use logstamp::relay::metrics::RelaySource;
 use logstamp::relay::status::{self, ApplyStatus, CaptureStatus};
 use logstamp::relay::{self, RelayContext};
 use logstamp::telemetry::exporter::Exporter;
-use logstamp::telemetry::server;
+use logstamp::telemetry::server::{self, Source};
 
 use super::load_settings;
 use super::output::{Format, Output, aligned, ignore_closed_pipe};
@@ -59,7 +59,11 @@ fn run_relay(sources: Sources) -> anyhow::Result<ExitCode> {
         // The address first: one in use is a mistake to report before anything starts.
         let listener = server::bind(context.settings.telemetry.listen).await?;
         let source = RelaySource::new(&context);
-        let telemetry = server::serve(listener, Exporter::install::<RelaySource>()?, source);
+        let telemetry = server::serve(
+            listener,
+            Exporter::install(RelaySource::HISTOGRAMS)?,
+            source,
+        );
         let result = relay::run(context, shutdown).await;
         telemetry.abort();
         result.map_err(anyhow::Error::from)

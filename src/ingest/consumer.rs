@@ -11,7 +11,6 @@
 //! revocation.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -28,6 +27,7 @@ use rdkafka::{ClientContext, Message, Offset, Statistics};
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
 
+use super::partition_key::PartitionKey;
 use super::seeks::{Assignments, PendingSeeks, Seek};
 use super::{IngestError, IngestStats, PartitionLag};
 use crate::store::Writer;
@@ -42,19 +42,6 @@ const REVOKE_WAIT: Duration = Duration::from_secs(30);
 
 /// How long a seek is waited for, so its failure is seen (a seek not waited for reports none).
 const SEEK_WAIT: Duration = Duration::from_secs(1);
-
-/// One partition of one topic.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PartitionKey {
-    pub topic: Arc<str>,
-    pub partition: i32,
-}
-
-impl fmt::Display for PartitionKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.topic, self.partition)
-    }
-}
 
 /// A message taken off Kafka.
 #[derive(Debug)]

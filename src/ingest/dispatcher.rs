@@ -13,9 +13,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use super::batcher::{BatchLimits, PartitionBatcher, PendingBatch, Record};
-use super::consumer::{Assigned, Event, Incoming, PartitionKey, Request};
+use super::consumer::{Assigned, Event, Incoming, Request};
 use super::kafka::DeadLetterTopic;
 use super::metrics::{BATCH_ROWS, BATCH_SECONDS};
+use super::partition_key::PartitionKey;
 use super::{IngestError, IngestStats};
 use crate::config::Settings;
 use crate::id::{IdError, IdGenerator};

@@ -12,6 +12,7 @@ mod dispatcher;
 pub mod kafka;
 pub mod local_cluster;
 pub mod metrics;
+mod partition_key;
 pub mod sample;
 mod seeks;
 pub mod settings;

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use super::consumer::PartitionKey;
+use super::partition_key::PartitionKey;
 
 /// The epoch of each partition assigned now.
 #[derive(Debug, Default)]

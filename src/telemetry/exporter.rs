@@ -1,12 +1,10 @@
 //! The process's Prometheus recorder. Totals a command already keeps are read at each scrape by
-//! the command's [`Source`]; only histograms, which need every observation, are recorded as they
+//! the command's [`Source`](super::server::Source); only histograms, which need every observation, are recorded as they
 //! happen (through the `metrics` facade, a no-op until [`Exporter::install`]).
 
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-
-use super::server::Source;
 
 /// A histogram a command records, with its bucket bounds.
 pub struct Histogram {
@@ -31,19 +29,18 @@ pub struct Exporter {
 }
 
 impl Exporter {
-    /// Installs the process-wide recorder for the command that serves `S`: once per process
-    /// (a second call is an error).
-    pub fn install<S: Source>() -> Result<Exporter, TelemetryError> {
+    /// Installs the process-wide recorder, with the buckets of the command's histograms: once
+    /// per process (a second call is an error).
+    pub fn install(histograms: &[Histogram]) -> Result<Exporter, TelemetryError> {
         let recorder_error =
             |e: metrics_exporter_prometheus::BuildError| TelemetryError::Recorder(e.to_string());
         let mut builder = PrometheusBuilder::new();
-        for histogram in S::HISTOGRAMS {
+        for histogram in histograms {
             builder = builder
                 .set_buckets_for_metric(Matcher::Full(histogram.name.into()), histogram.buckets)
                 .map_err(recorder_error)?;
         }
         let handle = builder.install_recorder().map_err(recorder_error)?;
-        S::describe();
         // Histogram observations wait in buffers until drained; drain them even if nobody
         // scrapes, so memory stays flat.
         let upkeep = handle.clone();

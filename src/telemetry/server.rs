@@ -62,6 +62,7 @@ pub fn serve<S: Source>(
     exporter: Exporter,
     source: S,
 ) -> tokio::task::JoinHandle<()> {
+    S::describe();
     let served = Arc::new(Served { exporter, source });
     let app = Router::new()
         .route("/metrics", get(metrics::<S>))
