@@ -9,6 +9,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use super::IngestError;
 use crate::config::Settings;
+use crate::kafka::CreateRedacted;
 use crate::store::DeadLetter;
 
 /// How often librdkafka reports statistics to an ingest consumer (consumer lag comes from them).
@@ -89,7 +90,9 @@ impl DeadLetterTopic {
         if topic.is_empty() {
             return Ok(None);
         }
-        let producer = producer_config(settings).create().map_err(client_error)?;
+        let producer = producer_config(settings)
+            .create_redacted()
+            .map_err(client_error)?;
         Ok(Some(DeadLetterTopic {
             producer,
             topic: topic.to_string(),

@@ -31,6 +31,7 @@ use tokio::sync::mpsc;
 
 use crate::config::Settings;
 use crate::id::{IdError, IdGenerator};
+use crate::kafka::CreateRedacted;
 use crate::mysql::retry::retrying;
 use crate::mysql::{self, DbError};
 use crate::store::log_table::TableSpec;
@@ -281,7 +282,7 @@ pub async fn run(
         stats.clone(),
     );
     let consumer: BaseConsumer<IngestContext> = kafka::consumer_config(settings)
-        .create_with_context(context)
+        .create_redacted_with_context(context)
         .map_err(kafka::client_error)?;
     let topics: Vec<&str> = settings.kafka.topics.iter().map(String::as_str).collect();
     consumer

@@ -20,6 +20,7 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{mpsc, watch};
 
+use crate::kafka::CreateRedacted;
 use crate::mysql::encode::push_sql_string;
 use crate::mysql::lock::{lock_name, try_lock};
 use crate::mysql::rows::take;
@@ -187,7 +188,7 @@ fn consumer(
         // Caught up, a fetch waits this long for new messages; brokers answer as soon as one
         // arrives, but a short wait bounds the delay where they do not.
         .set("fetch.wait.max.ms", "100")
-        .create()
+        .create_redacted()
         .map_err(RelayError::kafka("creating the Kafka consumer"))?;
     let mut assignment = TopicPartitionList::new();
     assignment

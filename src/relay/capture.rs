@@ -17,6 +17,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use tokio::sync::{mpsc, watch};
 
+use crate::kafka::CreateRedacted;
 use crate::mysql::lock::{lock_name, try_lock};
 use crate::mysql::rows::take;
 use crate::mysql::{self, DbError};
@@ -489,7 +490,7 @@ fn producer(context: &RelayContext) -> Result<FutureProducer, RelayError> {
         // matters for topics read across data centres.
         .set("compression.type", "lz4")
         .set("message.timeout.ms", DELIVERY_TIMEOUT)
-        .create()
+        .create_redacted()
         .map_err(RelayError::kafka("creating the Kafka producer"))
 }
 
@@ -505,7 +506,7 @@ async fn ensure_topic(context: &RelayContext, topic: &str) -> Result<(), RelayEr
         context
             .kafka_config(&context.settings.kafka.brokers)
             .set("allow.auto.create.topics", "false")
-            .create()
+            .create_redacted()
             .map_err(RelayError::kafka("creating the Kafka admin client"))?,
     );
     if partitions(&admin, topic).await?.is_none() {

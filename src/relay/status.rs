@@ -8,6 +8,7 @@ use mysql_async::prelude::Queryable;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::Serialize;
 
+use crate::kafka::CreateRedacted;
 use crate::mysql::rows::take;
 use crate::mysql::{self, DbError};
 
@@ -202,7 +203,7 @@ pub fn bytes_between(logs: &[(String, u64)], from: (&str, u64), to: (&str, u64))
 
 /// The topic's end offset, or `None` (and a warning) when Kafka does not answer in time.
 async fn end_offset(context: &RelayContext, brokers: &str, topic: &str) -> Option<i64> {
-    let consumer: BaseConsumer = match context.kafka_config(brokers).create() {
+    let consumer: BaseConsumer = match context.kafka_config(brokers).create_redacted() {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!(topic, "cannot reach Kafka: {e}");

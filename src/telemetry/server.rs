@@ -14,6 +14,7 @@ use rdkafka::producer::{BaseProducer, Producer};
 use tokio::net::TcpListener;
 
 use super::exporter::{Exporter, Histogram, TelemetryError};
+use crate::kafka::CreateRedacted;
 use crate::mysql;
 use crate::mysql::MysqlUrl;
 
@@ -122,7 +123,7 @@ impl KafkaProbe {
     /// A probe with `config`'s brokers and security settings. A client that cannot be made is
     /// logged, and the probe then reports Kafka as not answering.
     pub fn new(config: &ClientConfig) -> KafkaProbe {
-        let client = match config.create::<BaseProducer>() {
+        let client = match config.create_redacted::<BaseProducer>() {
             Ok(client) => Some(Arc::new(client)),
             Err(e) => {
                 tracing::warn!("readiness cannot check Kafka (it reports not ready): {e}");
