@@ -224,7 +224,7 @@ fn a_closed_pipe_is_not_an_error() {
     json.push("--json".into());
     let first = run_into_closed_pipe(&json);
     let v: Value = serde_json::from_str(&first).unwrap();
-    assert_eq!(v["name"], "p20000101");
+    assert_eq!(v["name"], "pmin");
     let first = run_into_closed_pipe(&plan);
     assert!(first.starts_with("CREATE TABLE"), "{first}");
 }
