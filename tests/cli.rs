@@ -224,7 +224,7 @@ fn a_closed_pipe_is_not_an_error() {
     json.push("--json".into());
     let first = run_into_closed_pipe(&json);
     let v: Value = serde_json::from_str(&first).unwrap();
-    assert_eq!(v["name"], "p20000101");
+    assert_eq!(v["name"], "pmin");
     let first = run_into_closed_pipe(&plan);
     assert!(first.starts_with("CREATE TABLE"), "{first}");
 }
@@ -479,8 +479,10 @@ fn partitions_plan_prints_ddl_with_the_bounds() {
     assert!(out.starts_with("CREATE TABLE `logs` ("), "{out}");
     assert!(out.contains("`id` BIGINT UNSIGNED NOT NULL"), "{out}");
     assert!(out.contains("PARTITION BY RANGE (`id`)"), "{out}");
+    // pmin holds what is older than July, so p201707 holds July only.
     let mut last = 0;
     for (name, (y, m)) in [
+        ("pmin", (2017, 7)),
         ("p201707", (2017, 8)),
         ("p201708", (2017, 9)),
         ("p201709", (2017, 10)),
@@ -494,7 +496,7 @@ fn partitions_plan_prints_ddl_with_the_bounds() {
         last = at;
     }
     assert!(out.contains("PARTITION `pmax` VALUES LESS THAN MAXVALUE"));
-    assert_eq!(out.matches("PARTITION `").count(), 4);
+    assert_eq!(out.matches("PARTITION `").count(), 5);
 }
 
 #[test]
@@ -514,16 +516,21 @@ fn partitions_plan_json() {
     ]));
     let lines = json_lines(&out);
     let names: Vec<&str> = lines.iter().map(|l| l["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["p201707", "p201708", "p201709", "pmax"]);
-    for (line, (y, m)) in lines.iter().zip([(2017, 8), (2017, 9), (2017, 10)]) {
+    assert_eq!(names, ["pmin", "p201707", "p201708", "p201709", "pmax"]);
+    for (line, (y, m)) in lines
+        .iter()
+        .zip([(2017, 7), (2017, 8), (2017, 9), (2017, 10)])
+    {
         assert_eq!(
             line["less_than"].as_u64(),
             Some((at_plus8(y, m, 1) as u64) << 32)
         );
     }
-    assert!(lines[3]["less_than"].is_null());
-    assert_eq!(lines[0]["period_start"], "2017-07-01");
-    assert_eq!(lines[0]["ends_at"], "2017-07-31T16:00:00Z");
+    assert!(lines[4]["less_than"].is_null());
+    assert!(lines[0]["period_start"].is_null());
+    assert_eq!(lines[0]["ends_at"], "2017-06-30T16:00:00Z");
+    assert_eq!(lines[1]["period_start"], "2017-07-01");
+    assert_eq!(lines[1]["ends_at"], "2017-07-31T16:00:00Z");
 }
 
 #[test]
@@ -568,8 +575,11 @@ fn partitions_plan_takes_defaults_from_settings() {
         .iter()
         .map(|l| l["name"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(names, ["p20200228", "p20200229", "p20200301", "pmax"]);
-    let first = json_lines(&out)[0]["less_than"].as_u64().unwrap();
+    assert_eq!(
+        names,
+        ["pmin", "p20200228", "p20200229", "p20200301", "pmax"]
+    );
+    let first = json_lines(&out)[1]["less_than"].as_u64().unwrap();
     let feb29 = Utc
         .with_ymd_and_hms(2020, 2, 29, 0, 0, 0)
         .unwrap()

@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use logstamp::id::{IdError, Layout};
 use logstamp::mysql::Ident;
 use logstamp::store::schema::create_log_table_sql;
-use logstamp::store::{PartitionPlan, Period, PlanError};
+use logstamp::store::{PartitionBound, PartitionPlan, Period, PlanError};
 use logstamp::time::Zone;
 
 fn date(y: i32, m: u32, d: u32) -> NaiveDate {
@@ -90,15 +90,45 @@ fn names(plan: &PartitionPlan) -> Vec<&str> {
     plan.partitions.iter().map(|p| p.name.as_str()).collect()
 }
 
-/// Checks every bound of `plan` against the zone's own day starts, and the plan's shape.
+/// The partitions of the plan's periods: without `pmin` and `pmax`.
+fn periods(plan: &PartitionPlan) -> &[PartitionBound] {
+    let (_, bounded) = plan.partitions.split_last().unwrap();
+    match bounded.split_first() {
+        Some((first, rest)) if first.name == "pmin" => rest,
+        _ => bounded,
+    }
+}
+
+/// Checks every bound of `plan` against the zone's own day starts, and the plan's shape:
+/// `pmin` ending where the first period starts unless that is at or before the epoch, the
+/// periods, `pmax`.
 fn check_against(plan: &PartitionPlan, period: Period, tz: TestZone, epoch: u64) {
-    let (last, real) = plan.partitions.split_last().unwrap();
+    let (last, bounded) = plan.partitions.split_last().unwrap();
     assert_eq!(last.name, "pmax");
     assert_eq!(last.less_than, None);
     assert_eq!(last.period_start, None);
     assert_eq!(last.ends_at, None);
     assert_eq!(plan.period, period);
     assert_eq!(plan.zone, tz.name());
+    let real = periods(plan);
+    let first_start = tz.day_start(real[0].period_start.unwrap()).unwrap();
+    if first_start.timestamp() > epoch as i64 {
+        let pmin = &bounded[0];
+        assert_eq!(pmin.name, "pmin");
+        assert_eq!(pmin.less_than, Some(bound(first_start, epoch)));
+        assert_eq!(pmin.period_start, None);
+        assert_eq!(
+            pmin.ends_at.as_deref(),
+            Some(
+                first_start
+                    .format("%Y-%m-%dT%H:%M:%SZ")
+                    .to_string()
+                    .as_str()
+            )
+        );
+    } else {
+        assert_eq!(real.len(), bounded.len(), "no pmin with a bound of 0");
+    }
     for (i, p) in real.iter().enumerate() {
         let start = p.period_start.unwrap();
         if let Some(prev) = i.checked_sub(1) {
@@ -126,67 +156,104 @@ fn check_against(plan: &PartitionPlan, period: Period, tz: TestZone, epoch: u64)
 #[test]
 fn monthly_utc_for_a_year() {
     let p = plan(date(2020, 1, 1), date(2020, 12, 31), Period::Month, "UTC");
-    let expected: Vec<String> = (1..=12)
-        .map(|m| format!("p2020{m:02}"))
+    let expected: Vec<String> = ["pmin".to_string()]
+        .into_iter()
+        .chain((1..=12).map(|m| format!("p2020{m:02}")))
         .chain(["pmax".to_string()])
         .collect();
     assert_eq!(names(&p), expected);
     check_against(&p, Period::Month, TestZone::Fixed(0), 0);
-    // First bound: 2020-02-01T00:00:00Z = 18293 days after 1970-01-01.
-    assert_eq!(p.partitions[0].less_than, Some((18_293u64 * 86_400) << 32));
-    assert_eq!(p.partitions[0].period_start, Some(date(2020, 1, 1)));
+    // pmin ends at 2020-01-01T00:00:00Z = 18262 days after 1970-01-01, January at 2020-02-01.
+    assert_eq!(p.partitions[0].less_than, Some((18_262u64 * 86_400) << 32));
+    assert_eq!(p.partitions[1].less_than, Some((18_293u64 * 86_400) << 32));
+    assert_eq!(p.partitions[1].period_start, Some(date(2020, 1, 1)));
 }
 
 #[test]
 fn from_and_to_inside_periods_cover_their_whole_periods() {
     let p = plan(date(2017, 7, 15), date(2017, 9, 2), Period::Month, "UTC");
-    assert_eq!(names(&p), ["p201707", "p201708", "p201709", "pmax"]);
+    assert_eq!(names(&p), ["pmin", "p201707", "p201708", "p201709", "pmax"]);
     let p = plan(date(2021, 1, 6), date(2021, 1, 6), Period::Week, "UTC");
-    assert_eq!(names(&p), ["p2021w01", "pmax"]);
-    assert_eq!(p.partitions[0].period_start, Some(date(2021, 1, 4)));
+    assert_eq!(names(&p), ["pmin", "p2021w01", "pmax"]);
+    assert_eq!(p.partitions[1].period_start, Some(date(2021, 1, 4)));
     let p = plan(date(2021, 1, 6), date(2021, 1, 6), Period::Day, "UTC");
-    assert_eq!(names(&p), ["p20210106", "pmax"]);
+    assert_eq!(names(&p), ["pmin", "p20210106", "pmax"]);
 }
 
 #[test]
 fn the_briefs_example_utc8_monthly() {
+    // `partitions plan --from 2017-07 --to 2017-09 --period month --tz +08:00`
     let p = plan(date(2017, 7, 1), date(2017, 9, 1), Period::Month, "+08:00");
-    assert_eq!(names(&p), ["p201707", "p201708", "p201709", "pmax"]);
-    // p201707 holds IDs below 2017-08-01 00:00:00 +08:00 = 2017-07-31T16:00:00Z.
-    let aug1 = FixedOffset::east_opt(8 * 3600)
-        .unwrap()
-        .with_ymd_and_hms(2017, 8, 1, 0, 0, 0)
-        .single()
-        .unwrap();
-    // 2017-08-01 is 17379 days after 1970-01-01; minus 8 hours.
-    assert_eq!(aug1.timestamp(), 17_379 * 86_400 - 8 * 3600);
-    assert_eq!(
-        p.partitions[0].less_than,
-        Some((aug1.timestamp() as u64) << 32)
-    );
+    assert_eq!(names(&p), ["pmin", "p201707", "p201708", "p201709", "pmax"]);
+    // Midnight at +08:00 is 16:00 UTC the day before: days since 1970-01-01, minus 8 hours.
+    // 2017-07-01 is day 17348; July has 31 days, August 31, September 30.
+    let plus8 = |days: u64| (days * 86_400 - 8 * 3600) << 32;
+    let expected = [
+        ("pmin", plus8(17_348)),
+        ("p201707", plus8(17_348 + 31)),
+        ("p201708", plus8(17_348 + 31 + 31)),
+        ("p201709", plus8(17_348 + 31 + 31 + 30)),
+    ];
+    for ((name, bound), (y, m)) in
+        expected
+            .iter()
+            .zip([(2017, 7), (2017, 8), (2017, 9), (2017, 10)])
+    {
+        // And by chrono, from the wall-clock time at +08:00.
+        let start = FixedOffset::east_opt(8 * 3600)
+            .unwrap()
+            .with_ymd_and_hms(y, m, 1, 0, 0, 0)
+            .single()
+            .unwrap();
+        assert_eq!((start.timestamp() as u64) << 32, *bound, "{name}");
+        let partition = p.partitions.iter().find(|b| b.name == *name).unwrap();
+        assert_eq!(partition.less_than, Some(*bound), "{name}");
+        assert_eq!(
+            partition.ends_at.as_deref(),
+            Some(
+                start
+                    .with_timezone(&Utc)
+                    .format("%Y-%m-%dT%H:%M:%SZ")
+                    .to_string()
+                    .as_str()
+            )
+        );
+    }
+    // p201707 holds July only: from pmin's bound to 2017-08-01 00:00:00 +08:00.
     assert_eq!(
         p.partitions[0].ends_at.as_deref(),
+        Some("2017-06-30T16:00:00Z")
+    );
+    assert_eq!(
+        p.partitions[1].ends_at.as_deref(),
         Some("2017-07-31T16:00:00Z")
     );
+    assert_eq!(p.partitions[1].period_start, Some(date(2017, 7, 1)));
     check_against(&p, Period::Month, TestZone::Fixed(8 * 3600), 0);
 }
 
 #[test]
 fn day_and_month_edges_with_leap_years() {
     let p = plan(date(2020, 2, 28), date(2020, 3, 1), Period::Day, "UTC");
-    assert_eq!(names(&p), ["p20200228", "p20200229", "p20200301", "pmax"]);
+    assert_eq!(
+        names(&p),
+        ["pmin", "p20200228", "p20200229", "p20200301", "pmax"]
+    );
     check_against(&p, Period::Day, TestZone::Fixed(0), 0);
 
     // 2100 is not a leap year (divisible by 100, not by 400).
     let p = plan(date(2100, 2, 27), date(2100, 3, 1), Period::Day, "UTC");
-    assert_eq!(names(&p), ["p21000227", "p21000228", "p21000301", "pmax"]);
+    assert_eq!(
+        names(&p),
+        ["pmin", "p21000227", "p21000228", "p21000301", "pmax"]
+    );
     check_against(&p, Period::Day, TestZone::Fixed(0), 0);
 
     // February's width in seconds: 29 days in 2020, 28 in 2100, 29 in 2000.
     for (year, days) in [(2020, 29u64), (2100, 28), (2000, 29), (2019, 28)] {
         let p = plan(date(year, 1, 1), date(year, 2, 1), Period::Month, "UTC");
-        let jan = p.partitions[0].less_than.unwrap() >> 32;
-        let feb = p.partitions[1].less_than.unwrap() >> 32;
+        let jan = p.partitions[1].less_than.unwrap() >> 32;
+        let feb = p.partitions[2].less_than.unwrap() >> 32;
         assert_eq!(feb - jan, days * 86_400, "February {year}");
     }
 }
@@ -207,8 +274,8 @@ fn iso_week_names_across_year_boundaries() {
     for (day, monday, name) in cases {
         assert_eq!(monday.weekday(), Weekday::Mon);
         let p = plan(day, day, Period::Week, "UTC");
-        assert_eq!(names(&p), [name, "pmax"], "{day}");
-        assert_eq!(p.partitions[0].period_start, Some(monday));
+        assert_eq!(names(&p), ["pmin", name, "pmax"], "{day}");
+        assert_eq!(p.partitions[1].period_start, Some(monday));
         check_against(&p, Period::Week, TestZone::Fixed(0), 0);
     }
     // A run across New Year has consecutive, unique weeks.
@@ -216,7 +283,7 @@ fn iso_week_names_across_year_boundaries() {
     assert_eq!(
         names(&p),
         [
-            "p2020w51", "p2020w52", "p2020w53", "p2021w01", "p2021w02", "pmax"
+            "pmin", "p2020w51", "p2020w52", "p2020w53", "p2021w01", "p2021w02", "pmax"
         ]
     );
 }
@@ -317,11 +384,11 @@ fn berlin_days_across_dst_changes() {
         "Europe/Berlin",
     );
     assert_eq!(
-        p.partitions[0].ends_at.as_deref(),
+        p.partitions[1].ends_at.as_deref(),
         Some("2021-03-27T23:00:00Z")
     );
     assert_eq!(
-        p.partitions[1].ends_at.as_deref(),
+        p.partitions[2].ends_at.as_deref(),
         Some("2021-03-28T22:00:00Z")
     );
 }
@@ -346,14 +413,14 @@ fn a_period_starting_in_a_gap_starts_when_the_day_begins() {
         Period::Day,
         "America/Sao_Paulo",
     );
-    assert_eq!(names(&p), ["p20181103", "p20181104", "pmax"]);
-    assert_eq!(p.partitions[0].less_than, Some(bound(begins, 0)));
+    assert_eq!(names(&p), ["pmin", "p20181103", "p20181104", "pmax"]);
+    assert_eq!(p.partitions[1].less_than, Some(bound(begins, 0)));
     assert_eq!(
-        p.partitions[0].ends_at.as_deref(),
+        p.partitions[1].ends_at.as_deref(),
         Some("2018-11-04T03:00:00Z")
     );
     // 2018-11-04 itself lasts 23 hours: 01:00 -02:00 to 2018-11-05 00:00 -02:00.
-    let day4 = (p.partitions[1].less_than.unwrap() - p.partitions[0].less_than.unwrap()) >> 32;
+    let day4 = (p.partitions[2].less_than.unwrap() - p.partitions[1].less_than.unwrap()) >> 32;
     assert_eq!(day4, 23 * 3600);
 }
 
@@ -378,7 +445,9 @@ fn custom_epoch_shifts_every_bound() {
     )
     .unwrap();
     check_against(&p, Period::Month, TestZone::Fixed(8 * 3600), epoch);
-    // January at +08:00 ends 2020-01-31T16:00:00Z: 30 days 16 hours after the epoch.
+    // January at +08:00 starts 8 hours before the epoch: no pmin, whose bound would be 0. It
+    // ends 2020-01-31T16:00:00Z: 30 days 16 hours after the epoch.
+    assert_eq!(p.partitions[0].name, "p202001");
     assert_eq!(
         p.partitions[0].less_than,
         Some((30 * 86_400 + 16 * 3600) << 32)
@@ -447,9 +516,14 @@ fn periods_before_the_epoch_are_refused() {
         month(date(2019, 6, 1), date(2020, 3, 1)),
         Err(PlanError::BeforeEpoch(_))
     ));
-    // January 2020 starts at the epoch and gets a positive bound.
+    // January 2020 starts at the epoch and gets a positive bound, but no pmin.
     let jan = month(date(2020, 1, 1), date(2020, 1, 1)).unwrap();
+    assert_eq!(names(&jan), ["p202001", "pmax"]);
     assert_eq!(jan.partitions[0].less_than, Some((31 * 86_400) << 32));
+    // February starts after it: pmin ends where it starts.
+    let feb = month(date(2020, 2, 1), date(2020, 2, 1)).unwrap();
+    assert_eq!(names(&feb), ["pmin", "p202002", "pmax"]);
+    assert_eq!(feb.partitions[0].less_than, Some((31 * 86_400) << 32));
     // A period that straddles the epoch still has a positive bound.
     let mid = Layout::new(10, epoch + 14 * 86_400).unwrap();
     let p = PartitionPlan::new(
@@ -479,7 +553,7 @@ fn periods_past_the_layouts_last_second_are_refused() {
     // The default layout's last second is 2106-02-07T06:28:15Z.
     let ok = plan(date(2106, 2, 6), date(2106, 2, 6), Period::Day, "UTC");
     assert_eq!(
-        ok.partitions[0].less_than,
+        ok.partitions[1].less_than,
         Some(((u64::from(u32::MAX) / 86_400) * 86_400) << 32)
     );
     let err = PartitionPlan::new(
@@ -497,19 +571,28 @@ fn periods_past_the_layouts_last_second_are_refused() {
 }
 
 #[test]
-fn at_most_8191_partitions_plus_pmax() {
+fn at_most_8192_partitions_with_pmin_and_pmax() {
     let from = date(2000, 1, 1);
-    let p = plan(from, from + Days::new(8190), Period::Day, "UTC");
+    let p = plan(from, from + Days::new(8189), Period::Day, "UTC");
     assert_eq!(p.partitions.len(), 8192);
-    let err = PartitionPlan::new(
-        from,
-        from + Days::new(8191),
-        Period::Day,
-        &Zone::UTC,
-        &Layout::default(),
-    )
-    .unwrap_err();
-    assert_eq!(err, PlanError::TooMany);
+    let days = |span, layout: &Layout| {
+        PartitionPlan::new(
+            from,
+            from + Days::new(span),
+            Period::Day,
+            &Zone::UTC,
+            layout,
+        )
+    };
+    assert_eq!(
+        days(8190, &Layout::default()).unwrap_err(),
+        PlanError::TooMany
+    );
+    // Without pmin (the first day starts at the epoch) one more day fits.
+    let epoch = Utc.from_utc_datetime(&midnight(from)).timestamp() as u64;
+    let at_epoch = Layout::new(10, epoch).unwrap();
+    assert_eq!(days(8190, &at_epoch).unwrap().partitions.len(), 8192);
+    assert_eq!(days(8191, &at_epoch).unwrap_err(), PlanError::TooMany);
 }
 
 #[test]
@@ -521,7 +604,7 @@ fn bounds_above_i64_max_are_exact() {
         0,
     );
     assert!(expected > i64::MAX as u64);
-    assert_eq!(p.partitions[0].less_than, Some(expected));
+    assert_eq!(p.partitions[1].less_than, Some(expected));
     let clause = p.partition_clause();
     assert!(
         clause.contains(&format!("VALUES LESS THAN ({expected})")),
@@ -543,7 +626,7 @@ fn partition_clause_lists_every_bound_and_pmax() {
     );
     assert!(clause.ends_with(')'), "{clause}");
     let mut last_at = 0;
-    for b in &p.partitions[..3] {
+    for b in &p.partitions[..4] {
         let line = format!(
             "PARTITION `{}` VALUES LESS THAN ({})",
             b.name,
@@ -560,7 +643,7 @@ fn partition_clause_lists_every_bound_and_pmax() {
         .find("PARTITION `pmax` VALUES LESS THAN MAXVALUE")
         .unwrap();
     assert!(pmax > last_at);
-    assert_eq!(clause.matches("PARTITION `").count(), 4);
+    assert_eq!(clause.matches("PARTITION `").count(), 5);
     // The brief's bound literally.
     let aug1 = 1_501_516_800u64; // 2017-07-31T16:00:00Z
     assert!(clause.contains(&format!("({})", aug1 << 32)));
@@ -598,10 +681,12 @@ fn plans_serialize_with_exact_numbers() {
     assert_eq!(json["period"], "month");
     assert_eq!(json["zone"], "UTC");
     let parts = json["partitions"].as_array().unwrap();
-    assert_eq!(parts.len(), 3);
-    assert_eq!(parts[0]["less_than"].as_u64(), p.partitions[0].less_than);
-    assert_eq!(parts[0]["period_start"], "2040-01-01");
-    assert!(parts[2]["less_than"].is_null());
+    assert_eq!(parts.len(), 4);
+    assert_eq!(parts[0]["name"], "pmin");
+    assert!(parts[0]["period_start"].is_null());
+    assert_eq!(parts[1]["less_than"].as_u64(), p.partitions[1].less_than);
+    assert_eq!(parts[1]["period_start"], "2040-01-01");
+    assert!(parts[3]["less_than"].is_null());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -643,18 +728,19 @@ proptest! {
         let plan = PartitionPlan::new(from, to, period, &z, &layout).unwrap();
         check_against(&plan, period, tz, epoch);
 
-        let real = &plan.partitions[..plan.partitions.len() - 1];
+        let bounded = &plan.partitions[..plan.partitions.len() - 1];
+        let real = periods(&plan);
         // Names unique, bounds strictly increasing.
         let mut seen = std::collections::HashSet::new();
         prop_assert!(plan.partitions.iter().all(|p| seen.insert(p.name.clone())));
-        prop_assert!(real.windows(2).all(|w| w[0].less_than < w[1].less_than));
-        prop_assert!(real.iter().all(|p| p.less_than.unwrap() > 0));
+        prop_assert!(bounded.windows(2).all(|w| w[0].less_than < w[1].less_than));
+        prop_assert!(bounded.iter().all(|p| p.less_than.unwrap() > 0));
         // The first partition starts at or before `from`, the last ends after `to`.
         prop_assert!(real[0].period_start.unwrap() <= from);
         prop_assert!(next_start(period, real[real.len() - 1].period_start.unwrap()) > to);
 
         // Every date from `from` to `to`: its first and last second's IDs are in the partition
-        // whose period contains it.
+        // whose period contains it (above the previous bound, pmin's for the first period).
         let mut d = from;
         while d <= to {
             let i = real
@@ -667,8 +753,9 @@ proptest! {
             let last_id = ((last_second - epoch) << 32) | u64::from(u32::MAX);
             prop_assert!(real[i].less_than.unwrap() > last_id, "{} {}", d, real[i].name);
             prop_assert!(real[i].less_than.unwrap() > first_id);
-            if i > 0 {
-                prop_assert!(real[i - 1].less_than.unwrap() <= first_id, "{} {}", d, real[i].name);
+            let offset = bounded.len() - real.len();
+            if let Some(previous) = (i + offset).checked_sub(1) {
+                prop_assert!(bounded[previous].less_than.unwrap() <= first_id, "{} {}", d, real[i].name);
             }
             d = d + Days::new(1);
         }

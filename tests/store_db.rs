@@ -42,3 +42,19 @@ async fn bad_sql_is_definite() {
     drop(conn);
     pool.disconnect().await.unwrap();
 }
+
+#[tokio::test]
+async fn the_test_server_is_told_to_be_mariadb() {
+    let test_db = TestDb::create("flavor").await;
+    mysql::create_database(&test_db.mysql_url()).await.unwrap();
+    let mut conn = mysql::connect(&test_db.mysql_url()).await.unwrap();
+    assert_eq!(
+        mysql::flavor(&mut conn).await.unwrap(),
+        mysql::Flavor::MariaDb
+    );
+    // The oracle: the server accepts what only MariaDB does (MySQL 8 refuses the syntax).
+    conn.query_drop("EXPLAIN PARTITIONS SELECT 1")
+        .await
+        .unwrap();
+    conn.disconnect().await.unwrap();
+}

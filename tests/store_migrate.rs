@@ -194,26 +194,29 @@ async fn a_fresh_database_gets_every_migration_and_the_log_table() {
         ["table_name"]
     );
 
-    // The log table: today (2040-03-05, UTC) and 7 days ahead, then pmax; bounds above
+    // The log table: pmin, today (2040-03-05, UTC) and 7 days ahead, then pmax; bounds above
     // i64::MAX read back exactly.
     assert_eq!(
         report.table,
         TableOutcome::TableCreated {
             table: "logs".into(),
-            partitions: (5..=12)
-                .map(|d| format!("p204003{d:02}"))
+            partitions: ["pmin".to_string()]
+                .into_iter()
+                .chain((5..=12).map(|d| format!("p204003{d:02}")))
                 .chain(["pmax".to_string()])
                 .collect(),
         }
     );
     let shown = show_create(&mut conn, "logs").await;
-    assert!(
-        shown.contains(&format!(
-            "PARTITION `p20400305` VALUES LESS THAN ({})",
-            first_id_of_day("2040-03-06")
-        )),
-        "{shown}"
-    );
+    for (name, ends) in [("pmin", "2040-03-05"), ("p20400305", "2040-03-06")] {
+        assert!(
+            shown.contains(&format!(
+                "PARTITION `{name}` VALUES LESS THAN ({})",
+                first_id_of_day(ends)
+            )),
+            "{shown}"
+        );
+    }
     assert!(
         shown.contains("`id` bigint(20) unsigned NOT NULL"),
         "{shown}"
@@ -409,11 +412,12 @@ async fn an_existing_table_that_fits_is_adopted() {
     migrate::apply(&mut conn, &migrate::builtin().unwrap())
         .await
         .unwrap();
-    // Made by hand (or by `partitions plan`) from an older plan.
-    let plan = spec
+    // Made by hand (or by `partitions plan`) from an older plan, before tables had a pmin.
+    let mut plan = spec
         .scheme
         .initial_plan(now() - chrono::Duration::days(60))
         .unwrap();
+    assert_eq!(plan.partitions.remove(0).name, "pmin");
     let ddl = create_log_table_sql(&spec.table, &spec.columns, spec.payload, &plan);
     conn.query_drop(ddl.trim_end().trim_end_matches(';'))
         .await
@@ -538,7 +542,7 @@ async fn migrate_command_creates_the_database_and_says_what_it_did() {
     assert_eq!(
         first[6],
         serde_json::json!({"action": "table_created", "table": "logs",
-            "partitions": ["p20400305", "p20400306", "p20400307", "pmax"]})
+            "partitions": ["pmin", "p20400305", "p20400306", "p20400307", "pmax"]})
     );
 
     let second = migrate(&[], &[]).success();

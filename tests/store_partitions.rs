@@ -112,12 +112,20 @@ async fn ensure_splits_new_days_off_pmax_and_rows_waiting_there_move_in() {
         "2040-03-05T12:00:00Z",
     )
     .await;
-    let (today, later, much_later) = (
+    let (older, today, later, much_later) = (
+        id_at("2040-03-04T23:59:59Z"),
         id_at("2040-03-05T12:00:00Z"),
         id_at("2040-03-08T01:00:00Z"),
         id_at("2040-03-10T23:59:59Z"),
     );
-    insert(&mut conn, "logs", &[today, later, much_later, u64::MAX]).await;
+    insert(
+        &mut conn,
+        "logs",
+        &[older, today, later, much_later, u64::MAX],
+    )
+    .await;
+    // What is older than the first day waits in pmin, not in the first day's partition.
+    assert_eq!(ids_in(&mut conn, "logs", "pmin").await, [older]);
     assert_eq!(
         ids_in(&mut conn, "logs", "pmax").await,
         [later, much_later, u64::MAX]
@@ -135,6 +143,7 @@ async fn ensure_splits_new_days_off_pmax_and_rows_waiting_there_move_in() {
     assert_eq!(
         partition_names(&mut conn, "logs").await,
         [
+            "pmin",
             "p20400305",
             "p20400306",
             "p20400307",
@@ -150,7 +159,7 @@ async fn ensure_splits_new_days_off_pmax_and_rows_waiting_there_move_in() {
     assert_eq!(ids_in(&mut conn, "logs", "pmax").await, [u64::MAX]);
     // IDs above i64::MAX read back exactly.
     let all: Vec<u64> = conn.query("SELECT id FROM logs ORDER BY id").await.unwrap();
-    assert_eq!(all, [today, later, much_later, u64::MAX]);
+    assert_eq!(all, [older, today, later, much_later, u64::MAX]);
     assert!(today > i64::MAX as u64);
 
     // Again at the same time: nothing.
@@ -161,31 +170,78 @@ async fn ensure_splits_new_days_off_pmax_and_rows_waiting_there_move_in() {
     );
 }
 
-#[tokio::test]
-async fn retention_drops_whole_old_periods_with_their_rows() {
-    let (test_db, mut conn, _) = migrated(
-        "part_retain",
-        &[("partitions.ahead", "1")],
-        "2040-03-05T12:00:00Z",
-    )
-    .await;
+/// A table migrated at 2040-03-05 12:00 UTC keeping a day ahead, and its settings with a
+/// retention of two days.
+async fn retained(hint: &str) -> (TestDb, Conn, TableSpec) {
+    let (test_db, conn, _) =
+        migrated(hint, &[("partitions.ahead", "1")], "2040-03-05T12:00:00Z").await;
     let spec = TableSpec::from_settings(
         &test_db.settings(&[("partitions.ahead", "1"), ("partitions.retention", "2days")]),
     );
-    let (old, kept) = (id_at("2040-03-05T23:00:00Z"), id_at("2040-03-06T00:00:00Z"));
-    insert(&mut conn, "logs", &[old, kept]).await;
+    (test_db, conn, spec)
+}
 
-    // Cutoff 2040-03-06 00:00 minus a second: p20400305 ends a second too late.
+#[tokio::test]
+async fn retention_drops_whole_old_periods_with_their_rows() {
+    let (_db, mut conn, spec) = retained("part_retain").await;
+    let (older, old, kept) = (
+        id_at("2040-03-04T12:00:00Z"),
+        id_at("2040-03-05T23:00:00Z"),
+        id_at("2040-03-06T00:00:00Z"),
+    );
+    insert(&mut conn, "logs", &[older, old, kept]).await;
+
+    // Cutoff 2040-03-06 00:00 minus a second: p20400305 ends a second too late. pmin's rows
+    // are past the cutoff too, but wait for the first day's.
     let m = ensure(&mut conn, &spec, "2040-03-07T23:59:59Z").await;
     assert_eq!(added(&m), ["p20400307", "p20400308"]);
-    assert!(m.drop.is_empty());
+    assert!(m.drop.is_empty() && m.pmin_to.is_none(), "{m:?}");
+    assert_eq!(ids_in(&mut conn, "logs", "pmin").await, [older]);
     let m = ensure(&mut conn, &spec, "2040-03-08T00:00:00Z").await;
     assert_eq!(added(&m), ["p20400309"]);
     assert_eq!(dropped(&m), ["p20400305"]);
+    let day6 = id_at("2040-03-06T00:00:00Z") & !0xFFFF_FFFF;
+    assert_eq!(m.drop[0].less_than, Some(day6));
+    assert_eq!(m.pmin_to, Some(day6));
+    // pmin stays first, emptied with p20400305 and merged with it.
     assert_eq!(
-        m.drop[0].less_than,
-        Some(id_at("2040-03-06T00:00:00Z") & !0xFFFF_FFFF)
+        partition_names(&mut conn, "logs").await,
+        [
+            "pmin",
+            "p20400306",
+            "p20400307",
+            "p20400308",
+            "p20400309",
+            "pmax"
+        ]
     );
+    let left: Vec<u64> = conn.query("SELECT id FROM logs").await.unwrap();
+    assert_eq!(left, [kept]);
+    // pmin now ends where 2040-03-06 starts: a late row of the 5th lands there.
+    let late = id_at("2040-03-05T23:59:59Z");
+    insert(&mut conn, "logs", &[late]).await;
+    assert_eq!(ids_in(&mut conn, "logs", "pmin").await, [late]);
+    assert_eq!(ids_in(&mut conn, "logs", "p20400306").await, [kept]);
+}
+
+#[tokio::test]
+async fn retention_drops_old_periods_of_a_table_made_before_pmin() {
+    let (_db, mut conn, spec) = retained("part_retain_old").await;
+    // As tables were made before pmin: the first day's partition holds anything older.
+    conn.query_drop(format!(
+        "ALTER TABLE logs REORGANIZE PARTITION pmin, p20400305 INTO \
+         (PARTITION p20400305 VALUES LESS THAN ({}))",
+        id_at("2040-03-06T00:00:00Z") & !0xFFFF_FFFF
+    ))
+    .await
+    .unwrap();
+    let (older, kept) = (id_at("2040-03-04T12:00:00Z"), id_at("2040-03-06T00:00:00Z"));
+    insert(&mut conn, "logs", &[older, kept]).await;
+    assert_eq!(ids_in(&mut conn, "logs", "p20400305").await, [older]);
+
+    let m = ensure(&mut conn, &spec, "2040-03-08T00:00:00Z").await;
+    assert_eq!(dropped(&m), ["p20400305"]);
+    assert_eq!(m.pmin_to, None);
     assert_eq!(
         partition_names(&mut conn, "logs").await,
         ["p20400306", "p20400307", "p20400308", "p20400309", "pmax"]
@@ -205,7 +261,7 @@ async fn months_and_weeks_roll_over_in_their_zone() {
     let (test_db, mut conn, spec) = migrated("part_zones", &month, "2040-01-31T15:59:59Z").await;
     assert_eq!(
         partition_names(&mut conn, "logs").await,
-        ["p204001", "p204002", "pmax"]
+        ["pmin", "p204001", "p204002", "pmax"]
     );
     let m = ensure(&mut conn, &spec, "2040-01-31T16:00:00Z").await;
     assert_eq!(added(&m), ["p204003"]);
@@ -233,7 +289,7 @@ async fn months_and_weeks_roll_over_in_their_zone() {
     .unwrap();
     assert_eq!(
         partition_names(&mut conn, "weekly").await,
-        ["p2040w51", "pmax"]
+        ["pmin", "p2040w51", "pmax"]
     );
     assert!(
         ensure(&mut conn, &spec, "2040-12-23T23:59:59Z")
@@ -341,14 +397,20 @@ async fn list_shows_time_ranges_bounds_and_row_estimates() {
 
     let shown = partitions::list(&mut conn, &spec).await.unwrap();
     let names: Vec<&str> = shown.iter().map(|p| p.name.as_str()).collect();
-    assert_eq!(names, ["p20400305", "p20400306", "pmax"]);
-    assert_eq!(shown[0].from.as_deref(), Some("2040-03-04T16:00:00Z"));
-    assert_eq!(shown[0].to.as_deref(), Some("2040-03-05T16:00:00Z"));
-    assert_eq!(shown[0].less_than, Some(first_id_plus8(2040, 3, 6)));
-    assert_eq!(shown[1].less_than, Some(first_id_plus8(2040, 3, 7)));
-    assert_eq!(shown.iter().map(|p| p.rows).collect::<Vec<_>>(), [0, 3, 0]);
-    assert_eq!(shown[2].less_than, None);
-    assert_eq!(shown[2].to, None);
+    assert_eq!(names, ["pmin", "p20400305", "p20400306", "pmax"]);
+    assert_eq!(shown[0].from, None);
+    assert_eq!(shown[0].to.as_deref(), Some("2040-03-04T16:00:00Z"));
+    assert_eq!(shown[0].less_than, Some(first_id_plus8(2040, 3, 5)));
+    assert_eq!(shown[1].from.as_deref(), Some("2040-03-04T16:00:00Z"));
+    assert_eq!(shown[1].to.as_deref(), Some("2040-03-05T16:00:00Z"));
+    assert_eq!(shown[1].less_than, Some(first_id_plus8(2040, 3, 6)));
+    assert_eq!(shown[2].less_than, Some(first_id_plus8(2040, 3, 7)));
+    assert_eq!(
+        shown.iter().map(|p| p.rows).collect::<Vec<_>>(),
+        [0, 0, 3, 0]
+    );
+    assert_eq!(shown[3].less_than, None);
+    assert_eq!(shown[3].to, None);
 }
 
 #[tokio::test]
@@ -393,6 +455,7 @@ async fn partitions_commands_print_json_lines_and_a_table() {
             ("partition_added", "p20400307"),
             ("partition_added", "p20400308"),
             ("partition_dropped", "p20400305"),
+            ("pmin_raised", ""),
             ("partitions_ensured", ""),
         ]
     );
@@ -400,22 +463,116 @@ async fn partitions_commands_print_json_lines_and_a_table() {
         ensured[0]["less_than"],
         id_at("2040-03-08T00:00:00Z") & !0xFFFF_FFFF
     );
-    assert_eq!(ensured[3]["added"], 2);
-    assert_eq!(ensured[3]["dropped"], 1);
+    assert_eq!(
+        ensured[3]["less_than"],
+        id_at("2040-03-06T00:00:00Z") & !0xFFFF_FFFF
+    );
+    assert_eq!(ensured[4]["added"], 2);
+    assert_eq!(ensured[4]["dropped"], 1);
 
     let listed = json(&logstamp(&["partitions", "list"]));
-    assert_eq!(listed.len(), 4);
-    assert_eq!(listed[0]["name"], "p20400306");
-    assert_eq!(listed[0]["to"], "2040-03-07T00:00:00Z");
-    assert_eq!(listed[3]["less_than"], Value::Null);
+    assert_eq!(listed.len(), 5);
+    assert_eq!(listed[0]["name"], "pmin");
+    assert_eq!(listed[0]["to"], "2040-03-06T00:00:00Z");
+    assert_eq!(listed[1]["name"], "p20400306");
+    assert_eq!(listed[1]["to"], "2040-03-07T00:00:00Z");
+    assert_eq!(listed[4]["less_than"], Value::Null);
 
     let table = logstamp(&["partitions", "list", "--format", "table"]);
     let lines: Vec<&str> = table.lines().collect();
-    assert_eq!(lines.len(), 5, "{table}");
+    assert_eq!(lines.len(), 6, "{table}");
     assert!(lines[0].starts_with("name "), "{table}");
+    assert!(lines[1].starts_with("pmin       -  "), "{table}");
     assert!(
-        lines[1].starts_with("p20400306  2040-03-06T00:00:00Z"),
+        lines[2].starts_with("p20400306  2040-03-06T00:00:00Z"),
         "{table}"
     );
-    assert!(lines[4].contains("MAXVALUE"), "{table}");
+    assert!(lines[5].contains("MAXVALUE"), "{table}");
+}
+
+#[tokio::test]
+async fn the_design_notes_plan_gives_each_month_its_own_rows() {
+    let test_db = TestDb::create("part_notes").await;
+    mysql::create_database(&test_db.mysql_url()).await.unwrap();
+    let mut conn = mysql::connect(&test_db.mysql_url()).await.unwrap();
+    let out = assert_cmd::Command::new(BIN)
+        .env_clear()
+        .args([
+            "partitions",
+            "plan",
+            "--from",
+            "2017-07",
+            "--to",
+            "2017-09",
+            "--period",
+            "month",
+            "--tz",
+            "+08:00",
+        ])
+        .timeout(Duration::from_secs(60))
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let ddl = String::from_utf8(out).unwrap();
+    conn.query_drop(ddl.trim_end().trim_end_matches(';'))
+        .await
+        .unwrap();
+
+    // The server's own clock arithmetic is the oracle: midnight at +08:00, << 32.
+    conn.query_drop("SET time_zone = '+08:00'").await.unwrap();
+    let bounds: Vec<(String, String)> = conn
+        .query(
+            "SELECT PARTITION_NAME, PARTITION_DESCRIPTION FROM information_schema.PARTITIONS \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'logs' \
+             ORDER BY PARTITION_ORDINAL_POSITION",
+        )
+        .await
+        .unwrap();
+    let mut expected = Vec::new();
+    for start in ["2017-07-01", "2017-08-01", "2017-09-01", "2017-10-01"] {
+        let bound: Option<u64> = conn
+            .exec_first(
+                "SELECT UNIX_TIMESTAMP(CONCAT(?, ' 00:00:00')) << 32",
+                (start,),
+            )
+            .await
+            .unwrap();
+        expected.push(bound.unwrap().to_string());
+    }
+    let names = ["pmin", "p201707", "p201708", "p201709", "pmax"];
+    let shown: Vec<(&str, &str)> = bounds
+        .iter()
+        .map(|(n, b)| (n.as_str(), b.as_str()))
+        .collect();
+    let wanted: Vec<(&str, &str)> = names
+        .into_iter()
+        .zip(expected.iter().map(String::as_str).chain(["MAXVALUE"]))
+        .collect();
+    assert_eq!(shown, wanted);
+
+    // The last second of June (+08:00) is in pmin, July's first and last in p201707 only.
+    let mut in_month = Vec::new();
+    for time in [
+        "2017-06-30 23:59:59",
+        "2017-07-01 00:00:00",
+        "2017-07-31 23:59:59",
+        "2017-08-01 00:00:00",
+    ] {
+        conn.exec_drop(
+            "INSERT INTO logs (id) VALUES (UNIX_TIMESTAMP(?) << 32 | 4095)",
+            (time,),
+        )
+        .await
+        .unwrap();
+        let id: Option<u64> = conn
+            .exec_first("SELECT UNIX_TIMESTAMP(?) << 32 | 4095", (time,))
+            .await
+            .unwrap();
+        in_month.push(id.unwrap());
+    }
+    assert_eq!(ids_in(&mut conn, "logs", "pmin").await, in_month[..1]);
+    assert_eq!(ids_in(&mut conn, "logs", "p201707").await, in_month[1..3]);
+    assert_eq!(ids_in(&mut conn, "logs", "p201708").await, in_month[3..]);
 }

@@ -5,6 +5,7 @@ mod support;
 
 use std::time::Duration;
 
+use mysql_async::prelude::Queryable;
 use support::http::{get, poll, readiness_becomes, sample, served_address};
 use support::ingest::{COUNT_ALL, Setup};
 
@@ -64,6 +65,76 @@ async fn a_worker_serves_its_totals_and_readiness_follows_kafka() {
     assert!(body.contains("Kafka"), "{body}");
     setup.cluster().broker_up(-1).unwrap();
     readiness_becomes(&address, 200).await;
+
+    let status = worker.terminate(Duration::from_secs(60));
+    assert!(status.success(), "{status}");
+}
+
+/// A global status counter of the server, read on `conn`.
+async fn server_status(conn: &mut mysql_async::Conn, name: &str) -> u64 {
+    let row: Option<(String, u64)> = conn
+        .exec_first("SHOW GLOBAL STATUS WHERE Variable_name = ?", (name,))
+        .await
+        .unwrap();
+    row.unwrap_or_else(|| panic!("no status {name}")).1
+}
+
+/// `/health/ready` cannot be used to open MySQL connections at will: 200 requests at once
+/// cost the worker's private server a probe or two, not a connection each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_requests_at_once_keep_mysql_connections_bounded() {
+    const REQUESTS: usize = 200;
+    let (server, setup) = Setup::on_private_server(73, "ready_burst", 1, &[]).await;
+    let worker = setup.spawn_process("auto", 0);
+    worker
+        .wait_for_log("serving /metrics", Duration::from_secs(60))
+        .await;
+    let log = std::fs::read_to_string(&worker.log).unwrap();
+    let address = served_address(&log).unwrap_or_else(|| panic!("no address in the log: {log}"));
+    readiness_becomes(&address, 200).await;
+
+    // The server is this test's alone: its counters see the worker and this connection only.
+    let mut conn = server.conn().await;
+    conn.query_drop("FLUSH STATUS").await.unwrap();
+    let connected = server_status(&mut conn, "Threads_connected").await;
+    let connections = server_status(&mut conn, "Connections").await;
+    let answers = tokio::task::spawn_blocking(move || {
+        let start = std::sync::Barrier::new(REQUESTS);
+        std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..REQUESTS)
+                .map(|_| {
+                    scope.spawn(|| {
+                        start.wait();
+                        get(&address, "/health/ready")
+                    })
+                })
+                .collect();
+            threads
+                .into_iter()
+                .map(|t| t.join().unwrap())
+                .collect::<Vec<_>>()
+        })
+    })
+    .await
+    .unwrap();
+    let opened = server_status(&mut conn, "Connections").await - connections;
+    let most = server_status(&mut conn, "Max_used_connections").await;
+
+    // A probe or two (a second if the burst outlasts the cached answer), plus the few the
+    // idle worker itself may open meanwhile. Without the shared check: one per request.
+    assert!(
+        opened <= 5,
+        "{opened} connections opened for {REQUESTS} requests"
+    );
+    assert!(
+        most <= connected + 3,
+        "{most} connections at once, {connected} before"
+    );
+    assert!(
+        answers.iter().all(|a| *a == (200, "ready\n".to_string())),
+        "{:?}",
+        answers.iter().find(|a| a.0 != 200)
+    );
 
     let status = worker.terminate(Duration::from_secs(60));
     assert!(status.success(), "{status}");

@@ -91,6 +91,15 @@ enum EnsureLine<'a> {
     PartitionToAdd(&'a PartitionBound),
     PartitionDropped(&'a ExistingPartition),
     PartitionToDrop(&'a ExistingPartition),
+    /// `pmin` emptied with the partitions dropped and ending where the oldest one kept starts.
+    PminRaised {
+        table: &'a str,
+        less_than: u64,
+    },
+    PminToRaise {
+        table: &'a str,
+        less_than: u64,
+    },
     PartitionsEnsured {
         table: &'a str,
         added: usize,
@@ -139,6 +148,13 @@ fn ensure(args: EnsureArgs, sources: Sources) -> anyhow::Result<ExitCode> {
                         EnsureLine::PartitionToDrop(p)
                     } else {
                         EnsureLine::PartitionDropped(p)
+                    });
+                }
+                if let Some(less_than) = plan.pmin_to {
+                    lines.push(if args.dry_run {
+                        EnsureLine::PminToRaise { table, less_than }
+                    } else {
+                        EnsureLine::PminRaised { table, less_than }
                     });
                 }
                 lines.push(EnsureLine::PartitionsEnsured {

@@ -5,6 +5,7 @@
 mod connect;
 pub mod encode;
 pub mod error;
+mod flavor;
 pub mod ident;
 pub mod lock;
 pub mod retry;
@@ -15,6 +16,7 @@ mod value;
 pub(crate) use connect::opts;
 pub use connect::{connect, create_database, current_database, pool};
 pub use error::DbError;
+pub use flavor::{Flavor, flavor};
 pub use ident::{Ident, IdentError};
 pub use url::{MysqlSettings, MysqlUrl};
 pub use value::{MAX_TEXT_BYTES, SqlValue};

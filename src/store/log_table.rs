@@ -566,6 +566,12 @@ mod tests {
             )
         };
         assert_eq!(check(&good), Ok(()));
+        // A first partition named pmin (tables made since) is checked like any other.
+        let mut with_pmin = good.clone();
+        with_pmin.partitions[0].name = "pmin".into();
+        assert_eq!(check(&with_pmin), Ok(()));
+        with_pmin.partitions[0].less_than = Some(bound(&s, "2024-01-01") - (60 << 32));
+        assert!(check(&with_pmin).unwrap_err().contains("partition pmin"));
 
         let mut hash = good.clone();
         hash.method = Some("HASH".into());

@@ -135,9 +135,20 @@ pub enum PlanError {
     BeforeEpoch(NaiveDate),
 }
 
+/// The partition below the first period of a table: it holds anything older, so each period's
+/// partition holds that period only. Tables made before it existed have none; their first
+/// period's partition holds anything older instead.
+pub const PMIN: &str = "pmin";
+
+/// Whether the `index`-th partition of a table is its `pmin`.
+pub fn is_pmin(index: usize, name: &str) -> bool {
+    index == 0 && name.eq_ignore_ascii_case(PMIN)
+}
+
 impl PartitionPlan {
-    /// Partitions for every period from the one containing `from` to the one containing `to`
-    /// (both included), then `pmax`.
+    /// `pmin`, partitions for every period from the one containing `from` to the one containing
+    /// `to` (both included), then `pmax`. `pmin` ends where the first period starts; it is left
+    /// out when that is at or before the ID epoch (the bound would be 0, below every ID).
     pub fn new(
         from: NaiveDate,
         to: NaiveDate,
@@ -145,33 +156,25 @@ impl PartitionPlan {
         zone: &Zone,
         layout: &Layout,
     ) -> Result<PartitionPlan, PlanError> {
-        if from > to {
-            return Err(PlanError::Reversed { from, to });
-        }
-        let mut partitions = Vec::new();
-        let mut start = period.start_of(from);
-        while start <= to {
-            // Leave room for `pmax`.
-            if partitions.len() == MAX_PARTITIONS - 1 {
-                return Err(PlanError::TooMany);
-            }
-            let next = period
-                .next_start(start)
-                .ok_or(PlanError::DateOverflow(start))?;
-            let ends = zone.resolve(next.and_time(NaiveTime::MIN));
-            let less_than = layout
-                .first_id_at(ends.timestamp())
-                .map_err(|e| PlanError::OutOfRange(start, e))?;
-            if less_than == 0 {
-                return Err(PlanError::BeforeEpoch(start));
-            }
+        let periods = period_partitions(from, to, period, zone, layout)?;
+        let first = period.start_of(from);
+        let starts = zone.resolve(first.and_time(NaiveTime::MIN));
+        let pmin_bound = layout
+            .first_id_at(starts.timestamp())
+            .map_err(|e| PlanError::OutOfRange(first, e))?;
+        let mut partitions = Vec::with_capacity(periods.len() + 2);
+        if pmin_bound > 0 {
             partitions.push(PartitionBound {
-                name: period.partition_name(start),
-                less_than: Some(less_than),
-                period_start: Some(start),
-                ends_at: Some(ends.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+                name: PMIN.to_string(),
+                less_than: Some(pmin_bound),
+                period_start: None,
+                ends_at: Some(starts.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
             });
-            start = next;
+        }
+        partitions.extend(periods);
+        // Room for `pmax`.
+        if partitions.len() >= MAX_PARTITIONS {
+            return Err(PlanError::TooMany);
         }
         partitions.push(PartitionBound {
             name: "pmax".to_string(),
@@ -201,6 +204,45 @@ impl PartitionPlan {
             .collect();
         format!("PARTITION BY RANGE (`id`) (\n{}\n)", lines.join(",\n"))
     }
+}
+
+/// A partition for every period from the one containing `from` to the one containing `to`.
+fn period_partitions(
+    from: NaiveDate,
+    to: NaiveDate,
+    period: Period,
+    zone: &Zone,
+    layout: &Layout,
+) -> Result<Vec<PartitionBound>, PlanError> {
+    if from > to {
+        return Err(PlanError::Reversed { from, to });
+    }
+    let mut partitions = Vec::new();
+    let mut start = period.start_of(from);
+    while start <= to {
+        // Leave room for `pmax`.
+        if partitions.len() == MAX_PARTITIONS - 1 {
+            return Err(PlanError::TooMany);
+        }
+        let next = period
+            .next_start(start)
+            .ok_or(PlanError::DateOverflow(start))?;
+        let ends = zone.resolve(next.and_time(NaiveTime::MIN));
+        let less_than = layout
+            .first_id_at(ends.timestamp())
+            .map_err(|e| PlanError::OutOfRange(start, e))?;
+        if less_than == 0 {
+            return Err(PlanError::BeforeEpoch(start));
+        }
+        partitions.push(PartitionBound {
+            name: period.partition_name(start),
+            less_than: Some(less_than),
+            period_start: Some(start),
+            ends_at: Some(ends.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+        });
+        start = next;
+    }
+    Ok(partitions)
 }
 
 /// A partition as the catalog describes it.
@@ -351,6 +393,11 @@ pub fn periods_after(start: NaiveDate, period: Period, count: u32) -> Result<Nai
 pub struct Maintenance {
     pub add: Vec<PartitionBound>,
     pub drop: Vec<ExistingPartition>,
+    /// Set when the table has a `pmin` and `drop` is not empty: `pmin` and the partitions of
+    /// `drop` are emptied and merged into one `pmin` ending at this bound, where the oldest
+    /// period kept starts. So `pmin` keeps holding only what is older than every period, and
+    /// its rows, older than those of `drop`, go with them.
+    pub pmin_to: Option<u64>,
 }
 
 impl Maintenance {
@@ -369,6 +416,8 @@ impl Maintenance {
 ///   them is older than the retention. So the partition holding `now` is never dropped (it
 ///   ends after `now`), nor `pmax`. Partitions added for a neglected table that are already
 ///   past the retention are dropped in the same run, after their rows left `pmax`.
+/// - Keeps `pmin`: it is emptied with the oldest periods and raised to where the periods kept
+///   start (`pmin_to`), so its rows live until the first period's do.
 pub fn plan_maintenance(
     existing: &[ExistingPartition],
     now: DateTime<Utc>,
@@ -386,10 +435,8 @@ pub fn plan_maintenance(
         None => current,
     };
     let add = if first_missing <= last_wanted {
-        let mut plan = PartitionPlan::new(first_missing, last_wanted, period, zone, layout)
-            .map_err(|e| format!("partitions to add: {e}"))?;
-        plan.partitions.retain(|p| p.less_than.is_some());
-        plan.partitions
+        period_partitions(first_missing, last_wanted, period, zone, layout)
+            .map_err(|e| format!("partitions to add: {e}"))?
     } else {
         Vec::new()
     };
@@ -406,8 +453,10 @@ pub fn plan_maintenance(
             })
         });
         drop = bounded
-            .into_iter()
-            .cloned()
+            .iter()
+            .enumerate()
+            .filter(|(i, p)| !is_pmin(*i, &p.name))
+            .map(|(_, p)| (*p).clone())
             .chain(added)
             .filter(|p| p.less_than.is_some_and(|b| ends(b) <= cutoff))
             .collect();
@@ -420,7 +469,9 @@ pub fn plan_maintenance(
              lower partitions.ahead or set a retention"
         ));
     }
-    Ok(Maintenance { add, drop })
+    let has_pmin = existing.first().is_some_and(|p| is_pmin(0, &p.name));
+    let pmin_to = drop.last().and_then(|p| p.less_than).filter(|_| has_pmin);
+    Ok(Maintenance { add, drop, pmin_to })
 }
 
 /// A partition as `partitions list` shows it.
@@ -428,7 +479,8 @@ pub fn plan_maintenance(
 pub struct PartitionInfo {
     pub name: String,
     /// When its period starts (RFC 3339, UTC): the previous partition's bound, or for the
-    /// first partition the start of its period (it also holds anything older).
+    /// first partition the start of its period (it also holds anything older). `None` for
+    /// `pmin`, which holds anything older than its bound.
     pub from: Option<String>,
     /// When the next period starts: its bound as a time. `None` for `pmax`.
     pub to: Option<String>,
@@ -447,7 +499,9 @@ pub fn describe(existing: &[ExistingPartition], scheme: &PartitionScheme) -> Vec
         .map(|(i, p)| {
             let from = match previous {
                 Some(bound) => Some(time_of(bound)),
-                None if i == 0 => p.less_than.and_then(|bound| nominal_start(bound, scheme)),
+                None if i == 0 && !is_pmin(i, &p.name) => {
+                    p.less_than.and_then(|bound| nominal_start(bound, scheme))
+                }
                 None => None,
             };
             previous = p.less_than.or(previous);

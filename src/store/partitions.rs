@@ -114,14 +114,42 @@ async fn run(
             plan.add.len()
         )))?;
     }
-    if !plan.drop.is_empty() {
-        let names: Vec<String> = plan.drop.iter().map(|p| quote(&p.name)).collect();
+    if plan.drop.is_empty() {
+        return Ok(());
+    }
+    let mut names: Vec<String> = plan.drop.iter().map(|p| quote(&p.name)).collect();
+    let Some(pmin_to) = plan.pmin_to else {
         let sql = format!("ALTER TABLE {table} DROP PARTITION {}", names.join(", "));
         conn.query_drop(sql).await.map_err(DbError::mysql(format!(
             "dropping partitions {} of table {table}",
             names.join(", ")
         )))?;
-    }
+        return Ok(());
+    };
+    // plan_maintenance set pmin_to only when the first partition is pmin.
+    let pmin = partitioning
+        .partitions
+        .first()
+        .map(|p| quote(&p.name))
+        .ok_or_else(|| DbError::Refused(format!("table {table} has no partitions")))?;
+    names.insert(0, pmin.clone());
+    let names = names.join(", ");
+    // Emptied first (as fast as dropping), the merge moves no rows but any that arrived since.
+    let truncate = format!("ALTER TABLE {table} TRUNCATE PARTITION {names}");
+    conn.query_drop(truncate)
+        .await
+        .map_err(DbError::mysql(format!(
+            "emptying partitions {names} of table {table}"
+        )))?;
+    let merge = format!(
+        "ALTER TABLE {table} REORGANIZE PARTITION {names} INTO \
+         (PARTITION {pmin} VALUES LESS THAN ({pmin_to}))"
+    );
+    conn.query_drop(merge)
+        .await
+        .map_err(DbError::mysql(format!(
+            "merging partitions {names} of table {table} into {pmin}"
+        )))?;
     Ok(())
 }
 
@@ -167,7 +195,7 @@ mod tests {
         text.parse().unwrap()
     }
 
-    /// The partitions a table created for `first ..= last` has, with `pmax`.
+    /// The partitions a table created for `first ..= last` has, with `pmin` and `pmax`.
     fn table(spec: &TableSpec, first: &str, last: &str) -> Vec<ExistingPartition> {
         PartitionPlan::new(
             date(first),
@@ -185,6 +213,13 @@ mod tests {
             rows: 0,
         })
         .collect()
+    }
+
+    /// The same, as made before tables had a `pmin`.
+    fn old_table(spec: &TableSpec, first: &str, last: &str) -> Vec<ExistingPartition> {
+        let mut partitions = table(spec, first, last);
+        assert_eq!(partitions.remove(0).name, "pmin");
+        partitions
     }
 
     fn names_added(m: &Maintenance) -> Vec<&str> {
@@ -278,7 +313,7 @@ mod tests {
         ]);
         let existing = table(&s, "2018-11-03", "2018-11-03");
         assert_eq!(
-            existing[0].less_than,
+            existing[1].less_than,
             Some((at("2018-11-04T03:00:00Z").timestamp() as u64) << 32)
         );
         let before = plan_maintenance(&existing, at("2018-11-04T02:59:59Z"), &s.scheme).unwrap();
@@ -320,6 +355,21 @@ mod tests {
         let m = plan_maintenance(&existing, at("2040-03-04T23:59:59Z"), &s.scheme).unwrap();
         assert_eq!(names_dropped(&m), ["p20400301"]);
         assert!(m.add.is_empty());
+        // pmin is kept, emptied with them, and raised to where the oldest day kept starts.
+        assert_eq!(m.pmin_to, existing[1].less_than);
+        assert_eq!(
+            m.pmin_to,
+            Some((at("2040-03-02T00:00:00Z").timestamp() as u64) << 32)
+        );
+        // pmin alone past the cutoff waits for the first day: nothing to do.
+        let m = plan_maintenance(&existing, at("2040-03-03T23:59:59Z"), &s.scheme).unwrap();
+        assert!(m.is_empty() && m.pmin_to.is_none(), "{m:?}");
+
+        // A table from before pmin: the same partitions are dropped, and nothing is raised.
+        let old = old_table(&s, "2040-03-01", "2040-03-05");
+        let m = plan_maintenance(&old, at("2040-03-05T00:00:00Z"), &s.scheme).unwrap();
+        assert_eq!(names_dropped(&m), ["p20400301", "p20400302"]);
+        assert_eq!(m.pmin_to, None);
 
         let off = spec(&[("partitions.ahead", "0")]);
         assert!(off.scheme.retention.is_none());
@@ -371,13 +421,14 @@ mod tests {
             ["p20400302", "p20400303", "p20400304", "p20400305"]
         );
         assert_eq!(names_dropped(&m), ["p20400301", "p20400302", "p20400303"]);
+        assert_eq!(m.pmin_to, m.add[1].less_than);
     }
 
     #[test]
     fn a_misaligned_last_bound_is_refused() {
         let s = spec(&[]);
         let mut existing = table(&s, "2040-03-01", "2040-03-01");
-        existing[0].less_than = existing[0].less_than.map(|b| b + (3600 << 32));
+        existing[1].less_than = existing[1].less_than.map(|b| b + (3600 << 32));
         let error = plan_maintenance(&existing, at("2040-03-05T12:00:00Z"), &s.scheme).unwrap_err();
         assert!(error.contains("not a day start"), "{error}");
     }
@@ -396,15 +447,21 @@ mod tests {
         ]);
         let existing = table(&s, "2040-01-01", "2040-02-01");
         let shown = describe(&existing, &s.scheme);
-        assert_eq!(shown.len(), 3);
-        assert_eq!(shown[0].name, "p204001");
-        assert_eq!(shown[0].from.as_deref(), Some("2039-12-31T16:00:00Z"));
-        assert_eq!(shown[0].to.as_deref(), Some("2040-01-31T16:00:00Z"));
-        assert_eq!(shown[1].from.as_deref(), Some("2040-01-31T16:00:00Z"));
-        assert_eq!(shown[2].name, "pmax");
-        assert_eq!(shown[2].from.as_deref(), Some("2040-02-29T16:00:00Z"));
-        assert_eq!(shown[2].to, None);
-        assert_eq!(shown[2].less_than, None);
+        assert_eq!(shown.len(), 4);
+        // pmin holds anything older than January.
+        assert_eq!(shown[0].name, "pmin");
+        assert_eq!(shown[0].from, None);
+        assert_eq!(shown[0].to.as_deref(), Some("2039-12-31T16:00:00Z"));
+        assert_eq!(shown[1].name, "p204001");
+        assert_eq!(shown[1].from.as_deref(), Some("2039-12-31T16:00:00Z"));
+        assert_eq!(shown[1].to.as_deref(), Some("2040-01-31T16:00:00Z"));
+        assert_eq!(shown[2].from.as_deref(), Some("2040-01-31T16:00:00Z"));
+        assert_eq!(shown[3].name, "pmax");
+        assert_eq!(shown[3].from.as_deref(), Some("2040-02-29T16:00:00Z"));
+        assert_eq!(shown[3].to, None);
+        assert_eq!(shown[3].less_than, None);
+        // Without pmin the first partition starts with its period (and holds anything older).
+        assert_eq!(describe(&existing[1..], &s.scheme), shown[1..]);
     }
 
     #[test]

@@ -29,7 +29,7 @@ use super::log_table::TableSpec;
 use super::schema::{ColumnSpec, ColumnType};
 use crate::id::{IdError, IdRange, Layout};
 use crate::mysql::rows::take;
-use crate::mysql::{DbError, Ident};
+use crate::mysql::{self, DbError, Flavor, Ident};
 use crate::time::{ceil_seconds, floor_seconds};
 
 /// A comparison in a filter.
@@ -445,7 +445,7 @@ pub async fn run(
     Ok(count)
 }
 
-/// The partitions MySQL reads for the query, from `EXPLAIN PARTITIONS`.
+/// The partitions MySQL reads for the query, from its `EXPLAIN` (see [`explain`]).
 pub async fn explain_partitions(
     conn: &mut Conn,
     spec: &TableSpec,
@@ -453,8 +453,9 @@ pub async fn explain_partitions(
 ) -> Result<Vec<String>, DbError> {
     let (sql, params) = select_sql(spec, query);
     let context = || format!("explaining a query of table {}", spec.table);
+    let explain = explain(mysql::flavor(conn).await?);
     let rows: Vec<Row> = conn
-        .exec(format!("EXPLAIN PARTITIONS {sql}"), params)
+        .exec(format!("{explain} {sql}"), params)
         .await
         .map_err(DbError::mysql(context()))?;
     let mut partitions = Vec::new();
@@ -479,6 +480,15 @@ pub async fn explain_partitions(
         );
     }
     Ok(partitions)
+}
+
+/// The `EXPLAIN` that shows a `partitions` column: MariaDB shows it only for `EXPLAIN
+/// PARTITIONS`, which MySQL 8 no longer accepts (its plain `EXPLAIN` always shows it).
+pub fn explain(flavor: Flavor) -> &'static str {
+    match flavor {
+        Flavor::MariaDb => "EXPLAIN PARTITIONS",
+        Flavor::MySql => "EXPLAIN",
+    }
 }
 
 fn record(spec: &TableSpec, mut row: Row) -> Result<Record, DbError> {
@@ -562,6 +572,13 @@ fn datetime(value: &Value) -> Option<String> {
 mod tests {
     use super::*;
     use crate::config::{Settings, Sources};
+
+    #[test]
+    fn explain_shows_partitions_on_either_server() {
+        // MySQL 8 refuses `EXPLAIN PARTITIONS`; MariaDB's plain EXPLAIN has no partitions.
+        assert_eq!(explain(Flavor::MariaDb), "EXPLAIN PARTITIONS");
+        assert_eq!(explain(Flavor::MySql), "EXPLAIN");
+    }
 
     fn spec() -> TableSpec {
         let sources = Sources {

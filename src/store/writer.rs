@@ -135,6 +135,8 @@ struct Inner {
     give_up_after: Duration,
     /// Largest statement, from the server's `max_allowed_packet`.
     statement_budget: OnceCell<usize>,
+    /// `method` as the server allows it (see [`insert::method_on`]), once the server is known.
+    method_on_server: OnceCell<InsertMethod>,
 }
 
 impl Writer {
@@ -179,6 +181,7 @@ impl Writer {
                 method: store.insert_method,
                 give_up_after: store.give_up_after,
                 statement_budget: OnceCell::new(),
+                method_on_server: OnceCell::new(),
             }),
         })
     }
@@ -332,6 +335,7 @@ impl Writer {
     async fn attempt(&self, batch: &Batch) -> Result<WriteOutcome, DbError> {
         let mut conn = self.conn().await?;
         let budget = self.statement_budget(&mut conn).await?;
+        self.method_on_server(&mut conn).await?;
         // Fast path: the whole batch at once; slow path (only when the database refused a row):
         // again, isolating the refused rows.
         for isolating in [false, true] {
@@ -463,7 +467,9 @@ impl Writer {
         if rows.is_empty() {
             return Ok(());
         }
-        match self.inner.method {
+        // Known by now: `attempt` asks before its first transaction.
+        let method = self.inner.method_on_server.get().copied();
+        match method.unwrap_or(self.inner.method) {
             InsertMethod::Text => insert::text(tx, target, rows, budget).await,
             InsertMethod::Prepared => insert::prepared(tx, target, rows, budget).await,
             InsertMethod::Batch => insert::batch(tx, target, rows, budget).await,
@@ -576,6 +582,26 @@ impl Writer {
             }
         }
         Ok(refused)
+    }
+
+    /// The insert method for this pool's server, decided on its first connection.
+    async fn method_on_server(&self, conn: &mut Conn) -> Result<InsertMethod, DbError> {
+        self.inner
+            .method_on_server
+            .get_or_try_init(|| async {
+                let configured = self.inner.method;
+                let method = insert::method_on(configured, mysql::flavor(conn).await?);
+                if method != configured {
+                    tracing::warn!(
+                        "store.insert_method = \"{configured}\" is MariaDB's bulk execute, which \
+                         this MySQL server lacks (it would cost a round trip per row): writing \
+                         with \"{method}\" instead"
+                    );
+                }
+                Ok::<InsertMethod, DbError>(method)
+            })
+            .await
+            .copied()
     }
 
     async fn statement_budget(&self, conn: &mut Conn) -> Result<usize, DbError> {
@@ -783,5 +809,18 @@ mod tests {
         assert_eq!(clip("abc", 5), "abc");
         assert_eq!(clip("a😀b", 3), "a");
         assert_eq!(clip("a😀b", 5), "a😀");
+    }
+
+    #[test]
+    fn batch_on_mysql_writes_prepared_and_nothing_else_changes() {
+        use InsertMethod::*;
+        use mysql::Flavor::{MariaDb, MySql};
+        assert_eq!(insert::method_on(Batch, MySql), Prepared);
+        for method in [Text, Prepared, Batch, LoadData] {
+            assert_eq!(insert::method_on(method, MariaDb), method);
+        }
+        for method in [Text, Prepared, LoadData] {
+            assert_eq!(insert::method_on(method, MySql), method);
+        }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::State;
@@ -12,6 +12,7 @@ use axum::routing::get;
 use rdkafka::ClientConfig;
 use rdkafka::producer::{BaseProducer, Producer};
 use tokio::net::TcpListener;
+use tokio::sync::Mutex;
 
 use super::exporter::{Exporter, Histogram, TelemetryError};
 use crate::kafka::CreateRedacted;
@@ -20,6 +21,10 @@ use crate::mysql::MysqlUrl;
 
 /// How long a readiness check waits for MySQL and for Kafka.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a readiness answer is given again without checking: requests in a burst share one
+/// check, so `/health/ready` cannot be used to open MySQL connections at will.
+const READY_CACHED_FOR: Duration = Duration::from_secs(1);
 
 /// What a long-running command serves: its metrics, and whether it is ready.
 pub trait Source: Send + Sync + 'static {
@@ -55,6 +60,9 @@ pub async fn bind(listen: SocketAddr) -> Result<TcpListener, TelemetryError> {
 struct Served<S> {
     exporter: Exporter,
     source: S,
+    /// The last readiness answer and when it was made. Held across a check, so at most one
+    /// runs at a time and the requests that waited for it get its answer.
+    last_ready: Mutex<Option<(Instant, Result<(), String>)>>,
 }
 
 /// Serves the endpoints on `listener` for as long as the returned task runs.
@@ -64,7 +72,11 @@ pub fn serve<S: Source>(
     source: S,
 ) -> tokio::task::JoinHandle<()> {
     S::describe();
-    let served = Arc::new(Served { exporter, source });
+    let served = Arc::new(Served {
+        exporter,
+        source,
+        last_ready: Mutex::new(None),
+    });
     let app = Router::new()
         .route("/metrics", get(metrics::<S>))
         .route("/health/live", get(|| async { "live\n" }))
@@ -89,13 +101,32 @@ async fn metrics<S: Source>(
 
 /// 200 `ready`, or 503 with the first reason it is not.
 async fn ready<S: Source>(State(served): State<Arc<Served<S>>>) -> (StatusCode, String) {
-    match served.source.ready().await {
+    // In a task of its own, so a client hanging up mid-check neither abandons the check nor
+    // lets another start beside it.
+    let answer = tokio::spawn(async move { shared_readiness(&served).await })
+        .await
+        .unwrap_or_else(|e| Err(format!("the readiness check failed: {e}")));
+    match answer {
         Ok(()) => (StatusCode::OK, "ready\n".into()),
         Err(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("not ready: {reason}\n"),
         ),
     }
+}
+
+/// The source's readiness, checked at most once at a time and at most once per
+/// [`READY_CACHED_FOR`].
+async fn shared_readiness<S: Source>(served: &Served<S>) -> Result<(), String> {
+    let mut last = served.last_ready.lock().await;
+    if let Some((at, answer)) = last.as_ref()
+        && at.elapsed() < READY_CACHED_FOR
+    {
+        return answer.clone();
+    }
+    let answer = served.source.ready().await;
+    *last = Some((Instant::now(), answer.clone()));
+    answer
 }
 
 /// Whether MySQL at `url` answers a ping within [`PROBE_TIMEOUT`]; the error is the readiness reason.

@@ -7,12 +7,13 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Error as MysqlError, Row, Transaction, Value};
 
 use super::infile::InfileServer;
+use crate::store::settings::InsertMethod;
 use crate::mysql::SqlValue;
 use crate::mysql::encode::{
     mysql_value, push_infile_field, push_infile_text, push_sql_literal, push_sql_string, size_bound,
 };
 use crate::mysql::rows::text_lossy;
-use crate::mysql::{DbError, Ident};
+use crate::mysql::{DbError, Flavor, Ident};
 
 /// One row of one table: a record's ID and its values for that table's columns.
 #[derive(Debug, Clone, Copy)]
@@ -372,6 +373,17 @@ async fn send_prepared(
         .await
         .map_err(classify("inserting rows (prepared)"))?;
     check_result(session, statement.one_affected_per_row.then_some(rows)).await
+}
+
+/// The method to send rows with on a server of `flavor`. `batch` is MariaDB's bulk execute;
+/// MySQL has none, and `exec_batch` would send it one execute (one round trip) per row, so it
+/// writes with `prepared` (multi-row, the same typed parameters). Falling back rather than
+/// refusing keeps one configuration valid for a fleet on either server.
+pub(super) fn method_on(configured: InsertMethod, flavor: Flavor) -> InsertMethod {
+    match (configured, flavor) {
+        (InsertMethod::Batch, Flavor::MySql) => InsertMethod::Prepared,
+        (method, _) => method,
+    }
 }
 
 /// One single-row prepared `INSERT` executed for every row with `exec_batch`, which sends
