@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 use support::http::{get, poll, readiness_becomes, sample, served_address};
-use support::ingest::{COUNT_ALL, Setup};
+use support::ingest::{COUNT_ALL, Process, Setup};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_serves_its_totals_and_readiness_follows_kafka() {
@@ -15,11 +15,7 @@ async fn a_worker_serves_its_totals_and_readiness_follows_kafka() {
     let setup = Setup::new("telemetry", 3, &[("batch.max_rows", "300")]).await;
     setup.produce(0, N, 3);
     let worker = setup.spawn_process("auto", 0);
-    worker
-        .wait_for_log("serving /metrics", Duration::from_secs(60))
-        .await;
-    let log = std::fs::read_to_string(&worker.log).unwrap();
-    let address = served_address(&log).unwrap_or_else(|| panic!("no address in the log: {log}"));
+    let address = serving_address(&worker).await;
 
     assert_eq!(get(&address, "/health/live"), (200, "live\n".into()));
     setup.wait_for(COUNT_ALL, N, Duration::from_secs(120)).await;
@@ -71,6 +67,15 @@ async fn a_worker_serves_its_totals_and_readiness_follows_kafka() {
 }
 
 /// A global status counter of the server, read on `conn`.
+/// The address a worker serves its telemetry on, once it says so in its log.
+async fn serving_address(worker: &Process) -> String {
+    worker
+        .wait_for_log("serving /metrics", Duration::from_secs(60))
+        .await;
+    let log = std::fs::read_to_string(&worker.log).unwrap();
+    served_address(&log).unwrap_or_else(|| panic!("no address in the log: {log}"))
+}
+
 async fn server_status(conn: &mut mysql_async::Conn, name: &str) -> u64 {
     let row: Option<(String, u64)> = conn
         .exec_first("SHOW GLOBAL STATUS WHERE Variable_name = ?", (name,))
@@ -86,11 +91,7 @@ async fn readiness_requests_at_once_keep_mysql_connections_bounded() {
     const REQUESTS: usize = 200;
     let (server, setup) = Setup::on_private_server(73, "ready_burst", 1, &[]).await;
     let worker = setup.spawn_process("auto", 0);
-    worker
-        .wait_for_log("serving /metrics", Duration::from_secs(60))
-        .await;
-    let log = std::fs::read_to_string(&worker.log).unwrap();
-    let address = served_address(&log).unwrap_or_else(|| panic!("no address in the log: {log}"));
+    let address = serving_address(&worker).await;
     readiness_becomes(&address, 200).await;
 
     // The server is this test's alone: its counters see the worker and this connection only.

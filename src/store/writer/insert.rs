@@ -7,13 +7,13 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Error as MysqlError, Row, Transaction, Value};
 
 use super::infile::InfileServer;
-use crate::store::settings::InsertMethod;
 use crate::mysql::SqlValue;
 use crate::mysql::encode::{
     mysql_value, push_infile_field, push_infile_text, push_sql_literal, push_sql_string, size_bound,
 };
 use crate::mysql::rows::text_lossy;
 use crate::mysql::{DbError, Flavor, Ident};
+use crate::store::settings::InsertMethod;
 
 /// One row of one table: a record's ID and its values for that table's columns.
 #[derive(Debug, Clone, Copy)]
