@@ -135,10 +135,12 @@ async fn a_fresh_database_gets_every_migration_and_the_log_table() {
             (3, "service_leases"),
             (4, "logstamp_tables"),
             (5, "relay_checkpoints"),
-            (6, "relay_applied")
+            (6, "relay_applied"),
+            (7, "relay_published_gtids"),
+            (8, "relay_applied_gtids")
         ]
     );
-    assert_eq!(report.schema_version, 6);
+    assert_eq!(report.schema_version, 8);
     let recorded: Vec<(u32, String, String)> = conn
         .query("SELECT version, name, checksum FROM schema_migrations ORDER BY version")
         .await
@@ -542,7 +544,7 @@ async fn migrate_command_creates_the_database_and_says_what_it_did() {
     assert_eq!(
         lines(&second.get_output().stdout),
         [
-            serde_json::json!({"action": "migrations_up_to_date", "schema_version": 6}),
+            serde_json::json!({"action": "migrations_up_to_date", "schema_version": 8}),
             serde_json::json!({"action": "table_unchanged", "table": "logs"}),
         ]
     );

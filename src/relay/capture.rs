@@ -1,7 +1,8 @@
 //! Capture: reads the local server's binlog as a replica, turns the relayed tables' committed
 //! changes into change messages and publishes them, in binlog order, to this data centre's
 //! topic (one partition, idempotent producer, `acks=all`). The position is checkpointed only
-//! once Kafka acknowledged everything up to it (see [`super::checkpoint`]).
+//! once Kafka acknowledged everything up to it (see [`super::checkpoint`]); where capture
+//! resumes is the later of that and the topic's last message (see [`super::resume`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,14 +17,15 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use tokio::sync::{mpsc, watch};
 
 use crate::config::LoopFilterMode;
-use crate::mysql::lock::{lock_name, try_lock};
+use crate::mysql::lock::try_lock;
 use crate::mysql::{self, DbError};
 
-use super::change::{Change, TxnRef, binlog_file_number};
+use super::change::{Change, Stream, TxnRef, binlog_file_number};
 use super::checkpoint::{self, Checkpoint};
 use super::context::{RelayContext, RelayError};
 use super::events::{EventHandler, Step, Transaction};
 use super::loop_filter::CacheKey;
+use super::resume::{self, Start};
 use super::stats::{CaptureStats, RelayStats, Running};
 use super::table::Charsets;
 
@@ -120,7 +122,7 @@ pub async fn run_once(
     checkpoint::unlogged(&mut state).await?;
     // One capture per data centre and database; the lock lives as long as this connection,
     // which records the checkpoints.
-    let lock = lock_name(&["relay-capture", &context.state_database, &dc]);
+    let lock = resume::capture_lock(context);
     if !try_lock(&mut state, &lock, 0).await? {
         return Err(RelayError::Busy(format!(
             "another relay captures {dc} (it holds lock {lock})"
@@ -133,14 +135,19 @@ pub async fn run_once(
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| RelayError::Refused("the server reports no server_id".into()))?;
     let charsets = utf8_collations(&mut state).await?;
-    let start = match checkpoint::load(&mut state, &dc).await? {
-        Some(found) => found,
-        // First start: from now on. Rows already there must be copied by other means.
-        None => checkpoint::start_here(&mut state, &dc).await?,
-    };
     let topic = relay.topic(&dc);
     let producer = producer(context)?;
     check_topic(&producer, &topic).await?;
+    let found = checkpoint::load(&mut state, &dc).await?;
+    let tail = resume::read_tail(context, &topic).await?;
+    let start = match resume::decide(&topic, found, &tail)? {
+        Start::From { checkpoint, why } => {
+            tracing::info!(dc, "capture resumes after {why}");
+            checkpoint
+        }
+        // First start: from now on. Rows already there must be copied by other means.
+        Start::Here => checkpoint::start_here(&mut state, &dc, 0, None).await?,
+    };
 
     let mut binlog = mysql::connect(context.url()).await?;
     let mut setup = vec![
@@ -184,6 +191,7 @@ pub async fn run_once(
     );
     let stats = &context.stats.capture;
     let _connected = Running::mark(&stats.connected);
+    let start_at = start.clone();
 
     let mut handler = EventHandler::new(
         context.clone(),
@@ -226,7 +234,9 @@ pub async fn run_once(
                     }
                     .into());
                 }
-                Ok(Some(event)) => event.map_err(|e| source_error(e, relay.server_id))?,
+                Ok(Some(event)) => {
+                    event.map_err(|e| source_error(e, relay.server_id, &start_at))?
+                }
             };
             let pending = match handler.handle(&event)? {
                 None => continue,
@@ -346,6 +356,23 @@ async fn publish(
             RelayError::Refused(format!("a transaction of {} changes", changes.len()))
         })?;
         let seq = checkpoint.next_seq;
+        let gtid = txn.gtid;
+        if let Some(before) = last.published.get(gtid.domain)
+            && gtid.seq <= before.seq
+        {
+            // The appliers would take it for one they applied already.
+            return Err(RelayError::Refused(format!(
+                "transaction {gtid} comes after {before} was published, in the same replication \
+                 domain: the domain's sequence numbers went back (RESET MASTER, or several \
+                 servers writing one domain without gtid_strict_mode); {}",
+                resume::reset_advice()
+            )));
+        }
+        let stream = Stream {
+            epoch: last.epoch,
+            published: last.published.clone(),
+            binlog: txn.gtid_before,
+        };
         for (index, row) in changes.into_iter().enumerate() {
             let change = Change {
                 dc: context.dc().to_string(),
@@ -358,9 +385,11 @@ async fn publish(
                     index: index as u32,
                     count,
                 },
+                stream: stream.clone(),
             };
             deliveries.push(send(producer, topic, &change.to_json()).await?);
         }
+        checkpoint.published.update(gtid);
         checkpoint.next_seq += 1;
         checkpoint.published_transactions += 1;
         checkpoint.published_changes += u64::from(count);
@@ -553,16 +582,24 @@ async fn utf8_collations(conn: &mut mysql_async::Conn) -> Result<Charsets, DbErr
 }
 
 /// Binlog errors whose cause is known get their explanation; the rest stay as they are.
-fn source_error(error: mysql_async::Error, server_id: u32) -> RelayError {
+fn source_error(error: mysql_async::Error, server_id: u32, start: &Checkpoint) -> RelayError {
     if let mysql_async::Error::Server(e) = &error {
         match e.code {
-            // ER_MASTER_FATAL_ERROR_READING_BINLOG: purged, or a position the server cannot find.
+            // ER_MASTER_FATAL_ERROR_READING_BINLOG: purged, reset, or a GTID or position the
+            // server does not have. Retrying cannot help.
             1236 => {
+                let at = if start.gtid_state.is_empty() {
+                    format!("{}:{}", start.file, start.pos)
+                } else {
+                    format!("GTID state {}", start.gtid_state)
+                };
                 return RelayError::Refused(format!(
-                    "the server cannot send its binlog from the checkpoint ({}): if the binlog \
-                     was purged, changes were lost to the relay; copy the relayed tables anew and \
-                     delete this data centre's row in relay_checkpoints",
-                    e.message
+                    "the server cannot send its binlog from where capture resumes ({at}): {}. \
+                     If it no longer has (or never had) the transactions from there on \
+                     (PURGE BINARY LOGS, RESET MASTER, a promoted replica that lacks them), they \
+                     are lost to the relay: {}",
+                    e.message,
+                    resume::reset_advice()
                 ));
             }
             // ER_SLAVE_SAME_ID: another reader connected with our replica server_id.
