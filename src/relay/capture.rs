@@ -598,7 +598,7 @@ fn source_error(error: mysql_async::Error, server_id: u32, start: &Checkpoint) -
                      If it no longer has (or never had) the transactions from there on \
                      (PURGE BINARY LOGS, RESET MASTER, a promoted replica that lacks them), they \
                      are lost to the relay: {}",
-                    e.message,
+                    e.message.trim_end_matches('.'),
                     resume::reset_advice()
                 ));
             }
