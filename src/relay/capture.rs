@@ -24,6 +24,7 @@ use super::change::{Change, Stream, TxnRef, binlog_file_number};
 use super::checkpoint::{self, Checkpoint};
 use super::context::{RelayContext, RelayError};
 use super::events::{EventHandler, Step, Transaction};
+use super::gtid::{Gtid, GtidState};
 use super::loop_filter::CacheKey;
 use super::resume::{self, Start};
 use super::stats::{CaptureStats, RelayStats, Running};
@@ -357,17 +358,7 @@ async fn publish(
         })?;
         let seq = checkpoint.next_seq;
         let gtid = txn.gtid;
-        if let Some(before) = last.published.get(gtid.domain)
-            && gtid.seq <= before.seq
-        {
-            // The appliers would take it for one they applied already.
-            return Err(RelayError::Refused(format!(
-                "transaction {gtid} comes after {before} was published, in the same replication \
-                 domain: the domain's sequence numbers went back (RESET MASTER, or several \
-                 servers writing one domain without gtid_strict_mode); {}",
-                resume::reset_advice()
-            )));
-        }
+        goes_forward(&last.published, gtid)?;
         let stream = Stream {
             epoch: last.epoch,
             published: last.published.clone(),
@@ -399,6 +390,20 @@ async fn publish(
         deliveries,
         checkpoint,
     })
+}
+
+/// Refuses to publish `gtid` unless its sequence number is above the last one published in its
+/// domain: the appliers would take it for one they applied already.
+fn goes_forward(published: &GtidState, gtid: Gtid) -> Result<(), RelayError> {
+    match published.get(gtid.domain) {
+        Some(before) if gtid.seq <= before.seq => Err(RelayError::Refused(format!(
+            "transaction {gtid} comes after {before} was published, in the same replication \
+             domain: the domain's sequence numbers went back (RESET MASTER, or several servers \
+             writing one domain without gtid_strict_mode); {}",
+            resume::reset_advice()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Queues one message for partition 0, waiting while the producer's queue is full.
@@ -640,6 +645,17 @@ mod tests {
             good.insert(k.to_string(), v.to_string());
         }
         good
+    }
+
+    #[test]
+    fn a_domain_going_back_is_not_published() {
+        let published: GtidState = "0-1-500,1-1-7".parse().unwrap();
+        assert!(goes_forward(&published, "0-2-501".parse().unwrap()).is_ok());
+        assert!(goes_forward(&published, "2-1-1".parse().unwrap()).is_ok());
+        for back in ["0-1-3", "0-2-500", "1-1-7"] {
+            let e = goes_forward(&published, back.parse().unwrap()).unwrap_err();
+            assert!(e.to_string().contains("went back"), "{e}");
+        }
     }
 
     #[test]

@@ -22,7 +22,8 @@
 //!
 //! `values` holds every column for an insert and the changed columns for an update; `before`
 //! the whole row before an update or delete. `txn` places the change in its transaction
-//! (`seq` counts the transactions capture published); `file`/`pos` is the end of the
+//! (`seq` numbers the transactions capture published, one after the other; `relay reset` jumps
+//! ahead); `file`/`pos` is the end of the
 //! transaction in the source's binlog and `gtid` its MariaDB GTID.
 //!
 //! `stream` is what keeps the data centre's stream exactly once across restarts and failovers

@@ -162,12 +162,17 @@ pub async fn start_anew(context: &RelayContext) -> Result<Checkpoint, RelayError
         )));
     }
     let old = checkpoint::load(&mut conn, dc).await?;
-    // After every seq the topic or the old checkpoint used, so appliers see a new epoch.
+    // Above every seq used, so appliers see a new epoch: a transaction's seq is never above
+    // the offset of its first message (each one before it took an offset), so the topic's end
+    // offset is, also when its messages expired.
     let epoch = match read_tail(context, &topic).await? {
-        Tail::Last { change, .. } => change.txn.seq + 1,
-        Tail::Empty | Tail::Expired { .. } => 0,
-    }
-    .max(old.as_ref().map_or(0, |c| c.next_seq));
+        Tail::Last { offset, .. } => offset + 1,
+        Tail::Expired { end } => end,
+        Tail::Empty => 0,
+    };
+    let epoch = u64::try_from(epoch)
+        .unwrap_or(0)
+        .max(old.as_ref().map_or(0, |c| c.next_seq));
     let fresh = checkpoint::start_here(&mut conn, dc, epoch, old.as_ref()).await?;
     let _ = conn.disconnect().await;
     Ok(fresh)
@@ -342,7 +347,8 @@ mod tests {
 
     #[test]
     fn a_reset_checkpoint_starts_its_new_epoch() {
-        let reset = checkpoint(31, 31, "");
+        // `relay reset` after offset 41: epoch 42.
+        let reset = checkpoint(42, 42, "");
         let c = from(decide("t", Some(reset.clone()), &last(30, 2, 3, "0-1-100", 0)).unwrap());
         assert_eq!(c, reset);
     }
