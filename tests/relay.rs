@@ -1276,6 +1276,48 @@ async fn a_hard_failover_to_a_gtid_replica_loses_and_repeats_nothing() {
     failover_to_the_replica(true).await;
 }
 
+/// A replica promoted without transactions that capture already published (and b applied):
+/// capture refuses to go on from it, naming where it must resume and the way back, instead of
+/// publishing the replica's own transactions under those sequence numbers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_replica_that_lacks_published_transactions_is_refused() {
+    let a1 = MariaDb::start(1, GTID_SERVER).await;
+    let a2 = MariaDb::start(3, GTID_SERVER).await;
+    a2.replicate_from(&a1).await;
+    let mut dcs = vec![
+        Dc::with_server("a", a1, &[ITEMS]).await,
+        Dc::new("b", 2, &[ITEMS]).await,
+    ];
+    start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
+    writer(dcs[0].server.url("app"), 1, 30, 1, None).await;
+    dcs[1].wait_applied("a", 30).await;
+    a2.wait_replicated(&dcs[0].server.gtid_binlog_pos().await)
+        .await;
+    // a2 falls behind; what a1 writes now is published and applied, and never reaches a2.
+    let mut replica = a2.conn().await;
+    replica.query_drop("STOP SLAVE").await.unwrap();
+    writer(dcs[0].server.url("app"), 2, 20, 2, None).await;
+    dcs[1].wait_applied("a", 50).await;
+    dcs[0].kill_relay();
+    dcs[0].server.kill();
+    a2.promote().await;
+    let _a1 = std::mem::replace(&mut dcs[0].server, a2);
+    let b_brokers = dcs[1].kafka.bootstrap_servers();
+    dcs[0].configure(&[("b", b_brokers)], LoopFilterMode::Marker, "100ms");
+    let (code, stderr) = dcs[0].run_until_exit().await;
+    assert_eq!(code, Some(1), "{stderr}");
+    for part in [
+        "capture resumes after the last message of the topic",
+        "cannot send its binlog from where capture resumes (GTID state 0-1-",
+        "a promoted replica that lacks them",
+        "run `logstamp relay reset` here",
+    ] {
+        assert!(stderr.contains(part), "{part} not in {stderr}");
+    }
+    let (applied, _) = dcs[1].applied("a").await;
+    assert_eq!(applied, 50, "b applied nothing else");
+}
+
 /// The README's procedure for a data centre whose capture lost its place ("Starting a stream
 /// anew"), followed after `RESET MASTER` while both data centres write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
