@@ -201,10 +201,10 @@ fn long_running(args: &[String]) -> bool {
     ) || needs_a_binlog(&words)
 }
 
-/// `relay status` reads the server's binary log position, and the test database's server has
-/// no binary log; `tests/relay.rs` runs it against servers that have one.
+/// `relay status` and `relay reset` read the server's binary log position, and the test
+/// database's server has no binary log; `tests/relay.rs` runs them against servers that have one.
 fn needs_a_binlog(words: &[&str]) -> bool {
-    matches!(words, ["relay", "status", ..])
+    matches!(words, ["relay", "status" | "reset", ..])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

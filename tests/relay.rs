@@ -22,6 +22,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use logstamp::id::{IdGenerator, Layout};
 use logstamp::relay::change::Change;
+use logstamp::relay::gtid::{Gtid, GtidState};
 use logstamp::relay::settings::LoopFilterMode;
 use support::dev_broker::DevBroker;
 use support::http::{get, poll, readiness_becomes, sample, served_address};
@@ -48,6 +49,8 @@ struct Dc {
     brokers: String,
     dir: tempfile::TempDir,
     relay: Option<Child>,
+    /// Where the running relay's lines start in its log (earlier runs wrote what is before).
+    log_from: usize,
 }
 
 impl Dc {
@@ -94,6 +97,7 @@ impl Dc {
             brokers,
             dir: tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap(),
             relay: None,
+            log_from: 0,
         }
     }
 
@@ -126,6 +130,7 @@ impl Dc {
 
     fn start_relay(&mut self) {
         assert!(self.relay.is_none(), "the relay of {} runs", self.name);
+        self.log_from = self.log().len();
         let log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -202,7 +207,7 @@ impl Dc {
     async fn telemetry(&self) -> String {
         let deadline = Instant::now() + DEADLINE;
         loop {
-            if let Some(address) = served_address(&self.log()) {
+            if let Some(address) = served_address(&self.log()[self.log_from..]) {
                 return address;
             }
             assert!(
@@ -216,6 +221,106 @@ impl Dc {
 
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("relay.log")).unwrap_or_default()
+    }
+
+    /// Runs `relay run` until it exits by itself, which it must within [`DEADLINE`]: its exit
+    /// code and what it wrote.
+    async fn run_until_exit(&self) -> (Option<i32>, String) {
+        let errors = self.dir.path().join("exit.log");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_logstamp"))
+            .arg("--config")
+            .arg(self.dir.path().join("relay.toml"))
+            .args(["relay", "run"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&errors).unwrap())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + DEADLINE;
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "the relay of {} did not stop: {}",
+                    self.name,
+                    std::fs::read_to_string(&errors).unwrap_or_default()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        (status.code(), std::fs::read_to_string(&errors).unwrap())
+    }
+
+    /// `logstamp relay reset` here: the line it prints.
+    fn reset(&self) -> serde_json::Value {
+        let output = Command::new(env!("CARGO_BIN_EXE_logstamp"))
+            .arg("--config")
+            .arg(self.dir.path().join("relay.toml"))
+            .args(["relay", "reset"])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "relay reset in {}: {}",
+            self.name,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).unwrap()
+    }
+
+    /// Waits until `relay status` here shows every applier with nothing left to apply.
+    async fn wait_appliers_caught_up(&self) {
+        wait_until(
+            &format!("the appliers of {} catch up", self.name),
+            || async {
+                let lines = self.status();
+                let behind: Vec<_> = lines
+                    .iter()
+                    .filter(|l| l["part"] == "apply" && l["behind_messages"] != 0)
+                    .collect();
+                if behind.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("{behind:?}"))
+                }
+            },
+        )
+        .await;
+    }
+
+    /// Waits until `relay status` here shows capture has read all its server wrote.
+    async fn wait_capture_caught_up(&self) {
+        wait_until(
+            &format!("the capture of {} catches up", self.name),
+            || async {
+                let lines = self.status();
+                match lines.iter().find(|l| l["part"] == "capture") {
+                    Some(c) if c["behind_transactions"] == 0 => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+    }
+
+    /// Waits until this data centre applied at least `transactions` of `source`'s.
+    async fn wait_applied(&self, source: &str, transactions: u64) {
+        wait_until(
+            &format!("{} applies {transactions} of {source}'s", self.name),
+            || async {
+                let (applied, _) = self.applied(source).await;
+                if applied >= transactions {
+                    Ok(())
+                } else {
+                    Err(format!("{applied} applied"))
+                }
+            },
+        )
+        .await;
     }
 
     async fn conn(&self) -> Conn {
@@ -369,10 +474,24 @@ async fn writer(
     seed: u64,
     pace: Option<Duration>,
 ) -> u64 {
+    write_until_error(url, service_id, transactions, seed, pace)
+        .await
+        .unwrap_or_else(|(n, e)| panic!("writer {service_id} failed after {n} transactions: {e}"))
+}
+
+/// [`writer`], stopping at the first statement that fails (its server went away): the
+/// transactions committed by then, and the error.
+async fn write_until_error(
+    url: String,
+    service_id: u32,
+    transactions: usize,
+    seed: u64,
+    pace: Option<Duration>,
+) -> Result<u64, (u64, mysql_async::Error)> {
     let mut ticks = pace.map(tokio::time::interval);
     let ids = IdGenerator::new(Layout::new(10, 0).unwrap(), service_id).unwrap();
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut conn = Conn::from_url(url).await.unwrap();
+    let mut conn = Conn::from_url(url).await.map_err(|e| (0, e))?;
     let mut live: Vec<u64> = Vec::new();
     let insert = "INSERT INTO app.items (id, service, v, note, amount, seen) \
                   VALUES (?, ?, 0, ?, ?, NOW(6))";
@@ -380,6 +499,7 @@ async fn writer(
         if let Some(ticks) = &mut ticks {
             ticks.tick().await;
         }
+        let failed = |e| (n as u64, e);
         let choice = rng.random_range(0..10);
         let note = format!("w{service_id} n{n} 😀");
         let amount = format!(
@@ -391,7 +511,7 @@ async fn writer(
             let id = ids.next_id().unwrap();
             conn.exec_drop(insert, (id, service_id, &note, &amount))
                 .await
-                .unwrap();
+                .map_err(failed)?;
             live.push(id);
         } else if choice < 7 {
             let id = live[rng.random_range(0..live.len())];
@@ -400,32 +520,37 @@ async fn writer(
                 (&note, id),
             )
             .await
-            .unwrap();
+            .map_err(failed)?;
         } else if choice < 8 {
             let id = live.swap_remove(rng.random_range(0..live.len()));
             conn.exec_drop("DELETE FROM app.items WHERE id = ?", (id,))
                 .await
-                .unwrap();
+                .map_err(failed)?;
         } else {
             // Several changes in one transaction.
             let id = ids.next_id().unwrap();
             let other = live[rng.random_range(0..live.len())];
-            let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+            let mut tx = conn
+                .start_transaction(Default::default())
+                .await
+                .map_err(failed)?;
             tx.exec_drop(insert, (id, service_id, &note, &amount))
                 .await
-                .unwrap();
+                .map_err(failed)?;
             tx.exec_drop(
                 "UPDATE app.items SET v = v + 10, amount = NULL WHERE id = ?",
                 (other,),
             )
             .await
-            .unwrap();
-            tx.commit().await.unwrap();
+            .map_err(failed)?;
+            tx.commit().await.map_err(failed)?;
             live.push(id);
         }
     }
-    conn.disconnect().await.unwrap();
-    transactions as u64
+    conn.disconnect()
+        .await
+        .map_err(|e| (transactions as u64, e))?;
+    Ok(transactions as u64)
 }
 
 /// Runs two writers per data centre at once; returns each data centre's transactions.
@@ -481,6 +606,46 @@ async fn wait_in_sync(dcs: &[Dc], local: &[u64], table: &str) {
         Ok(())
     })
     .await;
+}
+
+/// Waits until `a` and `b` hold the same rows in `table`.
+async fn wait_same_rows(a: &Dc, b: &Dc, table: &str) {
+    wait_until(
+        &format!("{table} is the same in {} and {}", a.name, b.name),
+        || async {
+            let (here, there) = (a.rows(table).await, b.rows(table).await);
+            if here == there {
+                Ok(())
+            } else {
+                Err(format!("{} rows and {} rows", here.len(), there.len()))
+            }
+        },
+    )
+    .await;
+}
+
+/// Replaces the rows of `table` in `to` with those of `from`, as a dump loaded after a
+/// `TRUNCATE` would.
+async fn copy_table(from: &Dc, to: &Dc, table: &str) {
+    let rows = from.rows(table).await;
+    let mut conn = to.conn().await;
+    conn.query_drop(format!("TRUNCATE TABLE {table}"))
+        .await
+        .unwrap();
+    let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+    for row in rows {
+        let marks = vec!["?"; row.len()].join(", ");
+        tx.exec_drop(format!("INSERT INTO {table} VALUES ({marks})"), row)
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+}
+
+/// The sequence number of a one-domain GTID position (`0-1-42`: 42).
+fn seq_of(gtid_pos: &str) -> u64 {
+    let state: GtidState = gtid_pos.parse().unwrap();
+    state.get(0).expect("a GTID in domain 0").seq
 }
 
 /// Nothing looped and nothing was applied twice: each topic holds exactly its data centre's
@@ -618,7 +783,7 @@ async fn two_relays_share_one_dev_broker_that_had_no_topics_for_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relays_killed_at_random_points_lose_and_repeat_nothing() {
     let mut dcs = two_dcs(ITEMS).await;
-    // Checkpoints far apart: a killed capture publishes much again.
+    // Checkpoints far apart: a killed capture leaves its checkpoint behind what it published.
     start_relays(&mut dcs, LoopFilterMode::Marker, "1s").await;
     let urls: Vec<String> = dcs.iter().map(|d| d.server.url("app")).collect();
     let writers: Vec<_> = urls
@@ -644,21 +809,19 @@ async fn relays_killed_at_random_points_lose_and_repeat_nothing() {
         local.push(w.await.unwrap());
     }
     wait_in_sync(&dcs, &local, "app.items").await;
-    // Transactions published again after a kill are in the topics twice, but applied once.
-    let republished: usize = dcs
+    // Capture went on after the last transaction in its topic, not from its older checkpoint;
+    // a transaction cut off by a kill is published again, and applied once.
+    let resumed_from_the_topic: usize = dcs
         .iter()
         .map(|dc| {
-            let published = dc.published();
-            let distinct: BTreeSet<(String, u64, u32)> = published
-                .iter()
-                .map(|c| (c.position.file.clone(), c.position.pos, c.txn.index))
-                .collect();
-            published.len() - distinct.len()
+            dc.log()
+                .matches("capture resumes after the last message of the topic")
+                .count()
         })
         .sum();
     assert!(
-        republished > 0,
-        "no kill made capture publish again: the test proved nothing"
+        resumed_from_the_topic > 0,
+        "no kill left a checkpoint behind the topic: the test proved nothing"
     );
     assert_exactly_once(&dcs, &local).await;
 }
@@ -830,14 +993,8 @@ async fn a_source_without_full_row_metadata_is_refused() {
     let server = MariaDb::start(1, &["--binlog-row-metadata=MINIMAL"]).await;
     let dc = Dc::with_server("a", server, &[ITEMS]).await;
     dc.configure(&[], LoopFilterMode::Marker, "100ms");
-    let output = Command::new(env!("CARGO_BIN_EXE_logstamp"))
-        .arg("--config")
-        .arg(dc.dir.path().join("relay.toml"))
-        .args(["relay", "run"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let (code, stderr) = dc.run_until_exit().await;
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains("binlog_row_metadata is MINIMAL, needs FULL"),
         "{stderr}"
@@ -1051,6 +1208,359 @@ async fn each_relay_serves_what_it_relayed_and_readiness_follows_kafka() {
         sample(body, b_lag) == Some(0.0)
     })
     .await;
+    for dc in &mut dcs {
+        dc.stop_relay().await;
+    }
+}
+
+/// Servers in GTID replication: a replica logs what it applies under the original GTIDs, and
+/// every server refuses GTIDs out of order.
+const GTID_SERVER: &[&str] = &["--log-slave-updates", "--gtid-strict-mode=1"];
+
+/// Data centre a is a primary a1 with a GTID replica a2, b is b1. Writers run in both while
+/// a1's binlog rotates twice (so binlog positions differ between a1 and a2), then a2 takes over
+/// and a's relay reads a2. `hard`: a's relay and then a1 are killed while a1 is written to, so
+/// a2 holds transactions nobody published; otherwise a1's writers finish, a2 catches up, and
+/// the relay and a1 stop cleanly. Either way b ends with a2's rows, every transaction applied
+/// once.
+async fn failover_to_the_replica(hard: bool) {
+    let a1 = MariaDb::start(1, GTID_SERVER).await;
+    let a2 = MariaDb::start(3, GTID_SERVER).await;
+    a2.replicate_from(&a1).await;
+    let b1 = MariaDb::start(2, GTID_SERVER).await;
+    let mut dcs = vec![
+        Dc::with_server("a", a1, &[ITEMS]).await,
+        Dc::with_server("b", b1, &[ITEMS]).await,
+    ];
+    start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
+    let pace = Some(Duration::from_millis(10));
+    let on_a1: Vec<_> = [1u32, 2]
+        .into_iter()
+        .map(|w| {
+            let url = dcs[0].server.url("app");
+            tokio::spawn(write_until_error(url, w, 600, u64::from(w), pace))
+        })
+        .collect();
+    let on_b1: Vec<_> = [11u32, 12]
+        .into_iter()
+        .map(|w| tokio::spawn(writer(dcs[1].server.url("app"), w, 600, u64::from(w), pace)))
+        .collect();
+    for applied in [40, 80] {
+        dcs[1].wait_applied("a", applied).await;
+        let mut a1 = dcs[0].conn().await;
+        a1.query_drop("FLUSH BINARY LOGS").await.unwrap();
+    }
+    dcs[1].wait_applied("a", 120).await;
+    // Transactions of a1 after this one were never published by a1's capture.
+    let mut unpublished_after = None;
+    if hard {
+        // Capture dies first: with asynchronous replication a primary that dies first may take
+        // transactions that capture published with it, and capture then refuses to go on from
+        // a2. a1 writes on, and a2 receives what no capture published.
+        dcs[0].kill_relay();
+        let published = dcs[0].server.gtid_binlog_pos().await;
+        a2.wait_replicated(&published).await;
+        let beyond = seq_of(&published) + 100;
+        wait_until("a2 receives transactions nobody published", || async {
+            let there = seq_of(&a2.gtid_binlog_pos().await);
+            if there >= beyond {
+                Ok(())
+            } else {
+                Err(format!("a2 at {there}"))
+            }
+        })
+        .await;
+        unpublished_after = Some(seq_of(&published));
+        dcs[0].server.kill();
+        for w in on_a1 {
+            // Stopped by the kill, or done just before it.
+            let _ = w.await.unwrap();
+        }
+    } else {
+        for w in on_a1 {
+            w.await.unwrap().unwrap();
+        }
+        a2.wait_replicated(&dcs[0].server.gtid_binlog_pos().await)
+            .await;
+        dcs[0].stop_relay().await;
+        dcs[0].server.stop().await;
+    }
+    a2.promote().await;
+    let _a1 = std::mem::replace(&mut dcs[0].server, a2);
+    let b_brokers = dcs[1].brokers.clone();
+    dcs[0].configure(&[("b", b_brokers)], LoopFilterMode::Marker, "100ms");
+    dcs[0].start_relay();
+    let on_a2: Vec<_> = [3u32, 4]
+        .into_iter()
+        .map(|w| tokio::spawn(writer(dcs[0].server.url("app"), w, 300, u64::from(w), pace)))
+        .collect();
+    for w in on_a2.into_iter().chain(on_b1) {
+        w.await.unwrap();
+    }
+    wait_same_rows(&dcs[0], &dcs[1], "app.items").await;
+    // Each side applied each transaction of the other once, however often it was published:
+    // the counts are kept in the transactions that apply.
+    let mut gtids = Vec::new();
+    for (here, source) in [(0, 1), (1, 0)] {
+        let published: std::collections::HashSet<Gtid> = dcs[source]
+            .published()
+            .iter()
+            .map(|c| c.position.gtid().expect("every message has its GTID"))
+            .collect();
+        let (applied, _) = dcs[here].applied(&dcs[source].name).await;
+        assert_eq!(
+            applied,
+            published.len() as u64,
+            "{} applied from {}",
+            dcs[here].name,
+            dcs[source].name
+        );
+        gtids.push(published);
+    }
+    if let Some(after) = unpublished_after {
+        // a2's capture published what a1 wrote after a1's capture died.
+        assert!(
+            gtids[1].iter().any(|g| g.server == 1 && g.seq > after),
+            "no transaction of a1 after {after} was published"
+        );
+    }
+    // And a2's own, numbered on from a1's.
+    assert!(gtids[1].iter().any(|g| g.server == 3));
+    dcs[0].stop_relay().await;
+    dcs[1].stop_relay().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_failover_to_a_gtid_replica_loses_and_repeats_nothing() {
+    failover_to_the_replica(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hard_failover_to_a_gtid_replica_loses_and_repeats_nothing() {
+    failover_to_the_replica(true).await;
+}
+
+/// A replica promoted without transactions that capture already published (and b applied):
+/// capture refuses to go on from it, naming where it must resume and the way back, instead of
+/// publishing the replica's own transactions under those sequence numbers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_replica_that_lacks_published_transactions_is_refused() {
+    let a1 = MariaDb::start(1, GTID_SERVER).await;
+    let a2 = MariaDb::start(3, GTID_SERVER).await;
+    a2.replicate_from(&a1).await;
+    let mut dcs = vec![
+        Dc::with_server("a", a1, &[ITEMS]).await,
+        Dc::new("b", 2, &[ITEMS]).await,
+    ];
+    start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
+    writer(dcs[0].server.url("app"), 1, 30, 1, None).await;
+    dcs[1].wait_applied("a", 30).await;
+    a2.wait_replicated(&dcs[0].server.gtid_binlog_pos().await)
+        .await;
+    // a2 falls behind; what a1 writes now is published and applied, and never reaches a2.
+    let mut replica = a2.conn().await;
+    replica.query_drop("STOP SLAVE").await.unwrap();
+    writer(dcs[0].server.url("app"), 2, 20, 2, None).await;
+    dcs[1].wait_applied("a", 50).await;
+    dcs[0].kill_relay();
+    dcs[0].server.kill();
+    a2.promote().await;
+    let _a1 = std::mem::replace(&mut dcs[0].server, a2);
+    let b_brokers = dcs[1].brokers.clone();
+    dcs[0].configure(&[("b", b_brokers)], LoopFilterMode::Marker, "100ms");
+    let (code, stderr) = dcs[0].run_until_exit().await;
+    assert_eq!(code, Some(1), "{stderr}");
+    for part in [
+        "capture resumes after the last message of the topic",
+        "cannot send its binlog from where capture resumes (GTID state 0-1-",
+        "a promoted replica that lacks them",
+        "run `logstamp relay reset` here",
+    ] {
+        assert!(stderr.contains(part), "{part} not in {stderr}");
+    }
+    let (applied, _) = dcs[1].applied("a").await;
+    assert_eq!(applied, 50, "b applied nothing else");
+}
+
+/// The README's procedure for a data centre whose capture lost its place ("Starting a stream
+/// anew"), followed after `RESET MASTER` while both data centres write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_reset_master_the_documented_procedure_ends_with_identical_tables() {
+    let mut dcs = two_dcs(ITEMS).await;
+    start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
+    let local = write_everywhere(&dcs, 60).await;
+    wait_in_sync(&dcs, &local, "app.items").await;
+    dcs[0].stop_relay().await;
+    let mut a = dcs[0].conn().await;
+    a.query_drop("RESET MASTER").await.unwrap();
+    // Written while capture cannot follow: a's are lost to the relay, b's wait in its topic.
+    tokio::join!(
+        writer(dcs[0].server.url("app"), 5, 40, 5, None),
+        writer(dcs[1].server.url("app"), 15, 40, 15, None)
+    );
+    let (code, stderr) = dcs[0].run_until_exit().await;
+    assert_eq!(code, Some(1), "{stderr}");
+    for part in [
+        "cannot send its binlog from where capture resumes (GTID state 0-1-",
+        "run `logstamp relay reset` here",
+        "Starting a stream anew",
+    ] {
+        assert!(stderr.contains(part), "{part} not in {stderr}");
+    }
+
+    // 1. Writing stopped (the writers are done). 2. `relay reset` in a.
+    let reset = dcs[0].reset();
+    assert_eq!(reset["action"], "stream_started_anew", "{reset}");
+    // 3. a's relay runs again and applies what b wrote meanwhile.
+    dcs[0].start_relay();
+    dcs[0].wait_appliers_caught_up().await;
+    // 4. a's tables copied over b's; b relays the rows back to a, where they change nothing.
+    copy_table(&dcs[0], &dcs[1], "app.items").await;
+    dcs[1].wait_capture_caught_up().await;
+    dcs[0].wait_appliers_caught_up().await;
+    // 5. Writing resumes.
+    tokio::join!(
+        writer(dcs[0].server.url("app"), 6, 60, 6, None),
+        writer(dcs[1].server.url("app"), 16, 60, 16, None)
+    );
+    wait_same_rows(&dcs[0], &dcs[1], "app.items").await;
+    let mut b = dcs[1].conn().await;
+    let lost_to_the_relay: Option<u64> = b
+        .query_first("SELECT COUNT(*) FROM app.items WHERE service = 5")
+        .await
+        .unwrap();
+    assert!(
+        lost_to_the_relay > Some(0),
+        "b has what a wrote after RESET MASTER"
+    );
+    for dc in &mut dcs {
+        dc.stop_relay().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_in_a_purged_binlog_stops_capture_with_the_way_back() {
+    let mut dc = Dc::new("a", 1, &[ITEMS]).await;
+    dc.configure(&[], LoopFilterMode::Marker, "100ms");
+    dc.start_relay();
+    dc.wait_capture_started().await;
+    writer(dc.server.url("app"), 1, 30, 1, None).await;
+    dc.wait_capture_caught_up().await;
+    dc.stop_relay().await;
+    let mut conn = dc.conn().await;
+    let checkpoint: Option<String> = conn
+        .query_first("SELECT gtid_state FROM logstamp.relay_checkpoints WHERE dc = 'a'")
+        .await
+        .unwrap();
+    let checkpoint = checkpoint.unwrap();
+    writer(dc.server.url("app"), 2, 20, 2, None).await;
+    conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
+    let status: Option<mysql_async::Row> = conn.query_first("SHOW MASTER STATUS").await.unwrap();
+    let current: String = status.unwrap().get(0).unwrap();
+    // The server keeps a file until its transactions are durable in the engine: try again.
+    wait_until("the older binlogs are purged", || async {
+        let mut conn = dc.conn().await;
+        conn.query_drop(format!("PURGE BINARY LOGS TO '{current}'"))
+            .await
+            .map_err(|e| e.to_string())?;
+        let logs: Vec<mysql_async::Row> = conn
+            .query("SHOW BINARY LOGS")
+            .await
+            .map_err(|e| e.to_string())?;
+        if logs.len() == 1 {
+            Ok(())
+        } else {
+            Err(format!("{} binlogs", logs.len()))
+        }
+    })
+    .await;
+    let (code, stderr) = dc.run_until_exit().await;
+    assert_eq!(code, Some(1), "{stderr}");
+    for part in [
+        format!("cannot send its binlog from where capture resumes (GTID state {checkpoint})"),
+        "purged".to_string(),
+        "run `logstamp relay reset` here".to_string(),
+    ] {
+        assert!(stderr.contains(&part), "{part} not in {stderr}");
+    }
+    assert_eq!(
+        stderr.matches("capture started").count(),
+        1,
+        "tried more than once: {stderr}"
+    );
+}
+
+/// An applier that cannot place a transaction after what it applied (here: it was made to
+/// forget the last ones it applied, as if messages had been lost) stops applying that source,
+/// says so in health, metrics and `relay status`, and goes on once the source's stream is
+/// started anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_applier_that_cannot_place_a_transaction_stops_visibly() {
+    let mut dcs = two_dcs(ITEMS).await;
+    start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
+    writer(dcs[0].server.url("app"), 1, 30, 1, None).await;
+    wait_in_sync(&dcs, &[30, 0], "app.items").await;
+    dcs[1].stop_relay().await;
+    let mut b = dcs[1].conn().await;
+    let applied: Option<String> = b
+        .query_first("SELECT applied FROM logstamp.relay_applied_gtids WHERE source_dc = 'a'")
+        .await
+        .unwrap();
+    let applied: Gtid = applied.unwrap().parse().unwrap();
+    let forgotten = Gtid {
+        seq: applied.seq - 5,
+        ..applied
+    };
+    b.exec_drop(
+        "UPDATE logstamp.relay_applied_gtids SET applied = ? WHERE source_dc = 'a'",
+        (forgotten.to_string(),),
+    )
+    .await
+    .unwrap();
+    dcs[1].start_relay();
+    writer(dcs[0].server.url("app"), 2, 10, 2, None).await;
+    let telemetry = dcs[1].telemetry().await;
+    poll(&telemetry, "/health/ready", DEADLINE, |status, body| {
+        status == 503 && body.contains("applying from a stopped")
+    })
+    .await;
+    let stopped = "logstamp_relay_apply_stopped{dc=\"b\",remote=\"a\"}";
+    let lag = "logstamp_relay_apply_lag_seconds{dc=\"b\",remote=\"a\"}";
+    poll(
+        &telemetry,
+        "/metrics",
+        Duration::from_secs(30),
+        |_, body| {
+            sample(body, stopped) == Some(1.0) && sample(body, lag).is_some_and(|lag| lag >= 1.0)
+        },
+    )
+    .await;
+    let status = dcs[1].status();
+    let error = status[1]["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&format!("but {forgotten} was applied here"))
+            && error.contains("never reached this applier")
+            && error.contains("logstamp relay reset"),
+        "{status:?}"
+    );
+    assert_ne!(
+        dcs[0].rows("app.items").await,
+        dcs[1].rows("app.items").await
+    );
+
+    // The procedure: a's stream starts anew, the tables are made equal, writing resumes.
+    dcs[0].stop_relay().await;
+    dcs[0].reset();
+    dcs[0].start_relay();
+    dcs[0].wait_appliers_caught_up().await;
+    copy_table(&dcs[0], &dcs[1], "app.items").await;
+    dcs[1].wait_capture_caught_up().await;
+    dcs[0].wait_appliers_caught_up().await;
+    writer(dcs[0].server.url("app"), 3, 10, 3, None).await;
+    wait_same_rows(&dcs[0], &dcs[1], "app.items").await;
+    readiness_becomes(&telemetry, 200).await;
+    let (_, metrics) = get(&telemetry, "/metrics");
+    assert_eq!(sample(&metrics, stopped), Some(0.0), "{metrics}");
     for dc in &mut dcs {
         dc.stop_relay().await;
     }

@@ -1,4 +1,4 @@
-//! `logstamp relay run | status`.
+//! `logstamp relay run | status | reset`.
 
 use std::process::ExitCode;
 
@@ -23,6 +23,11 @@ pub enum RelayCommand {
     Run,
     /// Capture's position and each applier's offset, and how far behind they are.
     Status(StatusArgs),
+    /// Start this data centre's stream anew: capture relays what is written from now on, in a
+    /// new epoch that every applier takes up. Part of the procedure after capture lost its place
+    /// (RESET MASTER, a purged binlog, a failover to a server that lacks relayed transactions);
+    /// see the README. Refused while a relay captures here.
+    Reset,
 }
 
 #[derive(Debug, Args)]
@@ -36,7 +41,36 @@ pub fn run(command: RelayCommand, sources: Sources) -> anyhow::Result<ExitCode> 
     match command {
         RelayCommand::Run => run_relay(sources),
         RelayCommand::Status(args) => show_status(args, sources),
+        RelayCommand::Reset => reset(sources),
     }
+}
+
+#[derive(Serialize)]
+struct ResetLine {
+    action: &'static str,
+    dc: String,
+    epoch: u64,
+    file: String,
+    pos: u64,
+    gtid: String,
+}
+
+fn reset(sources: Sources) -> anyhow::Result<ExitCode> {
+    let settings = load_settings(&sources)?;
+    let context = RelayContext::new(settings)?;
+    let fresh = runtime()?.block_on(relay::resume::start_anew(&context))?;
+    let mut out = Output::new();
+    let written = out.json(&ResetLine {
+        action: "stream_started_anew",
+        dc: context.dc().to_string(),
+        epoch: fresh.epoch,
+        file: fresh.file,
+        pos: fresh.pos,
+        gtid: fresh.gtid_state.to_string(),
+    });
+    ignore_closed_pipe(written).context("writing output")?;
+    out.finish().context("writing output")?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

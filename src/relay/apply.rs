@@ -1,9 +1,13 @@
 //! Apply: consumes a remote data centre's topic in order and applies each of its transactions
 //! whole, in a local transaction that also records the consumed offset and the source position
-//! in `relay_applied`. A crash loses either the whole transaction and its offset or neither, so
-//! the replay after a restart is exact; a transaction published twice (capture restarted before
-//! its checkpoint) is recognised by its source position and skipped. An applier that is behind
-//! puts up to `relay.apply_batch` consecutive source transactions in one local transaction.
+//! in `relay_applied`, and the last GTID applied per replication domain in
+//! `relay_applied_gtids`. A crash loses either the whole transaction and its offset or neither,
+//! so the replay after a restart is exact; a transaction published twice (capture restarted
+//! before its checkpoint, or another server of the source data centre published it again after
+//! a failover) is recognised by its GTID and skipped. A transaction that cannot be placed after
+//! what was applied stops applying from that source, visibly, until its stream is started anew
+//! (see [`super::order`]). An applier that is behind puts up to `relay.apply_batch` consecutive
+//! source transactions in one local transaction.
 //!
 //! The consumer takes the topic's single partition by `assign` at the offset stored in MySQL;
 //! no consumer-group offsets are involved.
@@ -27,9 +31,10 @@ use crate::mysql::rows::take;
 use crate::mysql::{self, DbError};
 use crate::relay::settings::{LoopFilterMode, RemoteDc};
 
-use super::change::{Change, Position, RowChange};
-use super::context::{APPLIED_TABLE, RelayContext, RelayError};
+use super::change::{Change, RowChange};
+use super::context::{APPLIED_GTIDS_TABLE, APPLIED_TABLE, RelayContext, RelayError};
 use super::loop_filter::CacheKey;
+use super::order::{Followed, Verdict, order};
 use super::sql::{self, LocalColumn};
 use super::stats::{ApplyStats, Running};
 
@@ -88,11 +93,11 @@ impl Assembler {
     }
 }
 
-/// What is stored for a source in `relay_applied`.
+/// What is stored for a source in `relay_applied` and `relay_applied_gtids`.
 #[derive(Debug, Clone)]
 struct Applied {
     next_offset: i64,
-    source: Position,
+    followed: Followed,
 }
 
 /// Runs the applier of one remote data centre until `shutdown` is set; returns on the first
@@ -146,7 +151,9 @@ pub async fn run_once(
     let (ready_tx, ready_rx) = mpsc::channel(READY_AHEAD);
     let mut stop_applying = shutdown.clone();
     tokio::try_join!(
-        read(&consumer, &topic, remote, applied, shutdown, ready_tx),
+        read(
+            &consumer, &topic, remote, applied, stats, shutdown, ready_tx
+        ),
         apply_all(
             context,
             &mut conn,
@@ -166,6 +173,18 @@ struct Ready {
     statements: Vec<String>,
     /// The offset after its last message (and after any already applied ones before it).
     next_offset: i64,
+    /// How far the applier is in the source's stream once it is applied.
+    followed: Followed,
+}
+
+/// What the reading half hands the applying half.
+enum Item {
+    Ready(Ready),
+    /// A transaction that cannot be placed after what was applied: applying stops.
+    Unordered {
+        why: String,
+        commit_ts: u32,
+    },
 }
 
 fn consumer(
@@ -201,19 +220,23 @@ fn consumer(
 }
 
 /// Reads the topic from the stored offset, gathers each transaction, skips those already
-/// applied, and hands the rest on with their SQL. Ends at shutdown, or when nobody applies.
+/// applied, and hands the rest on with their SQL. After a transaction that cannot be placed it
+/// hands on nothing more until the source's stream starts anew (a new epoch). Ends at shutdown,
+/// or when nobody applies.
 async fn read(
     consumer: &StreamConsumer,
     topic: &str,
     remote: &RemoteDc,
     applied: Applied,
+    stats: &ApplyStats,
     shutdown: &mut watch::Receiver<bool>,
-    ready: mpsc::Sender<Ready>,
+    ready: mpsc::Sender<Item>,
 ) -> Result<(), RelayError> {
     let mut assembler = Assembler::default();
-    // The last source position handed on, and the offset after the last message read.
-    let mut done = applied.source;
+    // How far the transactions handed on go, and the offset after the last message read.
+    let mut followed = applied.followed;
     let mut consumed = applied.next_offset;
+    let mut stopped = false;
     loop {
         let message = tokio::select! {
             _ = shutdown.changed() => return Ok(()),
@@ -250,30 +273,61 @@ async fn read(
         let Some(changes) = assembler.push(change) else {
             continue;
         };
-        let position = changes[0].position.clone();
-        let already = match (position.order(), done.order()) {
-            (Some(new), Some(done)) => new <= done,
-            _ => false,
+        let first = &changes[0];
+        let position = &first.position;
+        let gtid = position.gtid.as_deref().unwrap_or("none");
+        let next = match order(&followed, &remote.dc, position.gtid(), &first.stream) {
+            Verdict::Apply(next) if !stopped || next.epoch > followed.epoch => next,
+            // Stopped: only a new epoch goes on.
+            Verdict::Apply(_) => continue,
+            Verdict::Applied => {
+                // Published again by a capture that restarted before its checkpoint, or by
+                // another server of the source after a failover.
+                stats.skipped_transactions.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(gtid, seq = first.txn.seq, "already applied");
+                continue;
+            }
+            Verdict::Unordered(why) => {
+                if !stopped {
+                    stopped = true;
+                    let item = Item::Unordered {
+                        why: format!(
+                            "{topic} offset {offset}, transaction {} ({gtid}): {why}",
+                            first.txn.seq
+                        ),
+                        commit_ts: first.commit_ts,
+                    };
+                    if ready.send(item).await.is_err() {
+                        return Ok(());
+                    }
+                }
+                continue;
+            }
         };
-        if already {
-            // Published again by a capture that restarted before its checkpoint.
-            tracing::debug!(file = position.file, pos = position.pos, "already applied");
-            continue;
+        if stopped {
+            stopped = false;
+            tracing::info!(
+                source = remote.dc,
+                epoch = next.epoch,
+                "the stream of {} was started anew: applying goes on",
+                remote.dc
+            );
         }
         let rows: Vec<&RowChange> = changes.iter().map(|c| &c.row).collect();
         let statements = sql::statements(&rows).map_err(|e| {
             RelayError::Refused(format!(
-                "{topic} transaction {} ({}:{}): {e}",
-                changes[0].txn.seq, position.file, position.pos
+                "{topic} transaction {} ({gtid}, {}:{}): {e}",
+                first.txn.seq, position.file, position.pos
             ))
         })?;
-        done = position;
+        followed = next.clone();
         let next = Ready {
             changes,
             statements,
             next_offset: consumed,
+            followed: next,
         };
-        if ready.send(next).await.is_err() {
+        if ready.send(Item::Ready(next)).await.is_err() {
             // The applying half stopped; its result says why.
             return Ok(());
         }
@@ -288,17 +342,42 @@ async fn apply_all(
     conn: &mut Conn,
     source_dc: &str,
     stats: &ApplyStats,
-    mut ready: mpsc::Receiver<Ready>,
+    mut ready: mpsc::Receiver<Item>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), RelayError> {
     let mut schemas = SchemaCache::default();
     let most = context.settings.relay.apply_batch;
     let mut group: Vec<Ready> = Vec::with_capacity(most);
-    while let Some(first) = ready.recv().await {
+    // An item that ended the last group instead of joining it.
+    let mut held: Option<Item> = None;
+    loop {
+        let item = match held.take() {
+            Some(item) => item,
+            None => match ready.recv().await {
+                Some(item) => item,
+                None => break,
+            },
+        };
+        let first = match item {
+            Item::Ready(first) => first,
+            Item::Unordered { why, commit_ts } => {
+                // Everything before it is applied; nothing after it is until the source's
+                // stream starts anew. The transaction waiting ages in the lag.
+                stats.lag.behind_since(commit_ts);
+                stats.stopped.store(true, Ordering::Relaxed);
+                tracing::error!(source = source_dc, "{why}");
+                record_error(conn, source_dc, &why).await?;
+                continue;
+            }
+        };
         group.push(first);
         while group.len() < most {
             match ready.try_recv() {
-                Ok(next) => group.push(next),
+                Ok(Item::Ready(next)) => group.push(next),
+                Ok(other) => {
+                    held = Some(other);
+                    break;
+                }
                 Err(_) => break,
             }
         }
@@ -323,6 +402,7 @@ async fn apply_all(
             }
         }
         apply(context, conn, source_dc, &group).await?;
+        stats.stopped.store(false, Ordering::Relaxed);
         stats
             .applied_transactions
             .fetch_add(group.len() as u64, Ordering::Relaxed);
@@ -332,7 +412,7 @@ async fn apply_all(
         if let Some(last) = group.last() {
             stats.next_offset.store(last.next_offset, Ordering::Relaxed);
         }
-        if ready.is_empty() {
+        if ready.is_empty() && held.is_none() {
             stats.lag.caught_up();
         }
         group.clear();
@@ -395,6 +475,7 @@ async fn apply_in_transaction(
     let bookkeeping = [
         "START TRANSACTION".to_string(),
         applied_update(source_dc, last, group.len(), changes, newest.next_offset),
+        gtids_update(source_dc, &newest.followed),
     ];
     let commit = ["COMMIT".to_string()];
     let mut batch = String::new();
@@ -442,6 +523,18 @@ fn applied_update(
     sql
 }
 
+/// Records how far the applier is in the source's stream: what recognises a transaction
+/// published again, on any server of the source.
+fn gtids_update(source_dc: &str, followed: &Followed) -> String {
+    let mut sql =
+        format!("INSERT INTO `{APPLIED_GTIDS_TABLE}` (source_dc, epoch, applied) VALUES (");
+    push_sql_string(&mut sql, source_dc);
+    sql.push_str(&format!(", {}, ", followed.epoch));
+    push_sql_string(&mut sql, &followed.applied.to_string());
+    sql.push_str(") ON DUPLICATE KEY UPDATE epoch = VALUES(epoch), applied = VALUES(applied)");
+    sql
+}
+
 async fn load_applied(
     conn: &mut Conn,
     source_dc: &str,
@@ -459,8 +552,9 @@ async fn load_applied(
     let row: Option<mysql_async::Row> = conn
         .exec_first(
             format!(
-                "SELECT next_offset, source_file, source_pos, topic FROM `{APPLIED_TABLE}` \
-                 WHERE source_dc = ?"
+                "SELECT a.next_offset, g.epoch, g.applied, a.topic FROM `{APPLIED_TABLE}` a \
+                 LEFT JOIN `{APPLIED_GTIDS_TABLE}` g ON g.source_dc = a.source_dc \
+                 WHERE a.source_dc = ?"
             ),
             (source_dc,),
         )
@@ -474,12 +568,17 @@ async fn load_applied(
              offsets of one topic mean nothing in another; reset its row in relay_applied"
         )));
     }
+    let epoch: Option<u64> = take(&mut row, 1, "relay_applied_gtids.epoch")?;
+    let applied: Option<String> = take(&mut row, 2, "relay_applied_gtids.applied")?;
     Ok(Applied {
         next_offset: take(&mut row, 0, "relay_applied.next_offset")?,
-        source: Position {
-            file: take(&mut row, 1, "relay_applied.source_file")?,
-            pos: take(&mut row, 2, "relay_applied.source_pos")?,
-            gtid: None,
+        followed: Followed {
+            epoch: epoch.unwrap_or(0),
+            applied: applied.unwrap_or_default().parse().map_err(|e| {
+                RelayError::Refused(format!(
+                    "relay_applied_gtids of {source_dc} holds a bad GTID state: {e}"
+                ))
+            })?,
         },
     })
 }
@@ -583,7 +682,7 @@ async fn local_columns(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::relay::change::{ChangeKind, RowChange, TxnRef};
+    use crate::relay::change::{ChangeKind, Position, RowChange, TxnRef};
 
     fn message(seq: u64, index: u32, count: u32) -> Change {
         Change {
@@ -605,6 +704,7 @@ mod tests {
             },
             commit_ts: 0,
             txn: TxnRef { seq, index, count },
+            stream: Default::default(),
         }
     }
 

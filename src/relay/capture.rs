@@ -1,7 +1,8 @@
 //! Capture: reads the local server's binlog as a replica, turns the relayed tables' committed
 //! changes into change messages and publishes them, in binlog order, to this data centre's
 //! topic (one partition, idempotent producer, `acks=all`). The position is checkpointed only
-//! once Kafka acknowledged everything up to it (see [`super::checkpoint`]).
+//! once Kafka acknowledged everything up to it (see [`super::checkpoint`]); where capture
+//! resumes is the later of that and the topic's last message (see [`super::resume`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,16 +19,18 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use tokio::sync::{mpsc, watch};
 
 use crate::kafka::CreateRedacted;
-use crate::mysql::lock::{lock_name, try_lock};
+use crate::mysql::lock::try_lock;
 use crate::mysql::rows::take;
 use crate::mysql::{self, DbError};
 use crate::relay::settings::LoopFilterMode;
 
-use super::change::{Change, TxnRef, binlog_file_number};
+use super::change::{Change, Stream, TxnRef, binlog_file_number};
 use super::checkpoint::{self, Checkpoint};
 use super::context::{RelayContext, RelayError};
 use super::events::{EventHandler, Step, Transaction};
+use super::gtid::{Gtid, GtidState};
 use super::loop_filter::CacheKey;
+use super::resume::{self, Start};
 use super::stats::{CaptureStats, RelayStats, Running};
 use super::table::Charsets;
 
@@ -124,7 +127,7 @@ pub async fn run_once(
     checkpoint::unlogged(&mut state).await?;
     // One capture per data centre and database; the lock lives as long as this connection,
     // which records the checkpoints.
-    let lock = lock_name(&["relay-capture", &context.state_database, &dc]);
+    let lock = resume::capture_lock(context);
     if !try_lock(&mut state, &lock, 0).await? {
         return Err(RelayError::Busy(format!(
             "another relay captures {dc} (it holds lock {lock})"
@@ -137,14 +140,19 @@ pub async fn run_once(
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| RelayError::Refused("the server reports no server_id".into()))?;
     let charsets = utf8_collations(&mut state).await?;
-    let start = match checkpoint::load(&mut state, &dc).await? {
-        Some(found) => found,
-        // First start: from now on. Rows already there must be copied by other means.
-        None => checkpoint::start_here(&mut state, &dc).await?,
-    };
     let topic = relay.topic(&dc);
     ensure_topic(context, &topic).await?;
     let producer = producer(context)?;
+    let found = checkpoint::load(&mut state, &dc).await?;
+    let tail = resume::read_tail(context, &topic).await?;
+    let start = match resume::decide(&topic, found, &tail)? {
+        Start::From { checkpoint, why } => {
+            tracing::info!(dc, "capture resumes after {why}");
+            checkpoint
+        }
+        // First start: from now on. Rows already there must be copied by other means.
+        Start::Here => checkpoint::start_here(&mut state, &dc, 0, None).await?,
+    };
 
     let mut binlog = mysql::connect(context.url()).await?;
     let mut setup = vec![
@@ -188,6 +196,7 @@ pub async fn run_once(
     );
     let stats = &context.stats.capture;
     let _connected = Running::mark(&stats.connected);
+    let start_at = start.clone();
 
     let mut handler = EventHandler::new(
         context.clone(),
@@ -230,7 +239,9 @@ pub async fn run_once(
                     }
                     .into());
                 }
-                Ok(Some(event)) => event.map_err(|e| source_error(e, relay.server_id))?,
+                Ok(Some(event)) => {
+                    event.map_err(|e| source_error(e, relay.server_id, &start_at))?
+                }
             };
             let pending = match handler.handle(&event)? {
                 None => continue,
@@ -350,6 +361,13 @@ async fn publish(
             RelayError::Refused(format!("a transaction of {} changes", changes.len()))
         })?;
         let seq = checkpoint.next_seq;
+        let gtid = txn.gtid;
+        goes_forward(&last.published, gtid)?;
+        let stream = Stream {
+            epoch: last.epoch,
+            published: last.published.clone(),
+            binlog: txn.gtid_before,
+        };
         for (index, row) in changes.into_iter().enumerate() {
             let change = Change {
                 dc: context.dc().to_string(),
@@ -362,9 +380,11 @@ async fn publish(
                     index: index as u32,
                     count,
                 },
+                stream: stream.clone(),
             };
             deliveries.push(send(producer, topic, &change.to_json()).await?);
         }
+        checkpoint.published.update(gtid);
         checkpoint.next_seq += 1;
         checkpoint.published_transactions += 1;
         checkpoint.published_changes += u64::from(count);
@@ -374,6 +394,20 @@ async fn publish(
         deliveries,
         checkpoint,
     })
+}
+
+/// Refuses to publish `gtid` unless its sequence number is above the last one published in its
+/// domain: the appliers would take it for one they applied already.
+fn goes_forward(published: &GtidState, gtid: Gtid) -> Result<(), RelayError> {
+    match published.get(gtid.domain) {
+        Some(before) if gtid.seq <= before.seq => Err(RelayError::Refused(format!(
+            "transaction {gtid} comes after {before} was published, in the same replication \
+             domain: the domain's sequence numbers went back (RESET MASTER, or several servers \
+             writing one domain without gtid_strict_mode); {}",
+            resume::reset_advice()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Queues one message for partition 0, waiting while the producer's queue is full.
@@ -621,16 +655,24 @@ async fn utf8_collations(conn: &mut mysql_async::Conn) -> Result<Charsets, DbErr
 }
 
 /// Binlog errors whose cause is known get their explanation; the rest stay as they are.
-fn source_error(error: mysql_async::Error, server_id: u32) -> RelayError {
+fn source_error(error: mysql_async::Error, server_id: u32, start: &Checkpoint) -> RelayError {
     if let mysql_async::Error::Server(e) = &error {
         match e.code {
-            // ER_MASTER_FATAL_ERROR_READING_BINLOG: purged, or a position the server cannot find.
+            // ER_MASTER_FATAL_ERROR_READING_BINLOG: purged, reset, or a GTID or position the
+            // server does not have. Retrying cannot help.
             1236 => {
+                let at = if start.gtid_state.is_empty() {
+                    format!("{}:{}", start.file, start.pos)
+                } else {
+                    format!("GTID state {}", start.gtid_state)
+                };
                 return RelayError::Refused(format!(
-                    "the server cannot send its binlog from the checkpoint ({}): if the binlog \
-                     was purged, changes were lost to the relay; copy the relayed tables anew and \
-                     delete this data centre's row in relay_checkpoints",
-                    e.message
+                    "the server cannot send its binlog from where capture resumes ({at}): {}. \
+                     If it no longer has (or never had) the transactions from there on \
+                     (PURGE BINARY LOGS, RESET MASTER, a promoted replica that lacks them), they \
+                     are lost to the relay: {}",
+                    e.message.trim_end_matches('.'),
+                    resume::reset_advice()
                 ));
             }
             // ER_SLAVE_SAME_ID: another reader connected with our replica server_id.
@@ -671,6 +713,17 @@ mod tests {
             good.insert(k.to_string(), v.to_string());
         }
         good
+    }
+
+    #[test]
+    fn a_domain_going_back_is_not_published() {
+        let published: GtidState = "0-1-500,1-1-7".parse().unwrap();
+        assert!(goes_forward(&published, "0-2-501".parse().unwrap()).is_ok());
+        assert!(goes_forward(&published, "2-1-1".parse().unwrap()).is_ok());
+        for back in ["0-1-3", "0-2-500", "1-1-7"] {
+            let e = goes_forward(&published, back.parse().unwrap()).unwrap_err();
+            assert!(e.to_string().contains("went back"), "{e}");
+        }
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //!  "values":{"price":"12.3400"},
 //!  "before":{"id":18446744073709551615,"price":"9.9900","seen":"2024-05-01 10:00:00.250000"},
 //!  "file":"mariadb-bin.000002","pos":643,"gtid":"0-11-9","commit_ts":1714557600,
-//!  "txn":{"seq":17,"index":0,"count":1}}
+//!  "txn":{"seq":17,"index":0,"count":1},
+//!  "stream":{"epoch":0,"published":"0-11-7","binlog":"0-11-8"}}
 //! ```
 //!
 //! `columns` is every column of the table with its kind, which says how each value is written:
@@ -21,8 +22,17 @@
 //!
 //! `values` holds every column for an insert and the changed columns for an update; `before`
 //! the whole row before an update or delete. `txn` places the change in its transaction
-//! (`seq` counts the transactions capture published); `file`/`pos` is the end of the
-//! transaction in the source's binlog, which orders transactions for the appliers.
+//! (`seq` numbers the transactions capture published, one after the other; `relay reset` jumps
+//! ahead); `file`/`pos` is the end of the
+//! transaction in the source's binlog and `gtid` its MariaDB GTID.
+//!
+//! `stream` is what keeps the data centre's stream exactly once across restarts and failovers
+//! (see [`super::order`]): `epoch` is the `seq` of the first transaction published since the
+//! stream was last started anew (`relay reset`); `published`, per replication domain, the GTID
+//! of the last transaction published before this one in the epoch (an applier that applied
+//! anything else in that domain is missing something, or the source's history diverged);
+//! `binlog` is the source's GTID state just before this transaction, where capture reads again
+//! to publish it (GTIDs are the same on every server of the data centre, binlog positions not).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -30,6 +40,8 @@ use std::fmt;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
+
+use super::gtid::{Gtid, GtidState};
 
 /// How a column's values are written, derived from the column's type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -124,6 +136,14 @@ pub struct RowChange {
     pub before: Option<Row>,
 }
 
+/// A transaction's place in its data centre's stream (see the module's documentation).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stream {
+    pub epoch: u64,
+    pub published: GtidState,
+    pub binlog: GtidState,
+}
+
 /// The end of a transaction in the source's binlog.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Position {
@@ -135,6 +155,11 @@ pub struct Position {
 }
 
 impl Position {
+    /// The transaction's GTID; `None` when it has none or it does not read as one.
+    pub fn gtid(&self) -> Option<Gtid> {
+        self.gtid.as_deref().and_then(|g| g.parse().ok())
+    }
+
     /// Binlog order: the file's numeric extension, then the offset in the file. `None` for a
     /// file name without one (every binlog file name has one).
     pub fn order(&self) -> Option<(u64, u64)> {
@@ -175,6 +200,7 @@ pub struct Change {
     /// The source's commit time, Unix seconds.
     pub commit_ts: u32,
     pub txn: TxnRef,
+    pub stream: Stream,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -200,6 +226,7 @@ struct Wire {
     position: Position,
     commit_ts: u32,
     txn: TxnRef,
+    stream: Stream,
 }
 
 impl Change {
@@ -218,6 +245,7 @@ impl Change {
             position: self.position.clone(),
             commit_ts: self.commit_ts,
             txn: self.txn,
+            stream: self.stream.clone(),
         };
         // Maps with string keys and JSON values always serialize.
         serde_json::to_vec(&wire).unwrap_or_default()
@@ -275,6 +303,7 @@ impl Change {
             position: wire.position,
             commit_ts: wire.commit_ts,
             txn: wire.txn,
+            stream: wire.stream,
         })
     }
 }
@@ -385,6 +414,11 @@ mod tests {
                 index: 0,
                 count: 1,
             },
+            stream: Stream {
+                epoch: 3,
+                published: "0-11-7,1-12-4".parse().unwrap(),
+                binlog: "0-11-8,1-12-4".parse().unwrap(),
+            },
         }
     }
 
@@ -410,6 +444,9 @@ mod tests {
         assert_eq!(json["type"], "update");
         assert_eq!(json["file"], "mariadb-bin.000002");
         assert_eq!(json["gtid"], "0-11-9");
+        assert_eq!(json["stream"]["published"], "0-11-7,1-12-4");
+        assert_eq!(json["stream"]["binlog"], "0-11-8,1-12-4");
+        assert_eq!(json["stream"]["epoch"], 3);
         assert_eq!(json["columns"]["id"], "uint");
     }
 
@@ -428,6 +465,7 @@ mod tests {
             (r#""count":1"#, r#""count":0"#),
             (r#""type":"update""#, r#""type":"insert""#),
             (r#""id":18446744073709551615,"#, r#""id":-1,"#),
+            (r#""published":"0-11-7,1-12-4""#, r#""published":"0-11""#),
         ] {
             assert!(good.contains(from), "{from} not in {good}");
             let bad = good.replacen(from, to, 1);

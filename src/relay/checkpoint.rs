@@ -1,9 +1,12 @@
-//! Capture's position in its server's binlog, kept in `relay_checkpoints`.
+//! Capture's position in its server's binlog, kept in `relay_checkpoints`, with what it
+//! published (its epoch and, per replication domain, the last GTID) in `relay_published_gtids`.
 //!
 //! A checkpoint is written only for a transaction whose changes Kafka has acknowledged, along
 //! with every transaction before it, so a restart neither loses nor reorders anything: it
 //! resumes after the checkpoint and publishes again what came after it (the appliers recognise
-//! a transaction they already applied by its binlog position).
+//! a transaction they already applied by its GTID, see [`super::order`]). Checkpoints stay on
+//! the server they describe; on another server (after a failover) capture resumes after the
+//! last message of its topic instead (see [`super::resume`]).
 
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
@@ -11,7 +14,7 @@ use mysql_async::prelude::Queryable;
 use crate::mysql::DbError;
 use crate::mysql::rows::{first, take};
 
-use super::context::{CHECKPOINT_TABLE, RelayError};
+use super::context::{CHECKPOINT_TABLE, PUBLISHED_TABLE, RelayError};
 use super::gtid::GtidState;
 
 /// The end of the last transaction a capture finished with.
@@ -25,6 +28,10 @@ pub struct Checkpoint {
     pub gtid_from_position: bool,
     /// The sequence number the next published transaction gets.
     pub next_seq: u64,
+    /// The `seq` of the first transaction of the stream's epoch (see [`super::order`]).
+    pub epoch: u64,
+    /// Per replication domain, the GTID of the last transaction published in the epoch.
+    pub published: GtidState,
     /// Commit time of the last transaction, Unix seconds (0 before the first).
     pub commit_ts: u32,
     pub published_transactions: u64,
@@ -46,8 +53,10 @@ pub async fn load(conn: &mut Conn, dc: &str) -> Result<Option<Checkpoint>, Relay
     let row: Option<mysql_async::Row> = conn
         .exec_first(
             format!(
-                "SELECT binlog_file, binlog_pos, gtid_state, next_seq, commit_ts, \
-                 published_transactions, published_changes FROM `{CHECKPOINT_TABLE}` WHERE dc = ?"
+                "SELECT c.binlog_file, c.binlog_pos, c.gtid_state, c.next_seq, c.commit_ts, \
+                 c.published_transactions, c.published_changes, p.epoch, p.published \
+                 FROM `{CHECKPOINT_TABLE}` c LEFT JOIN `{PUBLISHED_TABLE}` p ON p.dc = c.dc \
+                 WHERE c.dc = ?"
             ),
             (dc,),
         )
@@ -57,24 +66,35 @@ pub async fn load(conn: &mut Conn, dc: &str) -> Result<Option<Checkpoint>, Relay
         return Ok(None);
     };
     let gtid: String = take(&mut row, 2, "relay_checkpoints.gtid_state")?;
+    let epoch: Option<u64> = take(&mut row, 7, "relay_published_gtids.epoch")?;
+    let published: Option<String> = take(&mut row, 8, "relay_published_gtids.published")?;
+    let bad = |e| {
+        RelayError::Refused(format!(
+            "the checkpoint of {dc} holds a bad GTID state: {e}"
+        ))
+    };
     Ok(Some(Checkpoint {
         file: take(&mut row, 0, "relay_checkpoints.binlog_file")?,
         pos: take(&mut row, 1, "relay_checkpoints.binlog_pos")?,
-        gtid_state: gtid.parse().map_err(|e| {
-            RelayError::Refused(format!(
-                "the checkpoint of {dc} holds a bad GTID state: {e}"
-            ))
-        })?,
+        gtid_state: gtid.parse().map_err(bad)?,
         gtid_from_position: false,
         next_seq: take(&mut row, 3, "relay_checkpoints.next_seq")?,
+        epoch: epoch.unwrap_or(0),
+        published: published.unwrap_or_default().parse().map_err(bad)?,
         commit_ts: take(&mut row, 4, "relay_checkpoints.commit_ts")?,
         published_transactions: take(&mut row, 5, "relay_checkpoints.published_transactions")?,
         published_changes: take(&mut row, 6, "relay_checkpoints.published_changes")?,
     }))
 }
 
+/// Saves the checkpoint and what was published up to it, together.
 pub async fn save(conn: &mut Conn, dc: &str, c: &Checkpoint) -> Result<(), DbError> {
-    conn.exec_drop(
+    let context = || format!("saving the checkpoint of {dc} at {}:{}", c.file, c.pos);
+    let mut tx = conn
+        .start_transaction(mysql_async::TxOpts::default())
+        .await
+        .map_err(DbError::mysql(context()))?;
+    tx.exec_drop(
         format!(
             "INSERT INTO `{CHECKPOINT_TABLE}` (dc, binlog_file, binlog_pos, gtid_state, next_seq, \
              commit_ts, published_transactions, published_changes) VALUES (?, ?, ?, ?, ?, ?, ?, ?) \
@@ -96,25 +116,41 @@ pub async fn save(conn: &mut Conn, dc: &str, c: &Checkpoint) -> Result<(), DbErr
         ),
     )
     .await
-    .map_err(DbError::mysql(format!(
-        "saving the checkpoint of {dc} at {}:{}",
-        c.file, c.pos
-    )))
+    .map_err(DbError::mysql(context()))?;
+    tx.exec_drop(
+        format!(
+            "INSERT INTO `{PUBLISHED_TABLE}` (dc, epoch, published) VALUES (?, ?, ?) \
+             ON DUPLICATE KEY UPDATE epoch = VALUES(epoch), published = VALUES(published)"
+        ),
+        (dc, c.epoch, c.published.to_string()),
+    )
+    .await
+    .map_err(DbError::mysql(context()))?;
+    tx.commit().await.map_err(DbError::mysql(context()))
 }
 
-/// Records the server's current position as `dc`'s checkpoint, for a capture that has none
-/// yet: it relays what is written from now on.
-pub async fn start_here(conn: &mut Conn, dc: &str) -> Result<Checkpoint, RelayError> {
+/// Records the server's current position as `dc`'s checkpoint, starting epoch `epoch` of its
+/// stream with nothing published in it yet: capture relays what is written from now on. For a
+/// capture that has no checkpoint and nothing in its topic, and for `relay reset`; `counts`
+/// carries the published totals on.
+pub async fn start_here(
+    conn: &mut Conn,
+    dc: &str,
+    epoch: u64,
+    counts: Option<&Checkpoint>,
+) -> Result<Checkpoint, RelayError> {
     let (file, pos, gtid_state) = server_position(conn).await?;
     let first = Checkpoint {
         file,
         pos,
         gtid_state,
         gtid_from_position: false,
-        next_seq: 0,
+        next_seq: epoch,
+        epoch,
+        published: GtidState::default(),
         commit_ts: 0,
-        published_transactions: 0,
-        published_changes: 0,
+        published_transactions: counts.map_or(0, |c| c.published_transactions),
+        published_changes: counts.map_or(0, |c| c.published_changes),
     };
     save(conn, dc, &first).await?;
     Ok(first)

@@ -18,6 +18,10 @@ use super::stats::RelayStats;
 pub const APPLIED_TABLE: &str = "relay_applied";
 /// The table capture records its position in.
 pub const CHECKPOINT_TABLE: &str = "relay_checkpoints";
+/// Where capture records what it published, with its checkpoint.
+pub const PUBLISHED_TABLE: &str = "relay_published_gtids";
+/// Where each applier records, per replication domain, the last GTID it applied.
+pub const APPLIED_GTIDS_TABLE: &str = "relay_applied_gtids";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {

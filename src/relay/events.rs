@@ -26,6 +26,9 @@ pub const SKIP_REPLICATION_FLAG: u16 = 0x8000;
 pub struct Transaction {
     /// Where the group ends in the binlog, and its GTID.
     pub end: Position,
+    pub gtid: gtid::Gtid,
+    /// The GTID state before this group: where a reader starts to read it again.
+    pub gtid_before: GtidState,
     /// The GTID state once this group is applied: where a reader resumes after it.
     pub gtid_state: GtidState,
     /// The source's commit time, Unix seconds.
@@ -381,6 +384,7 @@ impl EventHandler {
                 open.gtid
             )));
         }
+        let gtid_before = self.gtid_state.clone();
         self.gtid_state.update(open.gtid);
         Ok(Some(Transaction {
             end: Position {
@@ -388,6 +392,8 @@ impl EventHandler {
                 pos: u64::from(end),
                 gtid: Some(open.gtid.to_string()),
             },
+            gtid: open.gtid,
+            gtid_before,
             gtid_state: self.gtid_state.clone(),
             commit_ts: timestamp,
             changes: open.changes,
@@ -508,6 +514,7 @@ mod tests {
         assert_eq!((t.end.file.as_str(), t.end.pos), ("bin.000001", 900));
         assert_eq!(t.end.gtid.as_deref(), Some("0-11-5"));
         assert_eq!(t.gtid_state.to_string(), "0-11-5");
+        assert!(t.gtid_before.is_empty());
         assert_eq!(t.commit_ts, 1_700_000_000);
         assert!(!t.has_marker && !t.skip_flagged && t.changes.is_empty());
     }
@@ -530,6 +537,7 @@ mod tests {
                 .unwrap(),
         );
         assert!(t.changes.is_empty());
+        assert_eq!(t.gtid_before.to_string(), "0-11-1");
         assert_eq!(t.gtid_state.to_string(), "0-11-2");
         assert_eq!(ddl_skipped(&h), 1);
         // A savepoint inside a transaction is neither an end nor DDL.

@@ -178,6 +178,18 @@ impl GtidState {
         self.0.insert(gtid.domain, gtid);
     }
 
+    /// The latest GTID of `domain`.
+    pub fn get(&self, domain: u32) -> Option<Gtid> {
+        self.0.get(&domain).copied()
+    }
+
+    /// This state with `gtid` as its domain's latest.
+    pub fn with(&self, gtid: Gtid) -> GtidState {
+        let mut next = self.clone();
+        next.update(gtid);
+        next
+    }
+
     /// How many sequence numbers `self` is ahead of `older`, summed over domains: the number of
     /// event groups written in between when each domain has one writing server.
     pub fn groups_since(&self, older: &GtidState) -> u64 {
@@ -221,6 +233,20 @@ impl FromStr for GtidState {
             state.update(gtid);
         }
         Ok(state)
+    }
+}
+
+/// In messages a state is its text, `0-1-100,1-2-7`.
+impl serde::Serialize for GtidState {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for GtidState {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<GtidState, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -304,5 +330,12 @@ mod tests {
         let older: GtidState = "0-1-90".parse().unwrap();
         assert_eq!(state.groups_since(&older), 11 + 7);
         assert_eq!(older.groups_since(&state), 0);
+        assert_eq!(state.get(1).map(|g| g.to_string()), Some("1-2-7".into()));
+        assert_eq!(state.get(5), None);
+        assert_eq!(
+            older.with("1-4-2".parse().unwrap()).to_string(),
+            "0-1-90,1-4-2"
+        );
+        assert_eq!(older.to_string(), "0-1-90");
     }
 }

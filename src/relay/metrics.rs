@@ -115,6 +115,9 @@ impl Source for RelaySource {
             metrics::gauge!("logstamp_relay_apply_schema_mismatch", &labels)
                 .set(flag(&apply.schema_mismatch));
             metrics::gauge!("logstamp_relay_apply_running", &labels).set(flag(&apply.running));
+            metrics::counter!("logstamp_relay_apply_skipped_transactions_total", &labels)
+                .absolute(count(&apply.skipped_transactions));
+            metrics::gauge!("logstamp_relay_apply_stopped", &labels).set(flag(&apply.stopped));
         }
         exporter.render()
     }
@@ -127,6 +130,12 @@ impl Source for RelaySource {
             if !apply.running.load(Ordering::Relaxed) {
                 return Err(format!(
                     "the applier of {remote} is not running (the log says why)"
+                ));
+            }
+            if apply.stopped.load(Ordering::Relaxed) {
+                return Err(format!(
+                    "applying from {remote} stopped at a transaction that cannot be placed after \
+                     what was applied (relay status and the log say why)"
                 ));
             }
         }
@@ -206,5 +215,13 @@ fn describe() {
     describe_gauge!(
         "logstamp_relay_apply_running",
         "1 while the applier is connected to MySQL and reads its topic."
+    );
+    describe_counter!(
+        "logstamp_relay_apply_skipped_transactions_total",
+        "Transactions read from the remote data centre's topic that were applied already (published again) and skipped."
+    );
+    describe_gauge!(
+        "logstamp_relay_apply_stopped",
+        "1 while applying from the remote data centre is stopped at a transaction that cannot be placed after what was applied (until its stream is started anew)."
     );
 }

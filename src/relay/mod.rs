@@ -4,9 +4,9 @@
 //!
 //! One concern per module, after the shape of Materialize's MySQL source: `gtid` (MariaDB's
 //! raw events), `table` and `decode` (table maps and row images), `events` (binlog events to
-//! transactions), `change` (the message), `loop_filter`, `capture` and `checkpoint`, `sql` and
-//! `apply`, `status`, `stats` (what a running relay counts, for its metrics), and `context`
-//! (what they share).
+//! transactions), `change` (the message), `loop_filter`, `capture`, `checkpoint` and `resume`
+//! (where capture starts), `order` (exactly once by GTID), `sql` and `apply`, `status`, `stats`
+//! (what a running relay counts, for its metrics), and `context` (what they share).
 
 pub mod apply;
 pub mod capture;
@@ -18,6 +18,8 @@ pub mod events;
 pub mod gtid;
 pub mod loop_filter;
 pub mod metrics;
+pub mod order;
+pub mod resume;
 pub mod settings;
 pub mod sql;
 pub mod stats;
@@ -34,7 +36,7 @@ pub use context::{RelayContext, RelayError};
 pub use settings::TablePattern;
 
 use crate::mysql::{self, DbError};
-use context::{APPLIED_TABLE, CHECKPOINT_TABLE};
+use context::{APPLIED_GTIDS_TABLE, APPLIED_TABLE, CHECKPOINT_TABLE, PUBLISHED_TABLE};
 
 /// A part that ran this long before failing starts again without waiting.
 const HEALTHY_RUN: Duration = Duration::from_secs(60);
@@ -138,16 +140,29 @@ where
 /// Refuses to start before `logstamp migrate` created the relay tables.
 async fn check_migrated(context: &RelayContext) -> Result<(), RelayError> {
     let mut conn = mysql::connect(context.url()).await?;
+    let tables = [
+        CHECKPOINT_TABLE,
+        APPLIED_TABLE,
+        PUBLISHED_TABLE,
+        APPLIED_GTIDS_TABLE,
+    ];
+    // Rows, not strings: a name is counted whatever form the server sends it in.
     let found: Vec<mysql_async::Row> = conn
         .exec(
             "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? \
-             AND TABLE_NAME IN (?, ?)",
-            (&context.state_database, CHECKPOINT_TABLE, APPLIED_TABLE),
+             AND TABLE_NAME IN (?, ?, ?, ?)",
+            (
+                &context.state_database,
+                tables[0],
+                tables[1],
+                tables[2],
+                tables[3],
+            ),
         )
         .await
         .map_err(DbError::mysql("looking for the relay tables"))?;
     let _ = conn.disconnect().await;
-    if found.len() == 2 {
+    if found.len() == tables.len() {
         Ok(())
     } else {
         Err(RelayError::Refused(format!(

@@ -83,6 +83,11 @@ pub struct ApplyStats {
     pub next_offset: AtomicI64,
     /// Applying waits because a table differs between the source and here.
     pub schema_mismatch: AtomicBool,
+    /// Transactions read that were applied already (published again), and skipped.
+    pub skipped_transactions: AtomicU64,
+    /// Applying stopped at a transaction that cannot be placed after what was applied, until
+    /// the source's stream starts anew.
+    pub stopped: AtomicBool,
     /// The applier is connected to MySQL and reads its topic.
     pub running: AtomicBool,
     pub lag: Lag,

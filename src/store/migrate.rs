@@ -52,6 +52,14 @@ const BUILTIN: &[(&str, &str)] = &[
         "0006_relay_applied.sql",
         include_str!("../../migrations/0006_relay_applied.sql"),
     ),
+    (
+        "0007_relay_published_gtids.sql",
+        include_str!("../../migrations/0007_relay_published_gtids.sql"),
+    ),
+    (
+        "0008_relay_applied_gtids.sql",
+        include_str!("../../migrations/0008_relay_applied_gtids.sql"),
+    ),
 ];
 
 /// The bookkeeping table. Created by the runner itself: it must exist before the first file

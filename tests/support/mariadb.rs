@@ -101,6 +101,70 @@ impl MariaDb {
         self.child = None;
     }
 
+    /// Kills the server with SIGKILL, as a crash would: nothing is flushed.
+    pub fn kill(&mut self) {
+        let mut child = self.child.take().expect("a running server");
+        child.kill().expect("killing the server");
+        child.wait().expect("waiting for the server");
+    }
+
+    /// Makes this server a GTID replica of `primary` (`MASTER_USE_GTID=slave_pos`) and starts
+    /// replicating.
+    pub async fn replicate_from(&self, primary: &MariaDb) {
+        let mut conn = self.conn().await;
+        for statement in [
+            format!(
+                "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, \
+                 MASTER_USER = 'root', MASTER_USE_GTID = slave_pos",
+                primary.port
+            ),
+            "START SLAVE".to_string(),
+        ] {
+            conn.query_drop(&statement)
+                .await
+                .unwrap_or_else(|e| panic!("{statement}: {e}"));
+        }
+    }
+
+    /// The server's `@@gtid_binlog_pos`.
+    pub async fn gtid_binlog_pos(&self) -> String {
+        let mut conn = self.conn().await;
+        let pos: Option<String> = conn
+            .query_first("SELECT @@GLOBAL.gtid_binlog_pos")
+            .await
+            .unwrap();
+        pos.unwrap_or_default()
+    }
+
+    /// Waits until this replica applied everything up to `gtid_pos` (`MASTER_GTID_WAIT`).
+    pub async fn wait_replicated(&self, gtid_pos: &str) {
+        let mut conn = self.conn().await;
+        let reached: Option<i32> = conn
+            .exec_first(
+                "SELECT MASTER_GTID_WAIT(?, ?)",
+                (gtid_pos, READY_WITHIN.as_secs()),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            reached,
+            Some(0),
+            "the replica on port {} did not reach {gtid_pos}: {}",
+            self.port,
+            self.log()
+        );
+    }
+
+    /// Stops replicating and forgets the primary: this server is a primary now.
+    pub async fn promote(&self) {
+        let mut conn = self.conn().await;
+        for statement in ["STOP SLAVE", "RESET SLAVE ALL"] {
+            conn.query_drop(statement)
+                .await
+                .unwrap_or_else(|e| panic!("{statement}: {e}"));
+        }
+    }
+
     /// Starts a stopped server again on the same data and port.
     pub async fn restart(&mut self) {
         assert!(self.child.is_none(), "the server is running");

@@ -21,7 +21,7 @@ use logstamp::id::IdGenerator;
 use logstamp::mysql::MysqlUrl;
 use logstamp::mysql::encode::push_sql_string;
 use logstamp::relay::TablePattern;
-use logstamp::relay::checkpoint;
+use logstamp::relay::resume;
 use logstamp::relay::settings::{LoopFilterMode, RemoteDc};
 use logstamp::relay::{RelayContext, apply, capture};
 use logstamp::store::migrate;
@@ -251,12 +251,7 @@ async fn bench_in(
         r.query_drop("STOP SLAVE SQL_THREAD").await?;
     }
     // Capture starts where the backlog starts.
-    {
-        let mut state = logstamp::mysql::connect(context_a.url()).await?;
-        checkpoint::unlogged(&mut state).await?;
-        checkpoint::start_here(&mut state, "a").await?;
-        state.disconnect().await?;
-    }
+    resume::start_anew(&context_a).await?;
     let ids = IdGenerator::new(settings.id.layout, 1)?;
     let started = Instant::now();
     write(a, &ids, args.changes, args.txn_size, None).await?;
