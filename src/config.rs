@@ -20,6 +20,7 @@ use crate::kafka::KafkaSettings;
 use crate::mysql::MysqlSettings;
 use crate::relay::settings::RelaySettings;
 use crate::settings::SettingError;
+use crate::store::migrate::bookkeeping_tables;
 use crate::store::settings::{PartitionSettings, StoreSettings};
 use crate::telemetry::TelemetrySettings;
 use crate::transform::Normalizer;
@@ -271,6 +272,9 @@ impl<'a> Layered<'a> {
         raw.ingest.validate().map_err(invalid)?;
         raw.telemetry.validate().map_err(invalid)?;
         raw.relay.validate().map_err(invalid)?;
+        raw.relay
+            .refuse_bookkeeping(raw.mysql.url.database(), &bookkeeping_tables())
+            .map_err(invalid)?;
         let rollup_plans = compile_rollups(&raw.store, &raw.rollups).map_err(invalid)?;
         let normalize =
             Normalizer::compile(raw.normalize).map_err(|e| self.invalid(&e.key(), e.reason))?;

@@ -531,6 +531,39 @@ fn relay_settings() {
 }
 
 #[test]
+fn relay_tables_never_take_in_logstamps_own_tables() {
+    let url = ("LOGSTAMP__MYSQL__URL", "mysql://root@127.0.0.1/state");
+    let every = [
+        "ingest_offsets",
+        "service_leases",
+        "dead_letters",
+        "relay_checkpoints",
+    ];
+    let cases: [(&str, &[&str]); 3] = [
+        ("state.*", &every),
+        ("state.ingest_offsets", &["ingest_offsets"]),
+        ("state.relay_applied_gtids", &["relay_applied_gtids"]),
+    ];
+    for (pattern, named) in cases {
+        let e = load_err(None, &[url, ("LOGSTAMP__RELAY__TABLES", pattern)], &[]);
+        assert_names(
+            &e,
+            "relay.tables",
+            "environment variable LOGSTAMP__RELAY__TABLES",
+        );
+        for table in named {
+            assert!(e.to_string().contains(table), "{table} not named in {e}");
+        }
+    }
+    let s = load(
+        None,
+        &[url, ("LOGSTAMP__RELAY__TABLES", "state.logs,app.*")],
+        &[],
+    );
+    assert_eq!(s.relay.tables.len(), 2);
+}
+
+#[test]
 fn relay_tables_and_remotes_are_checked() {
     let e = load_err(None, &[("LOGSTAMP__RELAY__TABLES", "app.t,nodot")], &[]);
     assert_names(

@@ -90,6 +90,37 @@ impl RelaySettings {
     }
 }
 
+impl RelaySettings {
+    /// Refuses a pattern that takes in one of `bookkeeping`, logstamp's own tables in
+    /// `database` (offsets, leases, dead letters, the relay's state): relayed, a remote message
+    /// could rewrite them.
+    pub fn refuse_bookkeeping(
+        &self,
+        database: &str,
+        bookkeeping: &[&str],
+    ) -> Result<(), SettingError> {
+        for pattern in &self.tables {
+            let taken: Vec<&str> = bookkeeping
+                .iter()
+                .copied()
+                .filter(|table| pattern.matches(database, table))
+                .collect();
+            if !taken.is_empty() {
+                return Err(SettingError::new(
+                    "relay.tables",
+                    format!(
+                        "{pattern} takes in logstamp's own tables of {database} ({}), which stay \
+                         local to each data centre: name the tables to relay one by one, such as \
+                         {database}.logs",
+                        taken.join(", ")
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Names end up in topic names and in relay tables' keys: keep them to what both take.
 fn dc_name(key: &str, name: &str) -> Result<(), SettingError> {
     let valid = !name.is_empty()

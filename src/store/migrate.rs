@@ -62,6 +62,18 @@ const BUILTIN: &[(&str, &str)] = &[
     ),
 ];
 
+/// logstamp's own tables in the database of `mysql.url`: the migrations' and the runner's.
+/// Never relayed: a remote message could then rewrite offsets, leases or the relay's state.
+pub fn bookkeeping_tables() -> Vec<&'static str> {
+    const CREATE: &str = "CREATE TABLE IF NOT EXISTS `";
+    let mut tables = vec!["schema_migrations"];
+    tables.extend(BUILTIN.iter().filter_map(|(_, sql)| {
+        let name = &sql[sql.find(CREATE)? + CREATE.len()..];
+        name.split('`').next()
+    }));
+    tables
+}
+
 /// The bookkeeping table. Created by the runner itself: it must exist before the first file
 /// can be recorded.
 const CREATE_SCHEMA_MIGRATIONS: &str = "CREATE TABLE IF NOT EXISTS `schema_migrations` (
