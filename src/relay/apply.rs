@@ -682,30 +682,15 @@ async fn local_columns(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::relay::change::{ChangeKind, Position, RowChange, TxnRef};
+    use crate::relay::change::{Position, TxnRef};
 
     fn message(seq: u64, index: u32, count: u32) -> Change {
-        Change {
-            dc: "dc1".into(),
-            server_id: 1,
-            row: RowChange {
-                schema: "app".into(),
-                table: "t".into(),
-                kind: ChangeKind::Delete,
-                columns: Default::default(),
-                key: Default::default(),
-                values: Default::default(),
-                before: None,
-            },
-            position: Position {
-                file: "bin.000001".into(),
-                pos: 100 + seq,
-                gtid: None,
-            },
-            commit_ts: 0,
-            txn: TxnRef { seq, index, count },
-            stream: Default::default(),
-        }
+        let position = Position {
+            file: "bin.000001".into(),
+            pos: 100 + seq,
+            gtid: None,
+        };
+        Change::test_delete(position, TxnRef { seq, index, count }, Default::default())
     }
 
     #[test]

@@ -358,6 +358,31 @@ pub fn value_from_json(kind: Kind, json: serde_json::Value) -> Result<Option<Val
 }
 
 #[cfg(test)]
+impl Change {
+    /// A one-row DELETE of `app.t` from data centre `a`: the fixture of tests that look only at
+    /// a message's position, framing and stream.
+    pub(crate) fn test_delete(position: Position, txn: TxnRef, stream: Stream) -> Change {
+        Change {
+            dc: "a".into(),
+            server_id: 1,
+            row: RowChange {
+                schema: "app".into(),
+                table: "t".into(),
+                kind: ChangeKind::Delete,
+                columns: Default::default(),
+                key: Default::default(),
+                values: Default::default(),
+                before: None,
+            },
+            position,
+            commit_ts: 1_700_000_000,
+            txn,
+            stream,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -245,7 +245,7 @@ fn tail_of(consumer: &BaseConsumer, topic: &str) -> Result<Tail, RelayError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::relay::change::{ChangeKind, Position, RowChange, Stream, TxnRef};
+    use crate::relay::change::{Position, Stream, TxnRef};
     use crate::relay::gtid::GtidState;
 
     fn state(text: &str) -> GtidState {
@@ -255,31 +255,19 @@ mod tests {
     fn last(seq: u64, index: u32, count: u32, gtid: &str, epoch: u64) -> Tail {
         Tail::Last {
             offset: 41,
-            change: Box::new(Change {
-                dc: "a".into(),
-                server_id: 1,
-                row: RowChange {
-                    schema: "app".into(),
-                    table: "t".into(),
-                    kind: ChangeKind::Delete,
-                    columns: Default::default(),
-                    key: Default::default(),
-                    values: Default::default(),
-                    before: None,
-                },
-                position: Position {
+            change: Box::new(Change::test_delete(
+                Position {
                     file: "mariadb-bin.000003".into(),
                     pos: 1_597_136,
                     gtid: Some(gtid.into()),
                 },
-                commit_ts: 1_700_000_000,
-                txn: TxnRef { seq, index, count },
-                stream: Stream {
+                TxnRef { seq, index, count },
+                Stream {
                     epoch,
                     published: state("0-1-90,1-1-4"),
                     binlog: state("0-1-99,1-1-7"),
                 },
-            }),
+            )),
         }
     }
 
