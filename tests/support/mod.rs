@@ -7,6 +7,7 @@ pub mod http;
 pub mod ingest;
 pub mod mariadb;
 pub mod python;
+pub mod relay;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -1,0 +1,724 @@
+//! The relay's end-to-end harness: private MariaDB servers (one per data centre, with a
+//! binlog), one in-process Kafka mock cluster per data centre, and `logstamp relay run` as a child
+//! process per data centre, so a test can kill it.
+
+use std::collections::BTreeSet;
+use std::fs::OpenOptions;
+use std::future::Future;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Value as Sql};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::DefaultProducerContext;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use logstamp::id::{IdGenerator, Layout};
+use logstamp::relay::change::Change;
+use logstamp::relay::gtid::GtidState;
+use logstamp::relay::settings::LoopFilterMode;
+
+use super::http::served_address;
+use super::mariadb::MariaDb;
+
+/// How long relayed changes may take to arrive everywhere.
+pub const DEADLINE: Duration = Duration::from_secs(120);
+
+pub const ITEMS: &str = "CREATE TABLE app.items (
+  id BIGINT UNSIGNED NOT NULL PRIMARY KEY,
+  service INT UNSIGNED NOT NULL,
+  v INT NOT NULL,
+  note VARCHAR(64) NOT NULL,
+  amount DECIMAL(18,6) NULL,
+  seen DATETIME(6) NOT NULL
+) ENGINE=InnoDB";
+
+/// One data centre: its server, its Kafka, and its relay process.
+pub struct Dc {
+    pub name: String,
+    pub server: MariaDb,
+    /// Its own Kafka, with its topic; none where it shares `brokers` with others.
+    pub kafka: Option<MockCluster<'static, DefaultProducerContext>>,
+    pub brokers: String,
+    pub dir: tempfile::TempDir,
+    pub relay: Option<Child>,
+    /// Where the running relay's lines start in its log (earlier runs wrote what is before).
+    pub log_from: usize,
+}
+
+impl Dc {
+    /// A server with the relay's tables and `ddl` run in it, and a Kafka with its topic.
+    pub async fn new(name: &str, server_id: u32, ddl: &[&str]) -> Dc {
+        Dc::with_server(name, MariaDb::start(server_id, &[]).await, ddl).await
+    }
+
+    pub async fn with_server(name: &str, server: MariaDb, ddl: &[&str]) -> Dc {
+        let kafka = MockCluster::new(1).unwrap();
+        kafka.create_topic(&topic(name), 1, 1).unwrap();
+        let brokers = kafka.bootstrap_servers();
+        Dc::with_kafka(name, server, ddl, brokers, Some(kafka)).await
+    }
+
+    /// A server with the relay's tables and `ddl` run in it, using the Kafka at `brokers`.
+    pub async fn with_kafka(
+        name: &str,
+        server: MariaDb,
+        ddl: &[&str],
+        brokers: String,
+        kafka: Option<MockCluster<'static, DefaultProducerContext>>,
+    ) -> Dc {
+        let mut conn = server.conn().await;
+        for statement in [
+            "CREATE DATABASE logstamp",
+            "CREATE DATABASE app",
+            "CREATE DATABASE audit",
+        ]
+        .iter()
+        .chain(ddl)
+        {
+            conn.query_drop(*statement).await.unwrap();
+        }
+        conn.query_drop("USE logstamp").await.unwrap();
+        logstamp::store::migrate::apply(&mut conn, &logstamp::store::migrate::builtin().unwrap())
+            .await
+            .unwrap();
+        conn.disconnect().await.unwrap();
+        Dc {
+            name: name.to_string(),
+            server,
+            kafka,
+            brokers,
+            dir: tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap(),
+            relay: None,
+            log_from: 0,
+        }
+    }
+
+    /// Writes this data centre's settings: its server and Kafka, and every other as a remote.
+    /// `checkpoint_interval`: how often capture records its position (a long one leaves more
+    /// to publish again after a kill).
+    pub fn configure(
+        &self,
+        remotes: &[(&str, String)],
+        mode: LoopFilterMode,
+        checkpoint_interval: &str,
+    ) {
+        let mut text = format!(
+            "[mysql]\nurl = \"{}\"\n[kafka]\nbrokers = \"{}\"\n[relay]\ndc = \"{}\"\n\
+             server_id = {}\ntables = [\"app.*\"]\nloop_filter = \"{mode}\"\n\
+             checkpoint_interval = \"{checkpoint_interval}\"\n\
+             [telemetry]\nlisten = \"127.0.0.1:0\"\n",
+            self.server.url("logstamp"),
+            self.brokers,
+            self.name,
+            9000 + self.server.server_id,
+        );
+        for (dc, brokers) in remotes {
+            text.push_str(&format!(
+                "[[relay.remotes]]\ndc = \"{dc}\"\nbrokers = \"{brokers}\"\n"
+            ));
+        }
+        std::fs::write(self.dir.path().join("relay.toml"), text).unwrap();
+    }
+
+    pub fn start_relay(&mut self) {
+        assert!(self.relay.is_none(), "the relay of {} runs", self.name);
+        self.log_from = self.log().len();
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("relay.log"))
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_logstamp"))
+            .arg("--config")
+            .arg(self.dir.path().join("relay.toml"))
+            .args(["relay", "run"])
+            .env("RUST_LOG", "logstamp=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.relay = Some(child);
+    }
+
+    /// Kills the relay the hard way: nothing is flushed or recorded.
+    pub fn kill_relay(&mut self) {
+        let mut child = self.relay.take().expect("a running relay");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// Stops the relay with SIGTERM and checks it exits cleanly.
+    pub async fn stop_relay(&mut self) {
+        let mut child = self.relay.take().expect("a running relay");
+        let pid = libc::pid_t::try_from(child.id()).unwrap();
+        // SAFETY: sending a signal to our own child process.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the relay of {} did not stop",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(
+            status.success(),
+            "the relay of {} exited with {status}: {}",
+            self.name,
+            self.log()
+        );
+    }
+
+    /// `logstamp relay status` as JSON lines.
+    pub fn status(&self) -> Vec<serde_json::Value> {
+        let output = Command::new(env!("CARGO_BIN_EXE_logstamp"))
+            .arg("--config")
+            .arg(self.dir.path().join("relay.toml"))
+            .args(["relay", "status"])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        output
+            .stdout
+            .split(|b| *b == b'\n')
+            .filter(|line| !line.is_empty())
+            .map(|line| serde_json::from_slice(line).unwrap())
+            .collect()
+    }
+
+    /// Where the running relay serves its metrics and health (it takes a free port).
+    pub async fn telemetry(&self) -> String {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if let Some(address) = served_address(&self.log()[self.log_from..]) {
+                return address;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the relay of {} names no telemetry address",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("relay.log")).unwrap_or_default()
+    }
+
+    /// Runs `relay run` until it exits by itself, which it must within [`DEADLINE`]: its exit
+    /// code and what it wrote.
+    pub async fn run_until_exit(&self) -> (Option<i32>, String) {
+        let errors = self.dir.path().join("exit.log");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_logstamp"))
+            .arg("--config")
+            .arg(self.dir.path().join("relay.toml"))
+            .args(["relay", "run"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&errors).unwrap())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + DEADLINE;
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "the relay of {} did not stop: {}",
+                    self.name,
+                    std::fs::read_to_string(&errors).unwrap_or_default()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        (status.code(), std::fs::read_to_string(&errors).unwrap())
+    }
+
+    /// `logstamp relay reset` here: the line it prints.
+    pub fn reset(&self) -> serde_json::Value {
+        let output = Command::new(env!("CARGO_BIN_EXE_logstamp"))
+            .arg("--config")
+            .arg(self.dir.path().join("relay.toml"))
+            .args(["relay", "reset"])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "relay reset in {}: {}",
+            self.name,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).unwrap()
+    }
+
+    /// Waits until `relay status` here shows every applier with nothing left to apply.
+    pub async fn wait_appliers_caught_up(&self) {
+        wait_until(
+            &format!("the appliers of {} catch up", self.name),
+            || async {
+                let lines = self.status();
+                let behind: Vec<_> = lines
+                    .iter()
+                    .filter(|l| l["part"] == "apply" && l["behind_messages"] != 0)
+                    .collect();
+                if behind.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("{behind:?}"))
+                }
+            },
+        )
+        .await;
+    }
+
+    /// Waits until `relay status` here shows capture has read all its server wrote.
+    pub async fn wait_capture_caught_up(&self) {
+        wait_until(
+            &format!("the capture of {} catches up", self.name),
+            || async {
+                let lines = self.status();
+                match lines.iter().find(|l| l["part"] == "capture") {
+                    Some(c) if c["behind_transactions"] == 0 => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+    }
+
+    /// Waits until this data centre applied at least `transactions` of `source`'s.
+    pub async fn wait_applied(&self, source: &str, transactions: u64) {
+        wait_until(
+            &format!("{} applies {transactions} of {source}'s", self.name),
+            || async {
+                let (applied, _) = self.applied(source).await;
+                if applied >= transactions {
+                    Ok(())
+                } else {
+                    Err(format!("{applied} applied"))
+                }
+            },
+        )
+        .await;
+    }
+
+    pub async fn conn(&self) -> Conn {
+        self.server.conn().await
+    }
+
+    /// Waits until capture recorded where it starts: writes before that are not relayed.
+    pub async fn wait_capture_started(&self) {
+        wait_until(&format!("capture of {} starts", self.name), || async {
+            let mut conn = self.conn().await;
+            let n: Option<u64> = conn
+                .exec_first(
+                    "SELECT COUNT(*) FROM logstamp.relay_checkpoints WHERE dc = ?",
+                    (&self.name,),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            if n == Some(1) {
+                Ok(())
+            } else {
+                Err("no checkpoint yet".into())
+            }
+        })
+        .await;
+    }
+
+    /// Every row of `table`, ordered by its primary key.
+    pub async fn rows(&self, table: &str) -> Vec<Vec<Sql>> {
+        let mut conn = self.conn().await;
+        let rows: Vec<mysql_async::Row> = conn
+            .query(format!("SELECT * FROM {table} ORDER BY 1"))
+            .await
+            .unwrap();
+        rows.into_iter().map(|r| r.unwrap()).collect()
+    }
+
+    /// `relay_applied` of `source`: (applied transactions, applied changes).
+    pub async fn applied(&self, source: &str) -> (u64, u64) {
+        let mut conn = self.conn().await;
+        let row: Option<(u64, u64)> = conn
+            .exec_first(
+                "SELECT applied_transactions, applied_changes FROM logstamp.relay_applied \
+                 WHERE source_dc = ?",
+                (source,),
+            )
+            .await
+            .unwrap();
+        row.unwrap_or((0, 0))
+    }
+
+    /// Every message in this data centre's topic.
+    pub fn published(&self) -> Vec<Change> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.brokers)
+            .set("group.id", "relay-test")
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        let topic = topic(&self.name);
+        let (_, end) = consumer
+            .fetch_watermarks(&topic, 0, Duration::from_secs(10))
+            .unwrap();
+        let mut assignment = TopicPartitionList::new();
+        assignment
+            .add_partition_offset(&topic, 0, Offset::Beginning)
+            .unwrap();
+        consumer.assign(&assignment).unwrap();
+        let mut changes = Vec::new();
+        let deadline = Instant::now() + DEADLINE;
+        while (changes.len() as i64) < end {
+            assert!(Instant::now() < deadline, "reading {topic} stalled");
+            if let Some(message) = consumer.poll(Duration::from_millis(100)) {
+                let message = message.unwrap();
+                changes.push(Change::from_json(message.payload().unwrap()).unwrap());
+            }
+        }
+        changes
+    }
+}
+
+impl Drop for Dc {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.relay.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            let log = self.log();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("--- relay log of {} (last lines) ---", self.name);
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+/// Data centres a and b, with `ddl` run in both.
+pub async fn two_dcs(ddl: &str) -> Vec<Dc> {
+    vec![Dc::new("a", 1, &[ddl]).await, Dc::new("b", 2, &[ddl]).await]
+}
+
+pub fn topic(dc: &str) -> String {
+    format!("logstamp-relay-{dc}")
+}
+
+/// Writes every data centre's settings (each applies all the others) and starts the relays,
+/// waiting until each capture has its starting point.
+pub async fn start_relays(dcs: &mut [Dc], mode: LoopFilterMode, checkpoint_interval: &str) {
+    let all: Vec<(String, String)> = dcs
+        .iter()
+        .map(|d| (d.name.clone(), d.brokers.clone()))
+        .collect();
+    for dc in dcs.iter_mut() {
+        let remotes: Vec<(&str, String)> = all
+            .iter()
+            .filter(|(name, _)| *name != dc.name)
+            .map(|(name, brokers)| (name.as_str(), brokers.clone()))
+            .collect();
+        dc.configure(&remotes, mode, checkpoint_interval);
+        dc.start_relay();
+    }
+    for dc in dcs.iter() {
+        dc.wait_capture_started().await;
+    }
+}
+
+/// Polls `check` until it passes; fails with its last reason after [`DEADLINE`].
+pub async fn wait_until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        match check().await {
+            Ok(()) => return,
+            Err(why) if Instant::now() > deadline => panic!("{what}: still {why}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// An ingest-like writer with its own service ID: inserts rows with its IDs, updates and
+/// deletes its own rows, one transaction per operation (some with several changes), at most
+/// one per `pace` if given. Returns the number of transactions it committed.
+pub async fn writer(
+    url: String,
+    service_id: u32,
+    transactions: usize,
+    seed: u64,
+    pace: Option<Duration>,
+) -> u64 {
+    write_until_error(url, service_id, transactions, seed, pace)
+        .await
+        .unwrap_or_else(|(n, e)| panic!("writer {service_id} failed after {n} transactions: {e}"))
+}
+
+/// [`writer`], stopping at the first statement that fails (its server went away): the
+/// transactions committed by then, and the error.
+pub async fn write_until_error(
+    url: String,
+    service_id: u32,
+    transactions: usize,
+    seed: u64,
+    pace: Option<Duration>,
+) -> Result<u64, (u64, mysql_async::Error)> {
+    let mut ticks = pace.map(tokio::time::interval);
+    let ids = IdGenerator::new(Layout::new(10, 0).unwrap(), service_id).unwrap();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut conn = Conn::from_url(url).await.map_err(|e| (0, e))?;
+    let mut live: Vec<u64> = Vec::new();
+    let insert = "INSERT INTO app.items (id, service, v, note, amount, seen) \
+                  VALUES (?, ?, 0, ?, ?, NOW(6))";
+    for n in 0..transactions {
+        if let Some(ticks) = &mut ticks {
+            ticks.tick().await;
+        }
+        let failed = |e| (n as u64, e);
+        let choice = rng.random_range(0..10);
+        let note = format!("w{service_id} n{n} 😀");
+        let amount = format!(
+            "{}.{:06}",
+            rng.random_range(-999..999),
+            rng.random_range(0..999_999)
+        );
+        if live.is_empty() || choice < 4 {
+            let id = ids.next_id().unwrap();
+            conn.exec_drop(insert, (id, service_id, &note, &amount))
+                .await
+                .map_err(failed)?;
+            live.push(id);
+        } else if choice < 7 {
+            let id = live[rng.random_range(0..live.len())];
+            conn.exec_drop(
+                "UPDATE app.items SET v = v + 1, note = ? WHERE id = ?",
+                (&note, id),
+            )
+            .await
+            .map_err(failed)?;
+        } else if choice < 8 {
+            let id = live.swap_remove(rng.random_range(0..live.len()));
+            conn.exec_drop("DELETE FROM app.items WHERE id = ?", (id,))
+                .await
+                .map_err(failed)?;
+        } else {
+            // Several changes in one transaction.
+            let id = ids.next_id().unwrap();
+            let other = live[rng.random_range(0..live.len())];
+            let mut tx = conn
+                .start_transaction(Default::default())
+                .await
+                .map_err(failed)?;
+            tx.exec_drop(insert, (id, service_id, &note, &amount))
+                .await
+                .map_err(failed)?;
+            tx.exec_drop(
+                "UPDATE app.items SET v = v + 10, amount = NULL WHERE id = ?",
+                (other,),
+            )
+            .await
+            .map_err(failed)?;
+            tx.commit().await.map_err(failed)?;
+            live.push(id);
+        }
+    }
+    conn.disconnect()
+        .await
+        .map_err(|e| (transactions as u64, e))?;
+    Ok(transactions as u64)
+}
+
+/// Runs two writers per data centre at once; returns each data centre's transactions.
+pub async fn write_everywhere(dcs: &[Dc], per_writer: usize) -> Vec<u64> {
+    let mut tasks = Vec::new();
+    for (i, dc) in dcs.iter().enumerate() {
+        for w in 0..2u32 {
+            let service_id = (i as u32) * 10 + w + 1;
+            tasks.push((
+                i,
+                tokio::spawn(writer(
+                    dc.server.url("app"),
+                    service_id,
+                    per_writer,
+                    u64::from(service_id),
+                    None,
+                )),
+            ));
+        }
+    }
+    let mut local = vec![0; dcs.len()];
+    for (i, task) in tasks {
+        local[i] += task.await.unwrap();
+    }
+    local
+}
+
+/// Waits until every data centre applied every other's transactions and all hold the same rows.
+pub async fn wait_in_sync(dcs: &[Dc], local: &[u64], table: &str) {
+    wait_until("all data centres in sync", || async {
+        for dc in dcs {
+            for (j, source) in dcs.iter().enumerate() {
+                if source.name != dc.name {
+                    let (applied, _) = dc.applied(&source.name).await;
+                    if applied < local[j] {
+                        return Err(format!(
+                            "{} applied {applied} of {}'s {}",
+                            dc.name, source.name, local[j]
+                        ));
+                    }
+                }
+            }
+        }
+        let first = dcs[0].rows(table).await;
+        for dc in &dcs[1..] {
+            if dc.rows(table).await != first {
+                return Err(format!(
+                    "{table} differs between {} and {}",
+                    dcs[0].name, dc.name
+                ));
+            }
+        }
+        Ok(())
+    })
+    .await;
+}
+
+/// Waits until `a` and `b` hold the same rows in `table`.
+pub async fn wait_same_rows(a: &Dc, b: &Dc, table: &str) {
+    wait_until(
+        &format!("{table} is the same in {} and {}", a.name, b.name),
+        || async {
+            let (here, there) = (a.rows(table).await, b.rows(table).await);
+            if here == there {
+                Ok(())
+            } else {
+                Err(format!("{} rows and {} rows", here.len(), there.len()))
+            }
+        },
+    )
+    .await;
+}
+
+/// Replaces the rows of `table` in `to` with those of `from`, as a dump loaded after a
+/// `TRUNCATE` would.
+pub async fn copy_table(from: &Dc, to: &Dc, table: &str) {
+    let rows = from.rows(table).await;
+    let mut conn = to.conn().await;
+    conn.query_drop(format!("TRUNCATE TABLE {table}"))
+        .await
+        .unwrap();
+    let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+    for row in rows {
+        let marks = vec!["?"; row.len()].join(", ");
+        tx.exec_drop(format!("INSERT INTO {table} VALUES ({marks})"), row)
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+}
+
+/// The sequence number of a one-domain GTID position (`0-1-42`: 42).
+pub fn seq_of(gtid_pos: &str) -> u64 {
+    let state: GtidState = gtid_pos.parse().unwrap();
+    state.get(0).expect("a GTID in domain 0").seq
+}
+
+/// Nothing looped and nothing was applied twice: each topic holds exactly its data centre's
+/// own transactions, and each data centre applied exactly the others'.
+pub async fn assert_exactly_once(dcs: &[Dc], local: &[u64]) {
+    for (i, dc) in dcs.iter().enumerate() {
+        let published = dc.published();
+        let positions: BTreeSet<(String, u64)> = published
+            .iter()
+            .map(|c| (c.position.file.clone(), c.position.pos))
+            .collect();
+        assert_eq!(
+            positions.len() as u64,
+            local[i],
+            "transactions {} published",
+            dc.name
+        );
+        assert!(
+            published
+                .iter()
+                .all(|c| c.dc == dc.name && c.server_id == dc.server.server_id),
+            "{}'s topic holds changes made elsewhere",
+            dc.name
+        );
+        for (j, source) in dcs.iter().enumerate() {
+            if j != i {
+                let (applied, _) = dc.applied(&source.name).await;
+                assert_eq!(
+                    applied, local[j],
+                    "{} applied from {}",
+                    dc.name, source.name
+                );
+            }
+        }
+    }
+}
+
+pub async fn two_dcs_writing_at_once(mode: LoopFilterMode) {
+    let mut dcs = two_dcs(ITEMS).await;
+    start_relays(&mut dcs, mode, "100ms").await;
+    let local = write_everywhere(&dcs, 120).await;
+    wait_in_sync(&dcs, &local, "app.items").await;
+    assert_exactly_once(&dcs, &local).await;
+    // `relay status` agrees: nothing behind, every transaction applied.
+    wait_until("status shows a caught up", || async {
+        let lines = dcs[0].status();
+        let capture = &lines[0];
+        let apply = &lines[1];
+        let caught_up = capture["part"] == "capture"
+            && capture["behind_transactions"] == 0
+            && capture["lag_seconds"] == 0
+            && apply["part"] == "apply"
+            && apply["source_dc"] == "b"
+            && apply["behind_messages"] == 0
+            && apply["lag_seconds"] == 0
+            && apply["applied_transactions"] == local[1]
+            && apply["last_error"].is_null();
+        if caught_up {
+            Ok(())
+        } else {
+            Err(format!("{lines:?}"))
+        }
+    })
+    .await;
+    // The checkpoints count the same, and a stop is clean.
+    for (i, dc) in dcs.iter_mut().enumerate() {
+        dc.stop_relay().await;
+        let mut conn = dc.conn().await;
+        let published: Option<u64> = conn
+            .exec_first(
+                "SELECT published_transactions FROM logstamp.relay_checkpoints WHERE dc = ?",
+                (&dc.name,),
+            )
+            .await
+            .unwrap();
+        assert_eq!(published, Some(local[i]), "checkpoint of {}", dc.name);
+    }
+}
