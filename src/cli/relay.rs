@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use logstamp::config::Sources;
+use logstamp::config::{Settings, Sources};
 use logstamp::relay::metrics::RelaySource;
 use logstamp::relay::status::{self, ApplyStatus, CaptureStatus};
 use logstamp::relay::{self, RelayContext};
@@ -57,7 +57,7 @@ struct ResetLine {
 
 fn reset(sources: Sources) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&sources)?;
-    let context = RelayContext::new(settings)?;
+    let context = relay_context(&settings);
     let fresh = runtime()?.block_on(relay::resume::start_anew(&context))?;
     let mut out = Output::new();
     let written = out.json(&ResetLine {
@@ -82,7 +82,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 fn run_relay(sources: Sources) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&sources)?;
-    let context = RelayContext::new(settings)?;
+    let context = relay_context(&settings);
     runtime()?.block_on(async {
         let (stop, shutdown) = watch::channel(false);
         tokio::spawn(async move {
@@ -91,7 +91,7 @@ fn run_relay(sources: Sources) -> anyhow::Result<ExitCode> {
             let _ = stop.send(true);
         });
         // The address first: one in use is a mistake to report before anything starts.
-        let listener = server::bind(context.settings.telemetry.listen).await?;
+        let listener = server::bind(settings.telemetry.listen).await?;
         let source = RelaySource::new(&context);
         let telemetry = server::serve(
             listener,
@@ -134,7 +134,7 @@ enum StatusLine<'a> {
 
 fn show_status(args: StatusArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&sources)?;
-    let context = RelayContext::new(settings)?;
+    let context = relay_context(&settings);
     let now = chrono::Utc::now();
     let (capture, appliers) = runtime()?.block_on(async {
         let capture = status::capture(&context, now).await?;
@@ -183,4 +183,13 @@ fn show_status(args: StatusArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     ignore_closed_pipe(written).context("writing output")?;
     out.finish().context("writing output")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The relay of these settings: the sections it reads.
+pub(crate) fn relay_context(settings: &Settings) -> RelayContext {
+    RelayContext::new(
+        settings.mysql.clone(),
+        settings.kafka.clone(),
+        settings.relay.clone(),
+    )
 }

@@ -107,7 +107,7 @@ pub async fn run_once(
     remote: &RemoteDc,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), RelayError> {
-    let topic = context.settings.relay.topic(&remote.dc);
+    let topic = context.relay.topic(&remote.dc);
     let stats = context
         .stats
         .applier(&remote.dc)
@@ -193,7 +193,7 @@ fn consumer(
     topic: &str,
     offset: i64,
 ) -> Result<StreamConsumer, RelayError> {
-    let brokers = remote.brokers_or(&context.settings.kafka.brokers);
+    let brokers = remote.brokers_or(&context.kafka.brokers);
     let consumer: StreamConsumer = context
         .kafka_config(brokers)
         .set(
@@ -346,7 +346,7 @@ async fn apply_all(
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), RelayError> {
     let mut schemas = SchemaCache::default();
-    let most = context.settings.relay.apply_batch;
+    let most = context.relay.apply_batch;
     let mut group: Vec<Ready> = Vec::with_capacity(most);
     // An item that ended the last group instead of joining it.
     let mut held: Option<Item> = None;

@@ -115,7 +115,7 @@ pub async fn run_once(
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), RelayError> {
     let dc = context.dc().to_string();
-    let relay = &context.settings.relay;
+    let relay = &context.relay;
     if relay.server_id == 0 {
         return Err(RelayError::Refused(
             "relay.server_id is not set: give the relay a replica server_id that no server and no \
@@ -516,7 +516,7 @@ async fn save(
 /// The producer: idempotent, `acks=all`, so retries neither duplicate nor reorder.
 fn producer(context: &RelayContext) -> Result<FutureProducer, RelayError> {
     context
-        .kafka_config(&context.settings.kafka.brokers)
+        .kafka_config(&context.kafka.brokers)
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("linger.ms", "5")
@@ -538,7 +538,7 @@ fn producer(context: &RelayContext) -> Result<FutureProducer, RelayError> {
 async fn ensure_topic(context: &RelayContext, topic: &str) -> Result<(), RelayError> {
     let admin: Arc<AdminClient<DefaultClientContext>> = Arc::new(
         context
-            .kafka_config(&context.settings.kafka.brokers)
+            .kafka_config(&context.kafka.brokers)
             .set("allow.auto.create.topics", "false")
             .create_redacted()
             .map_err(RelayError::kafka("creating the Kafka admin client"))?,

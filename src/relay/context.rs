@@ -6,10 +6,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-use super::settings::{LoopFilterMode, TablePattern};
-use crate::config::Settings;
-use crate::mysql::DbError;
-use crate::mysql::MysqlUrl;
+use super::settings::{LoopFilterMode, RelaySettings, TablePattern};
+use crate::kafka::KafkaSettings;
+use crate::mysql::{DbError, MysqlSettings, MysqlUrl};
 
 use super::loop_filter::LoopCache;
 use super::stats::RelayStats;
@@ -74,7 +73,9 @@ impl RelayError {
 /// The relay of one data centre, shared by its capture and appliers.
 #[derive(Debug, Clone)]
 pub struct RelayContext {
-    pub settings: Arc<Settings>,
+    pub relay: Arc<RelaySettings>,
+    pub kafka: Arc<KafkaSettings>,
+    pub mysql: Arc<MysqlSettings>,
     pub tables: Arc<[TablePattern]>,
     /// The database of `mysql.url`, which holds the relay tables.
     pub state_database: String,
@@ -84,30 +85,33 @@ pub struct RelayContext {
 }
 
 impl RelayContext {
-    pub fn new(settings: Settings) -> Result<RelayContext, RelayError> {
-        let tables = settings.relay.tables.clone();
-        let cache = (settings.relay.loop_filter == LoopFilterMode::Cache)
-            .then(|| Arc::new(Mutex::new(LoopCache::new(settings.relay.cache_ttl))));
-        let stats = RelayStats::new(settings.relay.remotes.iter().map(|r| r.dc.clone()));
-        Ok(RelayContext {
+    /// The relay of `relay`, keeping its state in the database of `mysql.url` and reaching
+    /// Kafka with `kafka`.
+    pub fn new(mysql: MysqlSettings, kafka: KafkaSettings, relay: RelaySettings) -> RelayContext {
+        let cache = (relay.loop_filter == LoopFilterMode::Cache)
+            .then(|| Arc::new(Mutex::new(LoopCache::new(relay.cache_ttl))));
+        let stats = RelayStats::new(relay.remotes.iter().map(|r| r.dc.clone()));
+        RelayContext {
             stats: Arc::new(stats),
-            state_database: settings.mysql.url.database().to_string(),
-            tables: tables.into(),
-            settings: Arc::new(settings),
+            state_database: mysql.url.database().to_string(),
+            tables: relay.tables.clone().into(),
+            relay: Arc::new(relay),
+            kafka: Arc::new(kafka),
+            mysql: Arc::new(mysql),
             cache,
-        })
+        }
     }
 
     pub fn dc(&self) -> &str {
-        &self.settings.relay.dc
+        &self.relay.dc
     }
 
     pub fn url(&self) -> &MysqlUrl {
-        &self.settings.mysql.url
+        &self.mysql.url
     }
 
     pub fn loop_filter(&self) -> LoopFilterMode {
-        self.settings.relay.loop_filter
+        self.relay.loop_filter
     }
 
     pub fn is_relayed(&self, schema: &str, table: &str) -> bool {
@@ -126,7 +130,7 @@ impl RelayContext {
     /// Kafka settings common to the producer and the consumers, for `brokers`: the shared
     /// `kafka.properties` (security, for one), then the relay's own.
     pub fn kafka_config(&self, brokers: &str) -> ClientConfig {
-        let mut config = self.settings.kafka.properties.client_config();
+        let mut config = self.kafka.properties.client_config();
         config
             .set("bootstrap.servers", brokers)
             .set("client.id", format!("logstamp-relay-{}", self.dc()));

@@ -485,7 +485,8 @@ mod tests {
     }
 
     fn handler(checksums: bool) -> EventHandler {
-        let context = RelayContext::new(Settings::defaults().unwrap()).unwrap();
+        let settings = Settings::defaults().unwrap();
+        let context = RelayContext::new(settings.mysql, settings.kafka, settings.relay);
         EventHandler::new(
             context,
             Charsets::default(),

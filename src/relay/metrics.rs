@@ -24,18 +24,17 @@ pub struct RelaySource {
 
 impl RelaySource {
     pub fn new(context: &RelayContext) -> RelaySource {
-        let settings = &context.settings;
         RelaySource {
             dc: context.dc().to_string(),
             stats: context.stats.clone(),
             mysql: context.url().clone(),
-            kafka: KafkaProbe::new(&context.kafka_config(&settings.kafka.brokers)),
-            remotes: settings
+            kafka: KafkaProbe::new(&context.kafka_config(&context.kafka.brokers)),
+            remotes: context
                 .relay
                 .remotes
                 .iter()
                 .map(|remote| {
-                    let config = context.kafka_config(remote.brokers_or(&settings.kafka.brokers));
+                    let config = context.kafka_config(remote.brokers_or(&context.kafka.brokers));
                     (remote.dc.clone(), KafkaProbe::new(&config))
                 })
                 .collect(),

@@ -65,7 +65,7 @@ pub async fn run(context: RelayContext, shutdown: watch::Receiver<bool>) -> Resu
             },
         ));
     }
-    for remote in &context.settings.relay.remotes {
+    for remote in &context.relay.remotes {
         let (context, remote) = (context.clone(), remote.clone());
         parts.spawn(supervise(
             format!("apply from {}", remote.dc),

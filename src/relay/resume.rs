@@ -152,7 +152,7 @@ pub fn reset_advice() -> &'static str {
 /// every applier takes the new epoch up where it starts. Refused while a capture runs.
 pub async fn start_anew(context: &RelayContext) -> Result<Checkpoint, RelayError> {
     let dc = context.dc();
-    let topic = context.settings.relay.topic(dc);
+    let topic = context.relay.topic(dc);
     let mut conn = mysql::connect(context.url()).await?;
     checkpoint::unlogged(&mut conn).await?;
     let lock = capture_lock(context);
@@ -186,7 +186,7 @@ pub fn capture_lock(context: &RelayContext) -> String {
 /// Reads the last message of `topic` (partition 0) from this data centre's Kafka.
 pub async fn read_tail(context: &RelayContext, topic: &str) -> Result<Tail, RelayError> {
     let consumer: BaseConsumer = context
-        .kafka_config(&context.settings.kafka.brokers)
+        .kafka_config(&context.kafka.brokers)
         .set("group.id", format!("logstamp-relay-{}-tail", context.dc()))
         .set("enable.auto.commit", "false")
         .create()

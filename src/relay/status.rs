@@ -93,7 +93,7 @@ pub async fn capture(
         .and_then(|c| lag(c.commit_ts, behind_transactions.map(|b| b > 0), now));
     Ok(CaptureStatus {
         dc: dc.to_string(),
-        topic: context.settings.relay.topic(dc),
+        topic: context.relay.topic(dc),
         checkpoint: found.as_ref().map(location),
         published_transactions: found.as_ref().map_or(0, |c| c.published_transactions),
         published_changes: found.as_ref().map_or(0, |c| c.published_changes),
@@ -129,9 +129,8 @@ pub async fn appliers(
         let topic: String = take(&mut row, 1, "topic")?;
         let next_offset: i64 = take(&mut row, 2, "next_offset")?;
         let commit_ts: u32 = take(&mut row, 6, "source_commit_ts")?;
-        let local = &context.settings.kafka.brokers;
+        let local = &context.kafka.brokers;
         let brokers = context
-            .settings
             .relay
             .remotes
             .iter()

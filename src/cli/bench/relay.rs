@@ -240,7 +240,7 @@ async fn bench_in(
             dc: "a".into(),
             brokers: brokers.clone(),
         }];
-        Ok(RelayContext::new(s)?)
+        Ok(crate::cli::relay::relay_context(&s))
     };
     let (context_a, context_b) = (relay(source, "a")?, relay(target, "b")?);
     let (stop, stopped) = watch::channel(false);
@@ -264,7 +264,7 @@ async fn bench_in(
     out.flush()?;
 
     let capture_task = timed_part(&mut out, &stopped, &context_a, None, a, args.changes).await?;
-    let remote = context_b.settings.relay.remotes[0].clone();
+    let remote = context_b.relay.remotes[0].clone();
     let apply_task = timed_part(
         &mut out,
         &stopped,
