@@ -26,7 +26,6 @@ const LAYERS: &[&str] = &[
 /// shrinks.
 const KNOWN_UPWARD: &[(&str, &str)] = &[
     ("ingest", "config"),
-    ("relay", "config"),
     ("store", "config"),
     ("store", "transform"),
 ];
