@@ -15,16 +15,18 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::id::settings::{IdSettings, RawIdSettings};
-use crate::ingest::settings::{BatchSettings, IngestSettings};
+use crate::ingest::settings::{BatchSettings, IngestSettings, WorkerSettings};
 use crate::kafka::KafkaSettings;
 use crate::mysql::MysqlSettings;
 use crate::relay::settings::RelaySettings;
 use crate::settings::SettingError;
+use crate::store::log_table::TableSpec;
 use crate::store::migrate::bookkeeping_tables;
+use crate::store::partition_plan::PartitionScheme;
+use crate::store::rollup_plan::{RollupPlan, RollupSettings, SourceTable};
 use crate::store::settings::{PartitionSettings, StoreSettings};
 use crate::telemetry::TelemetrySettings;
 use crate::transform::Normalizer;
-use crate::transform::rollup::{RollupPlan, RollupSettings, SourceTable};
 use crate::transform::settings::NormalizeRule;
 
 /// The defaults, also shipped as `config/default.toml` for reference.
@@ -134,6 +136,43 @@ impl Settings {
     }
 }
 
+/// What spans sections: the store's tables take their partitioning from `[partitions]` and
+/// their ID layout from `[id]`.
+impl Settings {
+    pub fn partition_scheme(&self) -> PartitionScheme {
+        self.partitions.scheme(self.id.layout)
+    }
+
+    /// The log table.
+    pub fn log_table(&self) -> TableSpec {
+        TableSpec::log_table(&self.store, self.partition_scheme())
+    }
+
+    /// The fan-out tables (`[[store.tables]]`).
+    pub fn fanout_tables(&self) -> Vec<TableSpec> {
+        TableSpec::fanout(&self.store, &self.partition_scheme())
+    }
+
+    /// The log table, then the fan-out tables.
+    pub fn tables(&self) -> Vec<TableSpec> {
+        TableSpec::all(&self.store, self.partition_scheme())
+    }
+
+    /// What an ingest worker reads.
+    pub fn worker(&self) -> WorkerSettings {
+        WorkerSettings {
+            mysql: self.mysql.clone(),
+            kafka: self.kafka.clone(),
+            store: self.store.clone(),
+            tables: self.tables(),
+            rollups: self.rollup_plans.clone(),
+            normalize: self.normalize.clone(),
+            batch: self.batch.clone(),
+            ingest: self.ingest.clone(),
+        }
+    }
+}
+
 /// The merged layers, kept to tell where a value came from.
 struct Layered<'a> {
     config: config::Config,
@@ -170,9 +209,14 @@ impl<'a> Layered<'a> {
         }
         builder = builder.add_source(env);
         for (key, value) in &sources.overrides {
-            builder = builder
-                .set_override(key.as_str(), value.as_str())
-                .map_err(|e| ConfigError::Other(e.to_string()))?;
+            // A list given as one value is comma-separated, as in the environment.
+            builder = if LIST_KEYS.contains(&key.as_str()) {
+                let items: Vec<&str> = value.split(',').map(str::trim).collect();
+                builder.set_override(key.as_str(), items)
+            } else {
+                builder.set_override(key.as_str(), value.as_str())
+            }
+            .map_err(|e| ConfigError::Other(e.to_string()))?;
         }
         let config = builder.build().map_err(|e| match e {
             config::ConfigError::FileParse { uri, cause } => ConfigError::File {

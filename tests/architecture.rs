@@ -20,16 +20,6 @@ const LAYERS: &[&str] = &[
     "config",
 ];
 
-/// Uses that still run upward, being removed: the store's and the relay's constructors take
-/// the whole `Settings` rather than their section, and `store` and `transform` share the row
-/// and rollup types. A use that appears here but no longer exists fails too, so the list only
-/// shrinks.
-const KNOWN_UPWARD: &[(&str, &str)] = &[
-    ("ingest", "config"),
-    ("store", "config"),
-    ("store", "transform"),
-];
-
 /// The top-level modules each module of `src/` (not the binary's `cli/`) uses.
 fn uses() -> BTreeMap<String, BTreeSet<String>> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -87,16 +77,9 @@ fn modules_use_only_the_layers_below_them() {
             }
         }
     }
-    let known: BTreeSet<(&str, &str)> = KNOWN_UPWARD.iter().copied().collect();
-    let new: Vec<_> = upward.difference(&known).collect();
     assert!(
-        new.is_empty(),
-        "modules using a layer above them: {new:?} (LAYERS lists the order)"
-    );
-    let gone: Vec<_> = known.difference(&upward).collect();
-    assert!(
-        gone.is_empty(),
-        "no longer used upward, remove from KNOWN_UPWARD: {gone:?}"
+        upward.is_empty(),
+        "modules using a layer above them: {upward:?} (LAYERS lists the order)"
     );
 }
 

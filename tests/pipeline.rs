@@ -296,9 +296,16 @@ async fn rebuilding_while_ingesting_neither_loses_nor_double_counts() {
         let mut rounds = 0;
         while setup.count(SUM_OFFSETS).await < n {
             for plan in &setup.settings.rollup_plans {
-                rollup::rebuild(&mut conn, plan, &layout, range, |_, _| {})
-                    .await
-                    .unwrap();
+                rollup::rebuild(
+                    &mut conn,
+                    plan,
+                    &layout,
+                    range,
+                    setup.settings.store.retry_policy(),
+                    |_, _| {},
+                )
+                .await
+                .unwrap();
             }
             rounds += 1;
         }
@@ -497,7 +504,7 @@ async fn a_rollup_sum_out_of_range_dead_letters_its_records_and_the_worker_goes_
 /// The writer alone, with each insert method: one batch of the worked example's records lands
 /// in every table it is routed to (same IDs) and in the rollups, which equal the raw rows.
 async fn every_insert_method_writes_fan_out_and_rollups(method: &str) {
-    use logstamp::store::{Batch, Row, WriteOutcome, Writer};
+    use logstamp::store::{Batch, Row, WriteOutcome};
     use logstamp::transform::Pipeline;
 
     let db = TestDb::create(&format!("pipeline_{method}")).await;
@@ -526,7 +533,7 @@ async fn every_insert_method_writes_fan_out_and_rollups(method: &str) {
         }
     }
     assert_eq!(rows_.len() as u64, stored_count(n));
-    let writer = Writer::new(&settings).unwrap();
+    let writer = support::writer(&settings);
     let batch = Batch {
         consumer_group: "g".into(),
         topic: "logs".into(),

@@ -86,7 +86,7 @@ async fn twenty_processes_claiming_at_once_get_the_twenty_lowest_ids() {
     let claims: Vec<_> = (0..20)
         .map(|_| {
             let settings = settings.clone();
-            tokio::spawn(async move { HeldLease::acquire(&settings).await })
+            tokio::spawn(async move { HeldLease::acquire(&settings.mysql.url, &settings.id).await })
         })
         .collect();
     let mut leases = Vec::new();
@@ -117,11 +117,13 @@ async fn auto_takes_the_lowest_free_or_expired_id_and_refuses_a_full_range() {
     let settings = test_db.settings(&[("id.service_id", "auto"), ("id.auto_range", "4-6")]);
     let mut held = Vec::new();
     for expected in 4..=6 {
-        let lease = HeldLease::acquire(&settings).await.unwrap();
+        let lease = HeldLease::acquire(&settings.mysql.url, &settings.id)
+            .await
+            .unwrap();
         assert_eq!(lease.service_id(), expected);
         held.push(lease);
     }
-    match HeldLease::acquire(&settings).await {
+    match HeldLease::acquire(&settings.mysql.url, &settings.id).await {
         Err(e @ LeaseError::NoFreeId { first: 4, last: 6 }) => {
             assert!(e.to_string().contains("id.auto_range 4-6"), "{e}")
         }
@@ -131,7 +133,9 @@ async fn auto_takes_the_lowest_free_or_expired_id_and_refuses_a_full_range() {
     let middle = held.remove(1);
     middle.release().await.unwrap();
     assert!(!row(&mut conn, 5).await.live);
-    let again = HeldLease::acquire(&settings).await.unwrap();
+    let again = HeldLease::acquire(&settings.mysql.url, &settings.id)
+        .await
+        .unwrap();
     assert_eq!(again.service_id(), 5);
     again.release().await.unwrap();
     for lease in held {
@@ -143,11 +147,13 @@ async fn auto_takes_the_lowest_free_or_expired_id_and_refuses_a_full_range() {
 async fn a_second_process_with_the_same_fixed_id_refuses_naming_the_holder() {
     let (test_db, mut conn) = migrated("lease_fixed").await;
     let settings = test_db.settings(&[("id.service_id", "7"), SHORT_TTL]);
-    let first = HeldLease::acquire(&settings).await.unwrap();
+    let first = HeldLease::acquire(&settings.mysql.url, &settings.id)
+        .await
+        .unwrap();
     assert_eq!(first.service_id(), 7);
     let holder = first.holder().clone();
     let seen = row(&mut conn, 7).await.expires_at;
-    match HeldLease::acquire(&settings).await {
+    match HeldLease::acquire(&settings.mysql.url, &settings.id).await {
         Err(
             ref e @ LeaseError::Held {
                 service_id: 7,
@@ -178,7 +184,9 @@ async fn a_second_process_with_the_same_fixed_id_refuses_naming_the_holder() {
     let released = first.release().await.unwrap();
     assert!(released.row_released);
     // Released: the same ID is claimable at once.
-    let second = HeldLease::acquire(&settings).await.unwrap();
+    let second = HeldLease::acquire(&settings.mysql.url, &settings.id)
+        .await
+        .unwrap();
     assert_ne!(second.holder().token, holder.token);
     second.release().await.unwrap();
 }
@@ -187,13 +195,17 @@ async fn a_second_process_with_the_same_fixed_id_refuses_naming_the_holder() {
 async fn a_fixed_claim_waits_for_the_lease_of_a_holder_that_stopped_renewing() {
     let (test_db, mut conn) = migrated("lease_expire").await;
     let settings = test_db.settings(&[("id.service_id", "3"), SHORT_TTL]);
-    let crashed = HeldLease::acquire(&settings).await.unwrap();
+    let crashed = HeldLease::acquire(&settings.mysql.url, &settings.id)
+        .await
+        .unwrap();
     let issued = crashed.generator().next_id().unwrap();
     // Dropped without release, as by a crash: the renewal stops, the row stays.
     drop(crashed);
     let before = Instant::now();
     let left = row(&mut conn, 3).await.expires_in_micros;
-    let successor = HeldLease::acquire(&settings).await.unwrap();
+    let successor = HeldLease::acquire(&settings.mysql.url, &settings.id)
+        .await
+        .unwrap();
     let waited = before.elapsed();
     // Claimed once the lease expired by the database's clock, within the TTL and the margin.
     assert!(
@@ -218,7 +230,9 @@ async fn a_fixed_claim_waits_for_the_lease_of_a_holder_that_stopped_renewing() {
 async fn a_holder_that_cannot_renew_stops_stamping_before_its_lease_expires() {
     let (test_db, mut conn) = migrated("lease_block").await;
     let settings = test_db.settings(&[("id.service_id", "2"), ("id.lease_ttl", "1s")]);
-    let lease = HeldLease::acquire(&settings).await.unwrap();
+    let lease = HeldLease::acquire(&settings.mysql.url, &settings.id)
+        .await
+        .unwrap();
     let mut status = lease.watch();
     assert_eq!(*status.borrow_and_update(), LeaseStatus::Held);
     lease.generator().next_id().unwrap();
@@ -241,12 +255,16 @@ async fn a_holder_that_cannot_renew_stops_stamping_before_its_lease_expires() {
 async fn a_holder_whose_lease_was_taken_stops_stamping() {
     let (test_db, mut conn) = migrated("lease_taken").await;
     let settings = test_db.settings(&[("id.service_id", "9"), ("id.lease_ttl", "1s")]);
-    let lease = HeldLease::acquire(&settings).await.unwrap();
+    let lease = HeldLease::acquire(&settings.mysql.url, &settings.id)
+        .await
+        .unwrap();
     let before = lease.generator().next_id().unwrap();
     let ended = lease::force_release(&mut conn, 9).await.unwrap().unwrap();
     assert_eq!(ended.pid, std::process::id());
     // Claimed by another process before the old holder's next renewal.
-    let successor = HeldLease::acquire(&settings).await.unwrap();
+    let successor = HeldLease::acquire(&settings.mysql.url, &settings.id)
+        .await
+        .unwrap();
     within("the loss to be noticed", lease.lost()).await;
     assert_eq!(
         lease.generator().next_id(),
@@ -269,9 +287,10 @@ fn restart_settings(test_db: &TestDb) -> Settings {
 
 async fn issue_on_a_clock(settings: &Settings, at: u64, release: bool) -> (Vec<u64>, u64) {
     let clock = Arc::new(ManualClock::new(at));
-    let lease = HeldLease::acquire_with_clock(settings, Arc::clone(&clock))
-        .await
-        .unwrap();
+    let lease =
+        HeldLease::acquire_with_clock(&settings.mysql.url, &settings.id, Arc::clone(&clock))
+            .await
+            .unwrap();
     let generator = lease.generator();
     let mut ids: Vec<u64> = (0..1000).map(|_| generator.next_id().unwrap()).collect();
     clock.advance(2);
@@ -331,9 +350,10 @@ async fn the_mark_is_raised_ahead_of_the_clock_and_bounds_issuance_when_it_canno
     let window = settings.id.mark_window.as_secs();
     let t0 = now();
     let clock = Arc::new(ManualClock::new(t0));
-    let lease = HeldLease::acquire_with_clock(&settings, Arc::clone(&clock))
-        .await
-        .unwrap();
+    let lease =
+        HeldLease::acquire_with_clock(&settings.mysql.url, &settings.id, Arc::clone(&clock))
+            .await
+            .unwrap();
     let generator = lease.generator();
     assert_eq!(row(&mut conn, 6).await.issued_seconds_mark, t0 + window);
     assert_eq!(generator.ceiling_unix_seconds(), Some(t0 + window));
@@ -380,7 +400,9 @@ async fn the_mark_is_raised_ahead_of_the_clock_and_bounds_issuance_when_it_canno
 async fn clean_shutdown_releases_and_a_missing_table_is_explained() {
     let (test_db, mut conn) = migrated("lease_release").await;
     let settings = test_db.settings(&[("id.service_id", "1")]);
-    let lease = HeldLease::acquire(&settings).await.unwrap();
+    let lease = HeldLease::acquire(&settings.mysql.url, &settings.id)
+        .await
+        .unwrap();
     let generator = Arc::clone(lease.generator());
     let last = generator.next_block(10).unwrap().last();
     let released = lease.release().await.unwrap();
@@ -397,7 +419,9 @@ async fn clean_shutdown_releases_and_a_missing_table_is_explained() {
     );
 
     conn.query_drop("DROP TABLE service_leases").await.unwrap();
-    let e = HeldLease::acquire(&settings).await.unwrap_err();
+    let e = HeldLease::acquire(&settings.mysql.url, &settings.id)
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("logstamp migrate"), "{e}");
 }
 
@@ -478,7 +502,9 @@ async fn leases_list_and_release_show_and_free_a_holders_id() {
     let (test_db, _conn) = migrated("lease_cli").await;
     let url = test_db.url.as_str();
     let settings = test_db.settings(&[("id.service_id", "5"), ("id.lease_ttl", "2s")]);
-    let lease = HeldLease::acquire(&settings).await.unwrap();
+    let lease = HeldLease::acquire(&settings.mysql.url, &settings.id)
+        .await
+        .unwrap();
     let holder = lease.holder().clone();
     let json = |out: &std::process::Output| -> Vec<serde_json::Value> {
         assert!(out.status.success(), "{out:?}");

@@ -32,7 +32,7 @@ async fn fresh(hint: &str) -> (TestDb, Conn) {
 }
 
 fn spec(test_db: &TestDb, overrides: &[(&str, &str)]) -> TableSpec {
-    TableSpec::from_settings(&test_db.settings(overrides))
+    test_db.settings(overrides).log_table()
 }
 
 async fn run(
@@ -106,7 +106,9 @@ fn first_id_of_day(date: &str) -> u64 {
 
 fn refused(result: Result<impl std::fmt::Debug, DbError>, needles: &[&str]) {
     match result {
-        Err(DbError::Refused(message)) => {
+        Err(DbError::Catalog {
+            reason: message, ..
+        }) => {
             for needle in needles {
                 assert!(message.contains(needle), "{needle:?} not in {message:?}");
             }
@@ -137,10 +139,11 @@ async fn a_fresh_database_gets_every_migration_and_the_log_table() {
             (5, "relay_checkpoints"),
             (6, "relay_applied"),
             (7, "relay_published_gtids"),
-            (8, "relay_applied_gtids")
+            (8, "relay_applied_gtids"),
+            (9, "service_leases_telemetry")
         ]
     );
-    assert_eq!(report.schema_version, 8);
+    assert_eq!(report.schema_version, 9);
     let recorded: Vec<(u32, String, String)> = conn
         .query("SELECT version, name, checksum FROM schema_migrations ORDER BY version")
         .await
@@ -184,6 +187,7 @@ async fn a_fresh_database_gets_every_migration_and_the_log_table() {
             "service_id int(10) unsigned NOT NULL",
             "host varchar(255) NOT NULL",
             "pid int(10) unsigned NOT NULL",
+            "telemetry_address varchar(255)",
             "instance_token varchar(64) NOT NULL",
             "expires_at datetime(6) NOT NULL",
             "issued_seconds_mark bigint(20) unsigned NOT NULL",
@@ -553,7 +557,7 @@ async fn migrate_command_creates_the_database_and_says_what_it_did() {
     assert_eq!(
         lines(&second.get_output().stdout),
         [
-            serde_json::json!({"action": "migrations_up_to_date", "schema_version": 8}),
+            serde_json::json!({"action": "migrations_up_to_date", "schema_version": 9}),
             serde_json::json!({"action": "table_unchanged", "table": "logs"}),
         ]
     );

@@ -44,7 +44,7 @@ async fn migrated(hint: &str, overrides: &[(&str, &str)], now: &str) -> (TestDb,
     let test_db = TestDb::create(hint).await;
     mysql::create_database(&test_db.mysql_url()).await.unwrap();
     let mut conn = mysql::connect(&test_db.mysql_url()).await.unwrap();
-    let spec = TableSpec::from_settings(&test_db.settings(overrides));
+    let spec = test_db.settings(overrides).log_table();
     migrate::run(
         &mut conn,
         &migrate::builtin().unwrap(),
@@ -175,9 +175,9 @@ async fn ensure_splits_new_days_off_pmax_and_rows_waiting_there_move_in() {
 async fn retained(hint: &str) -> (TestDb, Conn, TableSpec) {
     let (test_db, conn, _) =
         migrated(hint, &[("partitions.ahead", "1")], "2040-03-05T12:00:00Z").await;
-    let spec = TableSpec::from_settings(
-        &test_db.settings(&[("partitions.ahead", "1"), ("partitions.retention", "2days")]),
-    );
+    let spec = test_db
+        .settings(&[("partitions.ahead", "1"), ("partitions.retention", "2days")])
+        .log_table();
     (test_db, conn, spec)
 }
 
@@ -277,7 +277,7 @@ async fn months_and_weeks_roll_over_in_their_zone() {
         ("partitions.period", "week"),
         ("partitions.ahead", "0"),
     ];
-    let spec = TableSpec::from_settings(&test_db.settings(&week));
+    let spec = test_db.settings(&week).log_table();
     migrate::run(
         &mut conn,
         &migrate::builtin().unwrap(),
@@ -358,15 +358,17 @@ async fn a_dry_run_changes_nothing() {
 #[tokio::test]
 async fn ensure_refuses_tables_migrate_did_not_record_or_other_settings() {
     let (test_db, mut conn, _) = migrated("part_refuse", &[], "2040-03-05T12:00:00Z").await;
-    let monthly = TableSpec::from_settings(&test_db.settings(&[("partitions.period", "month")]));
+    let monthly = test_db
+        .settings(&[("partitions.period", "month")])
+        .log_table();
     let error = partitions::ensure(&mut conn, &monthly, at("2040-03-07T00:00:00Z"), false)
         .await
         .unwrap_err();
     assert!(
-        matches!(&error, DbError::Refused(m) if m.contains("partitioned by day")),
+        matches!(&error, DbError::Catalog { reason, .. } if reason.contains("partitioned by day")),
         "{error}"
     );
-    let other = TableSpec::from_settings(&test_db.settings(&[("store.table", "not_made")]));
+    let other = test_db.settings(&[("store.table", "not_made")]).log_table();
     let error = partitions::ensure(&mut conn, &other, at("2040-03-07T00:00:00Z"), false)
         .await
         .unwrap_err();

@@ -88,7 +88,7 @@ async fn loaded(hint: &str) -> (TestDb, Conn, TableSpec) {
     let test_db = TestDb::create(hint).await;
     mysql::create_database(&test_db.mysql_url()).await.unwrap();
     let mut conn = mysql::connect(&test_db.mysql_url()).await.unwrap();
-    let spec = TableSpec::from_settings(&test_db.settings(&[]));
+    let spec = test_db.settings(&[]).log_table();
     migrate::run(
         &mut conn,
         &migrate::builtin().unwrap(),
@@ -299,12 +299,14 @@ async fn explain_shows_only_the_partitions_of_the_range_are_read() {
 
     // The brief's SQL prunes the same way (before 2038: MariaDB 10.11's UNIX_TIMESTAMP stops
     // there, which is why logstamp computes the bounds itself).
-    let monthly = TableSpec::from_settings(&test_db.settings(&[
-        ("store.table", "early"),
-        ("partitions.period", "month"),
-        ("partitions.time_zone", "+08:00"),
-        ("partitions.ahead", "3"),
-    ]));
+    let monthly = test_db
+        .settings(&[
+            ("store.table", "early"),
+            ("partitions.period", "month"),
+            ("partitions.time_zone", "+08:00"),
+            ("partitions.ahead", "3"),
+        ])
+        .log_table();
     migrate::run(
         &mut conn,
         &migrate::builtin().unwrap(),

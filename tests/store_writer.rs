@@ -15,6 +15,7 @@ use logstamp::config::Settings;
 use logstamp::id::Layout;
 use logstamp::mysql::SqlValue;
 use logstamp::mysql::{self, DbError, MysqlUrl};
+use logstamp::store::rollup_plan::{Bucket, RollupPlan, RollupSettings, SourceTable};
 use logstamp::store::schema::{ColumnSpec, ColumnType, create_log_table_sql};
 use logstamp::store::settings::InsertMethod;
 use logstamp::store::{
@@ -22,7 +23,6 @@ use logstamp::store::{
 };
 use logstamp::time::Zone;
 use logstamp::transform::Mapper;
-use logstamp::transform::rollup::{Bucket, RollupPlan, RollupSettings, SourceTable};
 use support::TestDb;
 
 const GROUP: &str = "g";
@@ -127,7 +127,7 @@ impl Fixture {
         for plan in &settings.rollup_plans {
             rollup::ensure_table(&mut conn, plan, true).await.unwrap();
         }
-        let writer = Writer::new(&settings).unwrap();
+        let writer = support::writer(&settings);
         let mapper = Mapper::new(&settings.store.columns);
         Fixture {
             db,
@@ -378,7 +378,7 @@ async fn client_found_rows_in_the_url_does_not_let_a_stale_owner_commit() {
     let mut settings = f.settings.clone();
     settings.mysql.url =
         MysqlUrl::try_from(format!("{}?client_found_rows=true", f.db.url)).unwrap();
-    let writer = Writer::new(&settings).unwrap();
+    let writer = support::writer(&settings);
     let first = log_messages(1000, 0, 10);
     committed(
         writer
@@ -416,7 +416,7 @@ async fn a_lower_max_allowed_packet_in_the_url_splits_statements(method: InsertM
     let mut settings = f.settings.clone();
     settings.mysql.url =
         MysqlUrl::try_from(format!("{}?max_allowed_packet=262144", f.db.url)).unwrap();
-    let writer = Writer::new(&settings).unwrap();
+    let writer = support::writer(&settings);
     let messages: Vec<(u64, i64, Vec<u8>)> = (0..300)
         .map(|k| {
             (
@@ -473,7 +473,7 @@ async fn offsets_are_kept_per_group_topic_and_partition() {
 #[tokio::test]
 async fn two_writers_racing_for_one_partition_one_wins() {
     let f = Fixture::new("race", InsertMethod::Text).await;
-    let other = Writer::new(&f.settings).unwrap();
+    let other = support::writer(&f.settings);
     for partition in 0..8 {
         // Both start from the same offset: first on a partition with no stored offset yet, then
         // from the offset the winner stored.
@@ -539,7 +539,7 @@ async fn a_batch_that_does_not_advance_is_refused() {
     let messages = log_messages(1, 5, 1);
     let batch = f.batch(0, 5, 5, &borrowed(&messages));
     let e = f.writer.write(&batch).await.unwrap_err();
-    assert!(matches!(e, DbError::Refused(_)), "{e}");
+    assert!(matches!(e, DbError::Invariant(_)), "{e}");
     let outside = f.batch(0, 6, 9, &borrowed(&messages));
     let e = f.writer.write(&outside).await.unwrap_err();
     assert!(e.to_string().contains("outside the batch"), "{e}");
@@ -682,7 +682,7 @@ async fn an_unreachable_server_is_given_up_after_the_setting() {
         .to_string()
         .try_into()
         .unwrap();
-    let writer = Writer::new(&settings).unwrap();
+    let writer = support::writer(&settings);
     let mapper = Mapper::new(&settings.store.columns);
     let batch = Batch {
         consumer_group: GROUP.into(),
@@ -1168,7 +1168,7 @@ async fn a_stored_offset_that_is_not_a_number_is_an_error_naming_it() {
             .await;
         for outcome in [read.map(|_| ()), written.map(|_| ())] {
             match outcome {
-                Err(e @ DbError::Refused(_)) => {
+                Err(e @ DbError::Invariant(_)) => {
                     assert!(e.to_string().contains("ingest_offsets.next_offset"), "{e}")
                 }
                 other => panic!("partition {partition}: {other:?}"),

@@ -160,3 +160,82 @@ fn an_address_in_use_is_a_clear_error() {
         assert!(stderr.contains("already in use"), "{command:?}: {stderr}");
     }
 }
+
+/// Workers on one host share one setting, a port range: the first takes the free port of the
+/// range, the next (the range being full) a free port of the system, saying so; each lease
+/// records where its worker serves, which `leases list --format prometheus` gives Prometheus.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_sharing_a_port_range_each_serve_and_are_listed_for_prometheus() {
+    let setup = Setup::new("telemetry_range", 2, &[]).await;
+    // A range of two ports whose first a sibling holds.
+    let (held, first) = loop {
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let first = held.local_addr().unwrap().port();
+        if first < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", first + 1)).is_ok() {
+            break (held, first);
+        }
+    };
+    let range = format!("127.0.0.1:{first}-{}", first + 1);
+    let listen = [("telemetry.listen", range.as_str())];
+    let one = setup.spawn_process_with("auto", 0, &listen);
+    let one_address = serving_address(&one).await;
+    assert_eq!(one_address, format!("127.0.0.1:{}", first + 1));
+    let two = setup.spawn_process_with("auto", 1, &listen);
+    let two_address = serving_address(&two).await;
+    let log = std::fs::read_to_string(&two.log).unwrap();
+    assert!(
+        log.contains("every port of telemetry.listen is in use"),
+        "{log}"
+    );
+    let two_port: u16 = two_address.rsplit(':').next().unwrap().parse().unwrap();
+    assert!(two_port != first && two_port != first + 1, "{two_address}");
+    for address in [&one_address, &two_address] {
+        assert_eq!(get(address, "/health/live"), (200, "live\n".into()));
+    }
+
+    // Each address is recorded once its worker holds its lease; read them as Prometheus would.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let (groups, targets) = loop {
+        let listed = std::process::Command::new(env!("CARGO_BIN_EXE_logstamp"))
+            .env_clear()
+            .arg("--config")
+            .arg(setup.config_file("leases"))
+            .args(["leases", "list", "--format", "prometheus"])
+            .output()
+            .unwrap();
+        assert!(listed.status.success(), "{listed:?}");
+        let groups: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+        let mut targets: Vec<(String, String)> = groups
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| {
+                let label = &g["labels"]["logstamp_service_id"];
+                (
+                    g["targets"][0].as_str().unwrap().to_string(),
+                    label.as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        targets.sort();
+        if targets.len() == 2 || std::time::Instant::now() > deadline {
+            break (groups, targets);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let mut expected = vec![one_address.clone(), two_address.clone()];
+    expected.sort();
+    assert_eq!(
+        targets.iter().map(|t| t.0.clone()).collect::<Vec<_>>(),
+        expected,
+        "{groups}"
+    );
+    // Each target carries the service ID of a distinct lease.
+    assert_ne!(targets[0].1, targets[1].1, "{groups}");
+
+    for worker in [one, two] {
+        let status = worker.terminate(Duration::from_secs(60));
+        assert!(status.success(), "{status}");
+    }
+    drop(held);
+}

@@ -17,10 +17,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use logstamp::config::{Settings, Sources};
-use logstamp::id::settings::ServiceIdSetting;
 use logstamp::ingest::kafka::{Outgoing, produce_all};
 use logstamp::ingest::local_cluster::LocalCluster;
 use logstamp::ingest::sample::{log_message, spread};
+use logstamp::ingest::settings::WorkerSettings;
 use logstamp::ingest::{self, IngestStats};
 use logstamp::mysql;
 use logstamp::mysql::MysqlUrl;
@@ -62,34 +62,42 @@ pub fn run(args: DemoArgs, sources: Sources) -> anyhow::Result<ExitCode> {
         .into());
     }
     // Workers' routine logs would tear the progress bar; warnings and errors still show.
-    let mut settings = load_settings(&sources.set("telemetry.log_level", "warn"))?;
-    settings.mysql.url = with_database(&settings.mysql.url, &args.database)
+    let sources = sources.set("telemetry.log_level", "warn");
+    let url = with_database(&load_settings(&sources)?.mysql.url, &args.database)
         .map_err(|e| UsageError::new("--database", e))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(demo(settings, &args))?;
+    runtime.block_on(demo(sources, url, &args))?;
     Ok(ExitCode::SUCCESS)
 }
 
-async fn demo(mut settings: Settings, args: &DemoArgs) -> anyhow::Result<()> {
-    let url = settings.mysql.url.clone();
-    let spec = TableSpec::from_settings(&settings);
+/// The settings of the demo's workers: the user's, on the demo's database and in-process
+/// cluster, each worker leasing a free service ID.
+fn demo_settings(sources: Sources, url: &MysqlUrl, brokers: &str) -> anyhow::Result<Settings> {
+    let sources = sources
+        .set("mysql.url", url.expose())
+        .set("kafka.brokers", brokers)
+        .set("kafka.topics", TOPIC)
+        .set("kafka.group_id", "logstamp-demo")
+        // The in-process cluster completes a rebalance only when a session times out: keep
+        // it short.
+        .set("kafka.properties.session.timeout.ms", 3000)
+        .set("kafka.properties.heartbeat.interval.ms", 300)
+        .set("id.service_id", "auto");
+    Ok(load_settings(&sources)?)
+}
+
+async fn demo(sources: Sources, url: MysqlUrl, args: &DemoArgs) -> anyhow::Result<()> {
+    let cluster = LocalCluster::start(1)?;
+    let settings = demo_settings(sources, &url, &cluster.bootstrap_servers())?;
+    let spec = settings.log_table();
     fresh_database(&url, &spec).await?;
 
-    let cluster = LocalCluster::start(1)?;
     let message_bytes = log_message(0, Utc::now()).len() as u64;
     let partitions = LocalCluster::partitions_to_hold(args.records, message_bytes);
     cluster.create_topic(TOPIC, partitions)?;
-    settings.kafka.brokers = cluster.bootstrap_servers();
-    settings.kafka.topics = vec![TOPIC.to_string()];
-    settings.kafka.group_id = "logstamp-demo".into();
-    // The in-process cluster completes a rebalance only when a session times out: keep it short.
-    let properties = &mut settings.kafka.properties.0;
-    properties.insert("session.timeout.ms".into(), "3000".into());
-    properties.insert("heartbeat.interval.ms".into(), "300".into());
-    settings.id.service_id = ServiceIdSetting::Auto;
 
     println!(
         "logstamp demo: {} records, {} workers, topic {TOPIC} of {partitions} partitions, database {}",
@@ -108,13 +116,13 @@ async fn demo(mut settings: Settings, args: &DemoArgs) -> anyhow::Result<()> {
     let mut workers = Vec::with_capacity(args.workers);
     let mut service_ids = Vec::with_capacity(args.workers);
     for _ in 0..args.workers {
-        let lease = HeldLease::acquire(&settings)
+        let lease = HeldLease::acquire(&settings.mysql.url, &settings.id)
             .await
             .context("leasing a service ID")?;
         service_ids.push(lease.service_id());
         let stats = Arc::new(IngestStats::default());
         let task = tokio::spawn(worker(
-            settings.clone(),
+            settings.worker(),
             lease,
             stats.clone(),
             stopped.clone(),
@@ -204,7 +212,7 @@ fn produce(
 
 /// One ingest worker until `stopped` turns true; it stops at once if its lease is lost.
 async fn worker(
-    settings: Settings,
+    settings: WorkerSettings,
     lease: HeldLease,
     stats: Arc<IngestStats>,
     mut stopped: watch::Receiver<bool>,

@@ -89,7 +89,7 @@ fn gen_ids(args: GenArgs, mut sources: Sources) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     block_on(async {
-        let lease = HeldLease::acquire(&settings).await?;
+        let lease = HeldLease::acquire(&settings.mysql.url, &settings.id).await?;
         let generator = std::sync::Arc::clone(lease.generator());
         let printed = tokio::task::spawn_blocking(move || print_ids(&generator, args.count)).await;
         // Released whatever happened, so the mark is left at the last second printed.

@@ -29,6 +29,10 @@ pub fn run(args: IngestArgs, sources: Sources) -> anyhow::Result<ExitCode> {
         None => sources,
     };
     let settings = load_settings(&sources)?;
+    tracing::info!(
+        settings = %serde_json::to_string(&settings).unwrap_or_default(),
+        "settings loaded"
+    );
     let stats = Arc::new(IngestStats::default());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -40,16 +44,21 @@ pub fn run(args: IngestArgs, sources: Sources) -> anyhow::Result<ExitCode> {
         // at once, without flushing (stamping is refused from then on).
         // The address first: one in use is a mistake to report before anything starts.
         let listener = server::bind(settings.telemetry.listen).await?;
-        let lease = HeldLease::acquire(&settings).await?;
+        let lease = HeldLease::acquire(&settings.mysql.url, &settings.id).await?;
+        let address = server::advertised(listener.local_addr()?, &lease.holder().host);
+        if let Err(e) = lease.advertise(&address).await {
+            tracing::warn!("recording the telemetry address {address} in the lease (leases list will not show it): {e}");
+        }
         let view = WorkerView {
             stats: stats.clone(),
             generator: lease.generator().clone(),
             lease: lease.watch(),
         };
-        let source = IngestSource::new(view, &settings);
+        let source = IngestSource::new(view, &settings.mysql.url, &settings.kafka);
         let telemetry = server::serve(listener, Exporter::install(IngestSource::HISTOGRAMS)?, source);
+        let worker_settings = settings.worker();
         let worker = ingest::run(
-            &settings,
+            &worker_settings,
             lease.generator().clone(),
             stats.clone(),
             stop,

@@ -1,5 +1,6 @@
 //! `logstamp leases list | release`.
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -12,7 +13,7 @@ use logstamp::time::format_utc;
 
 use super::db::with_conn;
 use super::load_settings;
-use super::output::{Format, Output, aligned, ignore_closed_pipe};
+use super::output::{Output, aligned, ignore_closed_pipe};
 
 #[derive(Debug, Subcommand)]
 pub enum LeasesCommand {
@@ -24,9 +25,17 @@ pub enum LeasesCommand {
 
 #[derive(Debug, Args)]
 pub struct ListArgs {
-    /// json (one object per line) or table.
+    /// json (one object per line), table, or prometheus: a file_sd target list of the live
+    /// holders' telemetry addresses, for Prometheus to scrape the fleet.
     #[arg(long, value_enum, default_value = "json")]
-    format: Format,
+    format: ListFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ListFormat {
+    Json,
+    Table,
+    Prometheus,
 }
 
 #[derive(Debug, Args)]
@@ -69,16 +78,17 @@ struct Listed<'a> {
     mark_time: String,
 }
 
-fn write_list(out: &mut Output, format: Format, rows: &[LeaseRow]) -> std::io::Result<()> {
+fn write_list(out: &mut Output, format: ListFormat, rows: &[LeaseRow]) -> std::io::Result<()> {
     let mark_time = |row: &LeaseRow| format_utc(row.issued_seconds_mark);
     match format {
-        Format::Json => rows.iter().try_for_each(|row| {
+        ListFormat::Prometheus => out.json(&scrape_targets(rows)),
+        ListFormat::Json => rows.iter().try_for_each(|row| {
             out.json(&Listed {
                 row,
                 mark_time: mark_time(row),
             })
         }),
-        Format::Table => {
+        ListFormat::Table => {
             let cells: Vec<Vec<String>> = rows
                 .iter()
                 .map(|row| {
@@ -87,6 +97,7 @@ fn write_list(out: &mut Output, format: Format, rows: &[LeaseRow]) -> std::io::R
                         if row.live { "live" } else { "expired" }.to_string(),
                         row.host.clone(),
                         row.pid.to_string(),
+                        row.telemetry_address.clone().unwrap_or_default(),
                         row.expires_at.clone(),
                         row.issued_seconds_mark.to_string(),
                         mark_time(row),
@@ -99,6 +110,7 @@ fn write_list(out: &mut Output, format: Format, rows: &[LeaseRow]) -> std::io::R
                     "state",
                     "host",
                     "pid",
+                    "telemetry",
                     "expires_at",
                     "mark",
                     "mark_time",
@@ -109,6 +121,31 @@ fn write_list(out: &mut Output, format: Format, rows: &[LeaseRow]) -> std::io::R
             .try_for_each(|line| out.line(line))
         }
     }
+}
+
+/// One target group of Prometheus' file-based discovery (`file_sd_configs`).
+#[derive(Serialize)]
+struct TargetGroup {
+    targets: [String; 1],
+    labels: BTreeMap<&'static str, String>,
+}
+
+/// The live holders that said where they serve, each with its service ID and host as labels.
+fn scrape_targets(rows: &[LeaseRow]) -> Vec<TargetGroup> {
+    rows.iter()
+        .filter(|row| row.live)
+        .filter_map(|row| {
+            let address = row.telemetry_address.clone()?;
+            let labels = BTreeMap::from([
+                ("logstamp_service_id", row.service_id.to_string()),
+                ("logstamp_host", row.host.clone()),
+            ]);
+            Some(TargetGroup {
+                targets: [address],
+                labels,
+            })
+        })
+        .collect()
 }
 
 #[derive(Serialize)]

@@ -40,7 +40,16 @@ pub fn run(args: MigrateArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let full = block_on(async {
         mysql::create_database(&url).await?;
         let mut conn = mysql::connect(&url).await?;
-        let full = migrate::run_all(&mut conn, &known, &settings, now, args.force).await;
+        let full = migrate::run_all(
+            &mut conn,
+            &known,
+            &settings.log_table(),
+            &settings.fanout_tables(),
+            &settings.rollup_plans,
+            now,
+            args.force,
+        )
+        .await;
         // The locks went with the run; a failed goodbye changes nothing on the server.
         let _ = conn.disconnect().await;
         full

@@ -26,6 +26,7 @@ use clap::{Parser, Subcommand};
 use logstamp::time::{Zone, parse_time};
 
 use logstamp::config::{ConfigError, Settings, Sources};
+use logstamp::mysql::DbError;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -118,7 +119,11 @@ pub fn main() -> ExitCode {
         Ok(code) => code,
         Err(error) => {
             eprintln!("error: {error:#}");
-            if error.is::<ConfigError>() || error.is::<UsageError>() {
+            // A setting the database cannot work with is a configuration error too.
+            let bad_setting = error
+                .chain()
+                .any(|e| matches!(e.downcast_ref(), Some(DbError::Config { .. })));
+            if error.is::<ConfigError>() || error.is::<UsageError>() || bad_setting {
                 ExitCode::from(2)
             } else {
                 ExitCode::FAILURE

@@ -9,7 +9,6 @@ use serde::Serialize;
 
 use logstamp::config::Sources;
 use logstamp::mysql::{self, Ident};
-use logstamp::store::log_table::TableSpec;
 use logstamp::store::partition_plan::ExistingPartition;
 use logstamp::store::partitions::{self, EnsureOutcome};
 use logstamp::store::schema::create_log_table_sql;
@@ -112,7 +111,7 @@ enum EnsureLine<'a> {
 fn ensure(args: EnsureArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&sources)?;
     let now = now_or(args.now.as_deref())?;
-    let specs = TableSpec::all_from_settings(&settings);
+    let specs = settings.tables();
     let url = settings.mysql.url.clone();
     let outcomes = block_on(async {
         let mut conn = mysql::connect(&url).await?;

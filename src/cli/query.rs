@@ -15,7 +15,7 @@ use logstamp::mysql;
 use logstamp::store::log_table::TableSpec;
 use logstamp::store::query::{self, Record, TimeQuery, parse_filter};
 use logstamp::store::rollup::{self, RollupRecord};
-use logstamp::transform::rollup::RollupPlan;
+use logstamp::store::rollup_plan::RollupPlan;
 
 use super::db::block_on;
 use super::output::{Format, Output, aligned, ignore_closed_pipe};
@@ -108,9 +108,9 @@ pub fn run(args: QueryArgs, sources: Sources) -> anyhow::Result<ExitCode> {
 /// The log table or the fan-out table named.
 pub fn table_spec(settings: &Settings, name: Option<&str>) -> Result<TableSpec, UsageError> {
     let Some(name) = name else {
-        return Ok(TableSpec::from_settings(settings));
+        return Ok(settings.log_table());
     };
-    let all = TableSpec::all_from_settings(settings);
+    let all = settings.tables();
     let names: Vec<String> = all.iter().map(|t| t.table.as_str().to_string()).collect();
     all.into_iter()
         .find(|t| t.table.as_str() == name)

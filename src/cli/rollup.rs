@@ -58,16 +58,23 @@ fn rebuild(args: RebuildArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let url = settings.mysql.url.clone();
     let report = block_on(async {
         let mut conn = mysql::connect(&url).await?;
-        let report = rollup::rebuild(&mut conn, plan, &layout, (from, to), |done, report| {
-            bar.set_position(done - from);
-            tracing::info!(
-                rollup = %report.rollup,
-                rows = report.rows,
-                counted = report.counted,
-                "rebuilt up to {}",
-                rollup::format_time(done)
-            );
-        })
+        let report = rollup::rebuild(
+            &mut conn,
+            plan,
+            &layout,
+            (from, to),
+            settings.store.retry_policy(),
+            |done, report| {
+                bar.set_position(done - from);
+                tracing::info!(
+                    rollup = %report.rollup,
+                    rows = report.rows,
+                    counted = report.counted,
+                    "rebuilt up to {}",
+                    rollup::format_time(done)
+                );
+            },
+        )
         .await;
         let _ = conn.disconnect().await;
         report

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::store::DeadLetter;
-use crate::transform::MappedRow;
+use crate::store::MappedRow;
 
 /// When a batch is closed: whichever limit is reached first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

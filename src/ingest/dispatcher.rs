@@ -17,8 +17,8 @@ use super::consumer::{Assigned, Event, Incoming, Request};
 use super::kafka::DeadLetterTopic;
 use super::metrics::{BATCH_ROWS, BATCH_SECONDS};
 use super::partition_key::PartitionKey;
+use super::settings::WorkerSettings;
 use super::{IngestError, IngestStats};
-use crate::config::Settings;
 use crate::id::{IdError, IdGenerator};
 use crate::mysql::DbError;
 use crate::store::{Batch, DeadLetter, Row, WriteOutcome, Writer};
@@ -80,7 +80,7 @@ pub struct Dispatcher {
 
 impl Dispatcher {
     pub fn new(
-        settings: &Settings,
+        settings: &WorkerSettings,
         writer: Writer,
         generator: Arc<IdGenerator>,
         stats: Arc<IngestStats>,
@@ -135,7 +135,7 @@ impl Dispatcher {
                 Some(written) = self.writes.join_next(), if !self.writes.is_empty() => {
                     match written {
                         Ok(written) => self.on_written(written)?,
-                        Err(e) => return Err(IngestError::Store(DbError::Refused(format!(
+                        Err(e) => return Err(IngestError::Store(DbError::TaskPanicked(format!(
                             "a batch write ended abnormally: {e}"
                         )))),
                     }

@@ -8,8 +8,8 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use super::IngestError;
-use crate::config::Settings;
 use crate::kafka::CreateRedacted;
+use crate::kafka::KafkaSettings;
 use crate::store::DeadLetter;
 
 /// How often librdkafka reports statistics to an ingest consumer (consumer lag comes from them).
@@ -29,8 +29,7 @@ const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
 
 /// The consumer's settings: logstamp's defaults, then `kafka.properties`, then what logstamp
 /// needs as it is (offsets are committed by logstamp, after MySQL).
-pub fn consumer_config(settings: &Settings) -> ClientConfig {
-    let kafka = &settings.kafka;
+pub fn consumer_config(kafka: &KafkaSettings) -> ClientConfig {
     let mut config = kafka.properties.client_config();
     for (name, value) in CONSUMER_DEFAULTS {
         if config.get(name).is_none() {
@@ -51,10 +50,10 @@ pub fn consumer_config(settings: &Settings) -> ClientConfig {
 
 /// A producer's settings: the shared `kafka.properties` (security, for one), then idempotent
 /// delivery acknowledged by all in-sync replicas.
-pub fn producer_config(settings: &Settings) -> ClientConfig {
-    let mut config = settings.kafka.properties.client_config();
+pub fn producer_config(kafka: &KafkaSettings) -> ClientConfig {
+    let mut config = kafka.properties.client_config();
     config
-        .set("bootstrap.servers", &settings.kafka.brokers)
+        .set("bootstrap.servers", &kafka.brokers)
         .set("enable.idempotence", "true")
         .set("acks", "all");
     config
@@ -85,12 +84,13 @@ pub struct DeadLetterTopic {
 const QUEUE_WAIT: Duration = Duration::from_secs(5);
 
 impl DeadLetterTopic {
-    pub fn new(settings: &Settings) -> Result<Option<DeadLetterTopic>, IngestError> {
-        let topic = settings.ingest.dead_letter_topic.trim();
+    /// The producer of `topic` (`ingest.dead_letter_topic`); none when it is empty.
+    pub fn new(kafka: &KafkaSettings, topic: &str) -> Result<Option<DeadLetterTopic>, IngestError> {
+        let topic = topic.trim();
         if topic.is_empty() {
             return Ok(None);
         }
-        let producer = producer_config(settings)
+        let producer = producer_config(kafka)
             .create_redacted()
             .map_err(client_error)?;
         Ok(Some(DeadLetterTopic {
@@ -239,7 +239,7 @@ pub fn produce_all(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Sources;
+    use crate::config::{Settings, Sources};
 
     #[test]
     fn properties_override_the_defaults_but_not_what_logstamp_needs() {
@@ -252,7 +252,7 @@ mod tests {
         .set("kafka.group_id", "fleet")
         .set("kafka.instance_id", "host-7");
         let settings = Settings::load(&sources).unwrap();
-        let consumer = consumer_config(&settings);
+        let consumer = consumer_config(&settings.kafka);
         assert_eq!(consumer.get("auto.offset.reset"), Some("latest"));
         assert_eq!(consumer.get("security.protocol"), Some("SASL_SSL"));
         assert_eq!(
@@ -262,7 +262,7 @@ mod tests {
         assert_eq!(consumer.get("group.id"), Some("fleet"));
         assert_eq!(consumer.get("group.instance.id"), Some("host-7"));
         assert_eq!(consumer.get("enable.auto.commit"), Some("false"));
-        let producer = producer_config(&settings);
+        let producer = producer_config(&settings.kafka);
         assert_eq!(producer.get("security.protocol"), Some("SASL_SSL"));
         assert_eq!(producer.get("acks"), Some("all"));
         assert_eq!(producer.get("auto.offset.reset"), Some("latest"));

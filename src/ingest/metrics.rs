@@ -6,8 +6,8 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::{IngestStats, kafka};
-use crate::config::Settings;
 use crate::id::IdGenerator;
+use crate::kafka::KafkaSettings;
 use crate::mysql::MysqlUrl;
 use crate::store::lease::LeaseStatus;
 use crate::telemetry::exporter::{Exporter, Histogram, label_value};
@@ -34,11 +34,12 @@ pub struct IngestSource {
 }
 
 impl IngestSource {
-    pub fn new(worker: WorkerView, settings: &Settings) -> IngestSource {
+    /// What `worker` shows, with probes of MySQL at `mysql` and of the brokers of `kafka`.
+    pub fn new(worker: WorkerView, mysql: &MysqlUrl, kafka: &KafkaSettings) -> IngestSource {
         IngestSource {
             worker,
-            mysql: settings.mysql.url.clone(),
-            kafka: KafkaProbe::new(&kafka::producer_config(settings)),
+            mysql: mysql.clone(),
+            kafka: KafkaProbe::new(&kafka::producer_config(kafka)),
         }
     }
 }

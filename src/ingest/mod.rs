@@ -29,7 +29,6 @@ use rdkafka::error::KafkaError;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
-use crate::config::Settings;
 use crate::id::{IdError, IdGenerator};
 use crate::kafka::CreateRedacted;
 use crate::mysql::retry::retrying;
@@ -40,6 +39,7 @@ use crate::store::{Writer, migrate, rollup};
 pub use batcher::BatchLimits;
 use consumer::{IngestContext, PollerSettings};
 use mysql_async::Conn;
+use settings::WorkerSettings;
 
 /// Events in flight from the consumer thread to the dispatcher. Small: the memory budget is
 /// enforced by pausing, and this only smooths the hand-over.
@@ -185,20 +185,19 @@ impl IngestStats {
 
 /// Checks the schema and brings the log table's partitions up to date, retrying a database that
 /// is not reachable yet for `store.give_up_after`.
-pub async fn prepare_database(settings: &Settings) -> Result<(), DbError> {
-    let specs = TableSpec::all_from_settings(settings);
+pub async fn prepare_database(settings: &WorkerSettings) -> Result<(), DbError> {
     let known = migrate::builtin()?;
     retrying(
-        settings.store.give_up_after,
+        settings.store.retry_policy(),
         || "preparing the database".to_string(),
         async || {
             let mut conn = mysql::connect(&settings.mysql.url).await?;
             let prepared = async {
                 migrate::check_up_to_date(&mut conn, &known).await?;
-                for plan in &settings.rollup_plans {
+                for plan in &settings.rollups {
                     rollup::ensure_table(&mut conn, plan, false).await?;
                 }
-                ensure_partitions(&mut conn, &specs).await
+                ensure_partitions(&mut conn, &settings.tables).await
             }
             .await;
             let _ = conn.disconnect().await;
@@ -235,15 +234,14 @@ fn log_maintenance(spec: &TableSpec, outcome: &EnsureOutcome) {
 
 /// Runs `partitions ensure` every `ingest.maintenance_interval`; failures are logged and tried
 /// again next time (the table keeps `ingest.ahead` partitions of slack).
-async fn maintain_partitions(settings: Settings) {
-    let specs = TableSpec::all_from_settings(&settings);
+async fn maintain_partitions(settings: WorkerSettings) {
     let mut every = tokio::time::interval(settings.ingest.maintenance_interval);
     every.tick().await;
     loop {
         every.tick().await;
         let outcome = async {
             let mut conn = mysql::connect(&settings.mysql.url).await?;
-            let outcome = ensure_partitions(&mut conn, &specs).await;
+            let outcome = ensure_partitions(&mut conn, &settings.tables).await;
             let _ = conn.disconnect().await;
             outcome
         }
@@ -257,20 +255,25 @@ async fn maintain_partitions(settings: Settings) {
 /// `logstamp ingest`: runs one worker until `shutdown` resolves (then flushes and commits what
 /// was read, within `ingest.shutdown_timeout`) or until it fails for good.
 pub async fn run(
-    settings: &Settings,
+    settings: &WorkerSettings,
     generator: Arc<IdGenerator>,
     stats: Arc<IngestStats>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), IngestError> {
     tracing::info!(
-        settings = %serde_json::to_string(settings).unwrap_or_default(),
         service_id = generator.service_id(),
         service_bits = generator.layout().service_bits(),
         "starting ingest"
     );
     prepare_database(settings).await?;
-    let writer = Writer::new(settings)?;
-    let dead_letter_topic = kafka::DeadLetterTopic::new(settings)?;
+    let writer = Writer::new(
+        &settings.mysql.url,
+        &settings.store,
+        &settings.rollups,
+        generator.layout(),
+    )?;
+    let dead_letter_topic =
+        kafka::DeadLetterTopic::new(&settings.kafka, &settings.ingest.dead_letter_topic)?;
 
     let (events_in, events) = mpsc::channel(EVENT_QUEUE);
     let (requests, requests_out) = std::sync::mpsc::channel();
@@ -281,7 +284,7 @@ pub async fn run(
         settings.kafka.group_id.clone(),
         stats.clone(),
     );
-    let consumer: BaseConsumer<IngestContext> = kafka::consumer_config(settings)
+    let consumer: BaseConsumer<IngestContext> = kafka::consumer_config(&settings.kafka)
         .create_redacted_with_context(context)
         .map_err(kafka::client_error)?;
     let topics: Vec<&str> = settings.kafka.topics.iter().map(String::as_str).collect();

@@ -4,8 +4,28 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::kafka::KafkaSettings;
+use crate::mysql::MysqlSettings;
 use crate::settings::{SettingError, TIB, at_least_one, at_most, at_most_a_year, duration_text};
-use crate::transform::MessageFormat;
+use crate::store::log_table::TableSpec;
+use crate::store::rollup_plan::RollupPlan;
+use crate::store::settings::StoreSettings;
+use crate::transform::{MessageFormat, Normalizer};
+
+/// Everything one worker reads: its own sections and those of the parts it drives, composed
+/// once the settings are loaded.
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    pub mysql: MysqlSettings,
+    pub kafka: KafkaSettings,
+    pub store: StoreSettings,
+    /// The log table, then the fan-out tables, as `store` and `[partitions]` say.
+    pub tables: Vec<TableSpec>,
+    pub rollups: Vec<RollupPlan>,
+    pub normalize: Normalizer,
+    pub batch: BatchSettings,
+    pub ingest: IngestSettings,
+}
 
 /// The ingest worker's own settings.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -10,7 +10,7 @@ use crate::mysql::MysqlUrl;
 /// A pool of up to `max_connections` connections to the URL's database.
 pub fn pool(url: &MysqlUrl, max_connections: usize) -> Result<Pool, DbError> {
     let constraints = PoolConstraints::new(1, max_connections.max(1))
-        .ok_or_else(|| DbError::Refused(format!("invalid pool size {max_connections}")))?;
+        .ok_or_else(|| DbError::Invariant(format!("invalid pool size {max_connections}")))?;
     let opts = OptsBuilder::from_opts(opts(url)?)
         .pool_opts(PoolOpts::default().with_constraints(constraints));
     Ok(Pool::new(opts))
@@ -20,7 +20,7 @@ pub fn pool(url: &MysqlUrl, max_connections: usize) -> Result<Pool, DbError> {
 /// is not.
 pub(crate) fn opts(url: &MysqlUrl) -> Result<Opts, DbError> {
     let opts = Opts::from_url(url.expose())
-        .map_err(|e| DbError::Refused(format!("mysql.url {}: {e}", url.redacted())))?;
+        .map_err(|e| DbError::config("mysql.url", format!("{}: {e}", url.redacted())))?;
     // DATETIME columns (and their CURRENT_TIMESTAMP defaults) hold UTC whatever the server's
     // zone is; `setup` runs again after a pooled connection is reset.
     // `client_found_rows=true` in the URL would make a row an upsert or update finds but leaves
@@ -46,7 +46,7 @@ pub async fn connect(url: &MysqlUrl) -> Result<Conn, DbError> {
 /// Creates the URL's database if it does not exist, connecting without selecting it.
 pub async fn create_database(url: &MysqlUrl) -> Result<(), DbError> {
     let database = Ident::new(url.database())
-        .map_err(|e| DbError::Refused(format!("mysql.url database: {e}")))?;
+        .map_err(|e| DbError::config("mysql.url", format!("database: {e}")))?;
     let server = OptsBuilder::from_opts(opts(url)?).db_name(None::<String>);
     let context = || format!("creating database {database} at {}", url.redacted());
     let mut conn = mysql_async::Conn::new(server)
@@ -70,5 +70,5 @@ pub async fn current_database(conn: &mut Conn) -> Result<String, DbError> {
         Some(mut row) => take(&mut row, 0, "DATABASE()")?,
         None => None,
     };
-    name.ok_or_else(|| DbError::Refused("the connection has no database selected".into()))
+    name.ok_or_else(|| DbError::config("mysql.url", "names no database"))
 }

@@ -5,16 +5,35 @@ use mysql_async::{DriverError, Error as MysqlError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
-    /// A MySQL call failed; `context` says what was being done.
+    /// A MySQL call failed; `context` says what was being done. Transient or not by the
+    /// server's error (see [`is_transient`]).
     #[error("{context}: {source}")]
     Mysql {
         context: String,
         #[source]
         source: MysqlError,
     },
-    /// The database holds something logstamp must not touch or cannot use as it is.
+    /// A setting this work cannot use as it is; `key` names it.
+    #[error("{key}: {reason}")]
+    Config { key: String, reason: String },
+    /// A table is not what logstamp needs: missing, made by other settings or a newer
+    /// logstamp, or changed by hand. The reason says how to put it right.
+    #[error("{reason}")]
+    Catalog { table: String, reason: String },
+    /// Another process holds what this work needs (a named lock): trying again later may
+    /// succeed.
+    #[error("{0}")]
+    Busy(String),
+    /// The server refused this data for good: a row or a value it will never take.
     #[error("{0}")]
     Refused(String),
+    /// The server answered what it never should (no row, a NULL, a missing column), or
+    /// logstamp broke a rule of its own: a bug, or a server it does not support.
+    #[error("{0}")]
+    Invariant(String),
+    /// A task of this process panicked or was cancelled.
+    #[error("{0}")]
+    TaskPanicked(String),
 }
 
 impl DbError {
@@ -23,11 +42,30 @@ impl DbError {
         move |source| DbError::Mysql { context, source }
     }
 
+    pub fn config(key: impl Into<String>, reason: impl Into<String>) -> DbError {
+        DbError::Config {
+            key: key.into(),
+            reason: reason.into(),
+        }
+    }
+
+    pub fn catalog(table: impl Into<String>, reason: impl Into<String>) -> DbError {
+        DbError::Catalog {
+            table: table.into(),
+            reason: reason.into(),
+        }
+    }
+
     /// Whether the same work may succeed when tried again.
     pub fn is_transient(&self) -> bool {
         match self {
             DbError::Mysql { source, .. } => is_transient(source),
-            DbError::Refused(_) => false,
+            DbError::Busy(_) => true,
+            DbError::Config { .. }
+            | DbError::Catalog { .. }
+            | DbError::Refused(_)
+            | DbError::Invariant(_)
+            | DbError::TaskPanicked(_) => false,
         }
     }
 

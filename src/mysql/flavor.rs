@@ -35,7 +35,7 @@ pub async fn flavor(conn: &mut Conn) -> Result<Flavor, DbError> {
         .await
         .map_err(DbError::mysql("reading the server's version"))?;
     let (version, comment) =
-        row.ok_or_else(|| DbError::Refused("the server did not say its version".into()))?;
+        row.ok_or_else(|| DbError::Invariant("the server did not say its version".into()))?;
     Ok(Flavor::from_version(
         &version,
         comment.as_deref().unwrap_or(""),

@@ -43,12 +43,12 @@ pub async fn try_lock(conn: &mut Conn, name: &str, wait_seconds: u32) -> Result<
         .exec_first("SELECT GET_LOCK(?, ?)", (name, wait_seconds))
         .await
         .map_err(DbError::mysql(context()))?
-        .ok_or_else(|| DbError::Refused(format!("{}: no answer", context())))?;
+        .ok_or_else(|| DbError::Invariant(format!("{}: no answer", context())))?;
     match take::<Option<i64>>(&mut row, 0, "GET_LOCK")? {
         Some(1) => Ok(true),
         Some(_) => Ok(false),
         // NULL: the server failed to take it (out of memory, or the thread was killed).
-        None => Err(DbError::Refused(format!(
+        None => Err(DbError::Invariant(format!(
             "{}: the server returned NULL",
             context()
         ))),

@@ -10,11 +10,11 @@ use super::DbError;
 pub(crate) fn take<T: FromValue>(row: &mut Row, index: usize, what: &str) -> Result<T, DbError> {
     match row.take_opt::<T, usize>(index) {
         Some(Ok(value)) => Ok(value),
-        Some(Err(e)) => Err(DbError::Refused(format!(
+        Some(Err(e)) => Err(DbError::Invariant(format!(
             "unexpected value for {what}: {:?}",
             e.0
         ))),
-        None => Err(DbError::Refused(format!(
+        None => Err(DbError::Invariant(format!(
             "the server's answer has no column for {what}"
         ))),
     }

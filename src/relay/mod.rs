@@ -35,13 +35,12 @@ use tokio::sync::watch;
 pub use context::{RelayContext, RelayError};
 pub use settings::TablePattern;
 
+use crate::mysql::retry::RetryPolicy;
 use crate::mysql::{self, DbError};
 use context::{APPLIED_GTIDS_TABLE, APPLIED_TABLE, CHECKPOINT_TABLE, PUBLISHED_TABLE};
 
-/// A part that ran this long before failing starts again without waiting.
+/// A part that ran this long before failing starts again after the shortest wait.
 const HEALTHY_RUN: Duration = Duration::from_secs(60);
-const FIRST_RETRY: Duration = Duration::from_millis(200);
-const LONGEST_RETRY: Duration = Duration::from_secs(10);
 
 /// Runs this data centre's capture and an applier per remote data centre until `shutdown` is
 /// set (or its sender dropped). A part that fails for a transient reason (lost connection,
@@ -110,30 +109,31 @@ where
     F: FnMut(watch::Receiver<bool>) -> Fut,
     Fut: Future<Output = Result<(), RelayError>>,
 {
-    let mut wait = FIRST_RETRY;
+    let mut waits = RetryPolicy::FOREVER.waits();
     loop {
         if *shutdown.borrow() {
             return Ok(());
         }
         let started = Instant::now();
-        match part(shutdown.clone()).await {
+        let wait = match part(shutdown.clone()).await {
             Ok(()) => return Ok(()),
             Err(e) if e.is_transient() => {
                 if started.elapsed() > HEALTHY_RUN {
-                    wait = FIRST_RETRY;
+                    waits = RetryPolicy::FOREVER.waits();
                 }
+                let wait = waits.next().unwrap_or(RetryPolicy::FOREVER.longest_wait);
                 tracing::warn!(part = name, retry_in = ?wait, "relay {name} failed, starting again: {e}");
+                wait
             }
             Err(e) => {
                 tracing::error!(part = name, "relay {name} stopped: {e}");
                 return Err(e);
             }
-        }
+        };
         tokio::select! {
             _ = shutdown.changed() => return Ok(()),
             _ = tokio::time::sleep(wait) => {}
         }
-        wait = (wait * 2).min(LONGEST_RETRY);
     }
 }
 

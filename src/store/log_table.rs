@@ -13,7 +13,7 @@ use super::partition_plan::{
     ExistingPartition, PartitionScheme, Partitioning, check_partitioning, parse_bound,
 };
 use super::schema::{ColumnSpec, create_log_table_sql};
-use crate::config::Settings;
+use super::settings::StoreSettings;
 use crate::mysql::rows::take;
 use crate::mysql::{DbError, Ident};
 
@@ -27,41 +27,35 @@ pub struct TableSpec {
 }
 
 impl TableSpec {
-    pub fn from_settings(settings: &Settings) -> TableSpec {
+    /// The log table (`store.table`).
+    pub fn log_table(store: &StoreSettings, scheme: PartitionScheme) -> TableSpec {
         TableSpec {
-            table: settings.store.table.clone(),
-            columns: settings.store.columns.clone(),
-            payload: settings.store.payload,
-            scheme: PartitionScheme {
-                layout: settings.id.layout,
-                period: settings.partitions.period,
-                zone: settings.partitions.time_zone,
-                ahead: settings.partitions.ahead,
-                retention: settings.partitions.retention.0,
-            },
+            table: store.table.clone(),
+            columns: store.columns.clone(),
+            payload: store.payload,
+            scheme,
         }
     }
 
     /// The fan-out tables (`[[store.tables]]`): partitioned and kept like the log table.
-    pub fn fanout_from_settings(settings: &Settings) -> Vec<TableSpec> {
-        let main = TableSpec::from_settings(settings);
-        settings
-            .store
+    pub fn fanout(store: &StoreSettings, scheme: &PartitionScheme) -> Vec<TableSpec> {
+        store
             .tables
             .iter()
             .map(|t| TableSpec {
                 table: t.name.clone(),
                 columns: t.columns.clone(),
                 payload: t.payload,
-                ..main.clone()
+                scheme: scheme.clone(),
             })
             .collect()
     }
 
     /// The log table, then the fan-out tables.
-    pub fn all_from_settings(settings: &Settings) -> Vec<TableSpec> {
-        let mut all = vec![TableSpec::from_settings(settings)];
-        all.extend(TableSpec::fanout_from_settings(settings));
+    pub fn all(store: &StoreSettings, scheme: PartitionScheme) -> Vec<TableSpec> {
+        let fanout = TableSpec::fanout(store, &scheme);
+        let mut all = vec![TableSpec::log_table(store, scheme)];
+        all.extend(fanout);
         all
     }
 }
@@ -227,10 +221,12 @@ pub async fn ensure_table(
     let table = spec.table.as_str().to_string();
     let record = read_record(conn, &spec.table).await?;
     let Some(partitioning) = read_partitioning(conn, &spec.table).await? else {
-        let plan = spec
-            .scheme
-            .initial_plan(now)
-            .map_err(|e| DbError::Refused(format!("partitions of table {}: {e}", spec.table)))?;
+        let plan = spec.scheme.initial_plan(now).map_err(|e| {
+            DbError::catalog(
+                spec.table.as_str(),
+                format!("partitions of table {}: {e}", spec.table),
+            )
+        })?;
         let sql = create_log_table_sql(&spec.table, &spec.columns, spec.payload, &plan);
         conn.query_drop(sql.trim_end().trim_end_matches(';'))
             .await
@@ -243,7 +239,8 @@ pub async fn ensure_table(
         });
     };
     let check = match &record {
-        Some(record) => check_record(record, spec, force).map_err(DbError::Refused)?,
+        Some(record) => check_record(record, spec, force)
+            .map_err(|e| DbError::catalog(spec.table.as_str(), e))?,
         None => RecordCheck::Same,
     };
     let scheme = &spec.scheme;
@@ -254,9 +251,9 @@ pub async fn ensure_table(
         scheme.period,
         &scheme.zone,
     )
-    .map_err(DbError::Refused)?;
+    .map_err(|e| DbError::catalog(spec.table.as_str(), e))?;
     let columns = read_columns(conn, &spec.table).await?;
-    check_columns(spec, &columns).map_err(DbError::Refused)?;
+    check_columns(spec, &columns).map_err(|e| DbError::catalog(spec.table.as_str(), e))?;
     match (record, check) {
         (None, _) => {
             write_record(conn, spec).await?;
@@ -341,9 +338,10 @@ pub async fn read_partitioning(
     };
     let kind: String = take(&mut kind, 0, "TABLES.TABLE_TYPE")?;
     if kind != "BASE TABLE" {
-        return Err(DbError::Refused(format!(
-            "{table} is a {kind}, not a table"
-        )));
+        return Err(DbError::catalog(
+            table.as_str(),
+            format!("{table} is a {kind}, not a table"),
+        ));
     }
     let rows: Vec<mysql_async::Row> = conn
         .exec(
@@ -377,7 +375,7 @@ pub async fn read_partitioning(
         let less_than = match description {
             // Only RANGE partitions have bounds; the method check refuses the others.
             Some(text) if partitioning.method.as_deref() == Some("RANGE") => {
-                parse_bound(&text).map_err(DbError::Refused)?
+                parse_bound(&text).map_err(|e| DbError::catalog(table.as_str(), e))?
             }
             _ => None,
         };
@@ -428,7 +426,7 @@ mod tests {
         for (k, v) in overrides {
             sources = sources.set(k, v);
         }
-        TableSpec::from_settings(&Settings::load(&sources).unwrap())
+        Settings::load(&sources).unwrap().log_table()
     }
 
     fn day(text: &str) -> NaiveDate {

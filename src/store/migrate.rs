@@ -15,12 +15,11 @@ use chrono::{DateTime, Utc};
 
 use super::log_table::{TableOutcome, TableSpec, ensure_table};
 use super::rollup;
-use crate::config::Settings;
 use crate::mysql::DbError;
 use crate::mysql::current_database;
 use crate::mysql::lock::{schema_lock, table_lock, with_lock};
 use crate::mysql::rows::take;
-use crate::transform::rollup::RollupPlan;
+use crate::store::rollup_plan::RollupPlan;
 
 /// How long `migrate` waits for another run (or a partition maintenance) to finish.
 pub const LOCK_WAIT_SECONDS: u32 = 30;
@@ -60,13 +59,17 @@ const BUILTIN: &[(&str, &str)] = &[
         "0008_relay_applied_gtids.sql",
         include_str!("../../migrations/0008_relay_applied_gtids.sql"),
     ),
+    (
+        "0009_service_leases_telemetry.sql",
+        include_str!("../../migrations/0009_service_leases_telemetry.sql"),
+    ),
 ];
 
 /// logstamp's own tables in the database of `mysql.url`: the migrations' and the runner's.
 /// Never relayed: a remote message could then rewrite offsets, leases or the relay's state.
 pub fn bookkeeping_tables() -> Vec<&'static str> {
     const CREATE: &str = "CREATE TABLE IF NOT EXISTS `";
-    let mut tables = vec!["schema_migrations"];
+    let mut tables = vec![MIGRATIONS_TABLE];
     tables.extend(BUILTIN.iter().filter_map(|(_, sql)| {
         let name = &sql[sql.find(CREATE)? + CREATE.len()..];
         name.split('`').next()
@@ -76,6 +79,9 @@ pub fn bookkeeping_tables() -> Vec<&'static str> {
 
 /// The bookkeeping table. Created by the runner itself: it must exist before the first file
 /// can be recorded.
+/// Where applied migrations are recorded.
+const MIGRATIONS_TABLE: &str = "schema_migrations";
+
 const CREATE_SCHEMA_MIGRATIONS: &str = "CREATE TABLE IF NOT EXISTS `schema_migrations` (
   `version` INT UNSIGNED NOT NULL,
   `name` VARCHAR(255) NOT NULL,
@@ -96,7 +102,7 @@ impl Migration {
     /// From a file name `NNNN_name.sql` and its text.
     pub fn from_file(file_name: &str, sql: &str) -> Result<Migration, DbError> {
         let bad = || {
-            DbError::Refused(format!(
+            DbError::Invariant(format!(
                 "migration file {file_name:?} is not named NNNN_name.sql"
             ))
         };
@@ -157,26 +163,32 @@ pub fn pending<'a>(
     recorded: &[Recorded],
 ) -> Result<Vec<&'a Migration>, DbError> {
     if let Some(pair) = known.windows(2).find(|w| w[0].version >= w[1].version) {
-        return Err(DbError::Refused(format!(
+        return Err(DbError::Invariant(format!(
             "migrations are not in strictly increasing version order: {} then {}",
             pair[0].version, pair[1].version
         )));
     }
     for r in recorded {
         let Some(m) = known.iter().find(|m| m.version == r.version) else {
-            return Err(DbError::Refused(format!(
-                "the database has migration {} ({}) applied, which this logstamp does not \
+            return Err(DbError::catalog(
+                MIGRATIONS_TABLE,
+                format!(
+                    "the database has migration {} ({}) applied, which this logstamp does not \
                  know: it was migrated by a newer version",
-                r.version, r.name
-            )));
+                    r.version, r.name
+                ),
+            ));
         };
         let checksum = m.checksum();
         if checksum != r.checksum {
-            return Err(DbError::Refused(format!(
-                "migration {} ({}) changed after it was applied: checksum {} recorded, {} now; \
+            return Err(DbError::catalog(
+                MIGRATIONS_TABLE,
+                format!(
+                    "migration {} ({}) changed after it was applied: checksum {} recorded, {} now; \
                  restore the file and add a new migration for the change",
-                r.version, r.name, r.checksum, checksum
-            )));
+                    r.version, r.name, r.checksum, checksum
+                ),
+            ));
         }
     }
     let newest = recorded.iter().map(|r| r.version).max();
@@ -187,11 +199,14 @@ pub fn pending<'a>(
     if let (Some(newest), Some(first)) = (newest, todo.first())
         && first.version < newest
     {
-        return Err(DbError::Refused(format!(
-            "migration {} ({}) was never applied, but the later migration {newest} was: \
+        return Err(DbError::catalog(
+            MIGRATIONS_TABLE,
+            format!(
+                "migration {} ({}) was never applied, but the later migration {newest} was: \
              refusing to run migrations out of order",
-            first.version, first.name
-        )));
+                first.version, first.name
+            ),
+        ));
     }
     Ok(todo)
 }
@@ -206,16 +221,19 @@ pub async fn check_up_to_date(conn: &mut Conn, known: &[Migration]) -> Result<()
     };
     match pending(known, &recorded)?.as_slice() {
         [] => Ok(()),
-        [first, rest @ ..] => Err(DbError::Refused(format!(
-            "database {} lacks migration {} ({}){}: run logstamp migrate first",
-            current_database(conn).await?,
-            first.version,
-            first.name,
-            match rest.len() {
-                0 => String::new(),
-                n => format!(" and {n} later"),
-            }
-        ))),
+        [first, rest @ ..] => Err(DbError::catalog(
+            MIGRATIONS_TABLE,
+            format!(
+                "database {} lacks migration {} ({}){}: run logstamp migrate first",
+                current_database(conn).await?,
+                first.version,
+                first.name,
+                match rest.len() {
+                    0 => String::new(),
+                    n => format!(" and {n} later"),
+                }
+            ),
+        )),
     }
 }
 
@@ -271,7 +289,7 @@ pub async fn run(
 ) -> Result<MigrateReport, DbError> {
     let database = current_database(conn).await?;
     let busy = |what: &str| {
-        DbError::Refused(format!(
+        DbError::Busy(format!(
             "{what} of database {database} stayed locked by another logstamp for {LOCK_WAIT_SECONDS} s; try again when it is done"
         ))
     };
@@ -299,24 +317,19 @@ pub struct FullReport {
     pub rollups: Vec<RollupOutcome>,
 }
 
-/// Everything `logstamp migrate` does for `settings`: [`run`] for the log table, then
-/// [`ensure_fanout`] for the fan-out tables and the rollups.
+/// Everything `logstamp migrate` does: [`run`] for the log table, then [`ensure_fanout`] for
+/// the fan-out tables and the rollups.
 pub async fn run_all(
     conn: &mut Conn,
     known: &[Migration],
-    settings: &Settings,
+    log_table: &TableSpec,
+    fanout: &[TableSpec],
+    rollups: &[RollupPlan],
     now: DateTime<Utc>,
     force: bool,
 ) -> Result<FullReport, DbError> {
-    let report = run(conn, known, &TableSpec::from_settings(settings), now, force).await?;
-    let (tables, rollups) = ensure_fanout(
-        conn,
-        &TableSpec::fanout_from_settings(settings),
-        &settings.rollup_plans,
-        now,
-        force,
-    )
-    .await?;
+    let report = run(conn, known, log_table, now, force).await?;
+    let (tables, rollups) = ensure_fanout(conn, fanout, rollups, now, force).await?;
     Ok(FullReport {
         report,
         tables,
@@ -375,7 +388,7 @@ async fn ensure_locked(
     )
     .await?
     .ok_or_else(|| {
-        DbError::Refused(format!(
+        DbError::Busy(format!(
             "table {} of database {database} stayed locked by another logstamp for \
              {LOCK_WAIT_SECONDS} s; try again when it is done",
             spec.table

@@ -8,9 +8,11 @@ pub mod partition_plan;
 pub mod partitions;
 pub mod query;
 pub mod rollup;
+pub mod rollup_plan;
+pub mod route;
 pub mod schema;
 pub mod settings;
 pub mod writer;
 
 pub use partition_plan::{PartitionBound, PartitionPlan, Period, PlanError};
-pub use writer::{Batch, Committed, DeadLetter, Row, WriteOutcome, Writer};
+pub use writer::{Batch, Committed, DeadLetter, MappedRow, Row, WriteOutcome, Writer};

@@ -42,8 +42,9 @@ pub async fn ensure(
     // Wait for nobody: whoever holds the lock is doing this very work.
     let done = with_lock(conn, &lock, 0, async |conn| {
         let partitioning = checked_partitioning(conn, spec).await?;
-        let plan = plan_maintenance(&partitioning.partitions, now, &spec.scheme)
-            .map_err(|e| DbError::Refused(format!("table {}: {e}", spec.table)))?;
+        let plan = plan_maintenance(&partitioning.partitions, now, &spec.scheme).map_err(|e| {
+            DbError::catalog(spec.table.as_str(), format!("table {}: {e}", spec.table))
+        })?;
         if !dry_run {
             run(conn, spec, &partitioning, &plan).await?;
         }
@@ -61,15 +62,17 @@ pub async fn ensure(
 async fn checked_partitioning(conn: &mut Conn, spec: &TableSpec) -> Result<Partitioning, DbError> {
     let table = &spec.table;
     let record = read_record(conn, table).await?.ok_or_else(|| {
-        DbError::Refused(format!(
-            "table {table} is not recorded in logstamp_tables: run logstamp migrate first"
-        ))
+        DbError::catalog(
+            table.as_str(),
+            format!("table {table} is not recorded in logstamp_tables: run logstamp migrate first"),
+        )
     })?;
-    check_record(&record, spec, true).map_err(DbError::Refused)?;
+    check_record(&record, spec, true).map_err(|e| DbError::catalog(table.as_str(), e))?;
     let partitioning = read_partitioning(conn, table).await?.ok_or_else(|| {
-        DbError::Refused(format!(
-            "table {table} does not exist: run logstamp migrate"
-        ))
+        DbError::catalog(
+            table.as_str(),
+            format!("table {table} does not exist: run logstamp migrate"),
+        )
     })?;
     check_partitioning(
         table,
@@ -78,7 +81,7 @@ async fn checked_partitioning(conn: &mut Conn, spec: &TableSpec) -> Result<Parti
         spec.scheme.period,
         &spec.scheme.zone,
     )
-    .map_err(DbError::Refused)?;
+    .map_err(|e| DbError::catalog(table.as_str(), e))?;
     Ok(partitioning)
 }
 
@@ -95,7 +98,9 @@ async fn run(
             .partitions
             .last()
             .map(|p| quote(&p.name))
-            .ok_or_else(|| DbError::Refused(format!("table {table} has no partitions")))?;
+            .ok_or_else(|| {
+                DbError::catalog(table.as_str(), format!("table {table} has no partitions"))
+            })?;
         let mut parts: Vec<String> = plan
             .add
             .iter()
@@ -131,7 +136,9 @@ async fn run(
         .partitions
         .first()
         .map(|p| quote(&p.name))
-        .ok_or_else(|| DbError::Refused(format!("table {table} has no partitions")))?;
+        .ok_or_else(|| {
+            DbError::catalog(table.as_str(), format!("table {table} has no partitions"))
+        })?;
     names.insert(0, pmin.clone());
     let names = names.join(", ");
     // Emptied first (as fast as dropping), the merge moves no rows but any that arrived since.
@@ -156,10 +163,10 @@ async fn run(
 /// The table's partitions with the time each covers, in order.
 pub async fn list(conn: &mut Conn, spec: &TableSpec) -> Result<Vec<PartitionInfo>, DbError> {
     let partitioning = read_partitioning(conn, &spec.table).await?.ok_or_else(|| {
-        DbError::Refused(format!(
-            "table {} does not exist: run logstamp migrate",
-            spec.table
-        ))
+        DbError::catalog(
+            spec.table.as_str(),
+            format!("table {} does not exist: run logstamp migrate", spec.table),
+        )
     })?;
     Ok(describe(&partitioning.partitions, &spec.scheme))
 }
@@ -184,7 +191,7 @@ mod tests {
         for (k, v) in overrides {
             sources = sources.set(k, v);
         }
-        TableSpec::from_settings(&Settings::load(&sources).unwrap())
+        Settings::load(&sources).unwrap().log_table()
     }
 
     fn at(text: &str) -> DateTime<Utc> {

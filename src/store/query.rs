@@ -465,7 +465,7 @@ pub async fn explain_partitions(
             .iter()
             .position(|c| c.name_str().eq_ignore_ascii_case("partitions"))
         else {
-            return Err(DbError::Refused(format!(
+            return Err(DbError::Invariant(format!(
                 "{}: EXPLAIN shows no partitions column",
                 context()
             )));
@@ -519,7 +519,7 @@ fn to_json(
         return Ok(J::Null);
     }
     let bad = |value: &Value| {
-        DbError::Refused(format!(
+        DbError::Invariant(format!(
             "column {name} holds {value:?}, which is not a {column_type:?} value"
         ))
     };
@@ -585,7 +585,7 @@ mod tests {
             env: Some(Default::default()),
             ..Default::default()
         };
-        TableSpec::from_settings(&Settings::load(&sources).unwrap())
+        Settings::load(&sources).unwrap().log_table()
     }
 
     fn parse(text: &str) -> Result<Vec<Condition>, FilterError> {

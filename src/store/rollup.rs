@@ -6,8 +6,6 @@
 //! `INSERT ... ON DUPLICATE KEY UPDATE n = n + VALUES(n)` inside the transaction that claims the
 //! batch's offset, so a batch counts exactly once however often it is retried or replayed.
 
-use std::time::Duration;
-
 use chrono::{DateTime, NaiveDateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, IsolationLevel, Row as MysqlRow, TxOpts, Value};
@@ -18,9 +16,10 @@ use super::schema::ColumnType;
 use crate::id::Layout;
 use crate::mysql::encode::{mysql_value, size_bound};
 use crate::mysql::lock::{table_lock, with_lock};
+use crate::mysql::retry::RetryPolicy;
 use crate::mysql::rows::first;
 use crate::mysql::{self, DbError};
-use crate::transform::rollup::{MeasureKind, RollupPlan, RollupRow};
+use crate::store::rollup_plan::{MeasureKind, RollupPlan, RollupRow};
 
 /// A rebuild recomputes this much time per transaction, so locks are held briefly and progress
 /// can be shown. Every bucket size divides it.
@@ -77,10 +76,13 @@ pub async fn ensure_table(
     let existing = read_columns(conn, &plan.name).await?;
     if existing.is_empty() {
         if !create {
-            return Err(DbError::Refused(format!(
-                "rollup table {} does not exist: run `logstamp migrate`",
-                plan.name
-            )));
+            return Err(DbError::catalog(
+                plan.name.as_str(),
+                format!(
+                    "rollup table {} does not exist: run `logstamp migrate`",
+                    plan.name
+                ),
+            ));
         }
         conn.query_drop(create_table_sql(plan))
             .await
@@ -100,13 +102,16 @@ pub async fn ensure_table(
         .map(|c| c.to_ascii_lowercase())
         .collect();
     if have != want {
-        return Err(DbError::Refused(format!(
-            "rollup table {} has the columns ({}), the settings say ({}): give the changed \
+        return Err(DbError::catalog(
+            plan.name.as_str(),
+            format!(
+                "rollup table {} has the columns ({}), the settings say ({}): give the changed \
              rollup a new name, or drop the table, migrate and run `rollup rebuild`",
-            plan.name,
-            have.join(", "),
-            want.join(", ")
-        )));
+                plan.name,
+                have.join(", "),
+                want.join(", ")
+            ),
+        ));
     }
     Ok(false)
 }
@@ -238,6 +243,7 @@ pub async fn rebuild(
     plan: &RollupPlan,
     layout: &Layout,
     (from, to): (u64, u64),
+    retry: RetryPolicy,
     mut progress: impl FnMut(u64, &RebuildReport),
 ) -> Result<RebuildReport, DbError> {
     let (from, to) = widen_to_buckets(plan, from, to);
@@ -254,9 +260,18 @@ pub async fn rebuild(
         let mut start = from;
         while start < to {
             let end = (start + REBUILD_STEP_SECONDS).min(to);
-            let (rows, counted) =
-                step_retrying_conflicts(conn, plan, layout, (&delete, &insert), (start, end))
-                    .await?;
+            let mut tries = retry.tries();
+            let (rows, counted) = loop {
+                match rebuild_step(conn, plan, layout, (&delete, &insert), (start, end)).await {
+                    Err(e) if lost_to_a_writer(&e) => {
+                        let what = format!("rebuilding {} (it met a batch writer)", plan.name);
+                        if !tries.wait_after(&what, &e).await {
+                            return Err(e);
+                        }
+                    }
+                    result => break result?,
+                }
+            };
             report.rows += rows;
             report.counted += counted;
             progress(end, &report);
@@ -266,7 +281,7 @@ pub async fn rebuild(
     })
     .await?;
     if done.is_none() {
-        return Err(DbError::Refused(format!(
+        return Err(DbError::Busy(format!(
             "table {} stayed locked for {LOCK_WAIT_SECONDS}s (partition maintenance or another \
              rebuild); try again",
             plan.source
@@ -279,31 +294,12 @@ pub async fn rebuild(
 /// rolled back; it is run again.
 const CONFLICT_CODES: &[u16] = &[1205, 1213];
 
-/// Conflicts with writers are retried a few times; anything else (a lost connection also loses
-/// the lock) ends the rebuild, which can simply be run again.
-const CONFLICT_RETRIES: u32 = 20;
-
-async fn step_retrying_conflicts(
-    conn: &mut Conn,
-    plan: &RollupPlan,
-    layout: &Layout,
-    statements: (&str, &str),
-    range: (u64, u64),
-) -> Result<(u64, u64), DbError> {
-    let mut attempt = 0;
-    loop {
-        match rebuild_step(conn, plan, layout, statements, range).await {
-            Err(e)
-                if attempt < CONFLICT_RETRIES
-                    && e.server_code().is_some_and(|c| CONFLICT_CODES.contains(&c)) =>
-            {
-                attempt += 1;
-                tracing::info!("rebuilding {} met a batch writer ({e}); again", plan.name);
-                tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
-            }
-            result => return result,
-        }
-    }
+/// Only conflicts with writers are retried; anything else (a lost connection also loses the
+/// lock) ends the rebuild, which can simply be run again.
+fn lost_to_a_writer(error: &DbError) -> bool {
+    error
+        .server_code()
+        .is_some_and(|c| CONFLICT_CODES.contains(&c))
 }
 
 /// One transaction of a rebuild; returns the rollup rows written and the raw rows counted.
@@ -317,7 +313,7 @@ async fn rebuild_step(
     let context = || format!("rebuilding {} from {}", plan.name, format_time(start));
     let ids = layout
         .id_range(to_i64(start), to_i64(end))
-        .map_err(|e| DbError::Refused(format!("{}: {e}", context())))?;
+        .map_err(|e| DbError::Invariant(format!("{}: {e}", context())))?;
     let mut options = TxOpts::default();
     options.with_isolation_level(IsolationLevel::RepeatableRead);
     let mut tx = conn
@@ -457,8 +453,8 @@ pub fn format_time(unix_seconds: u64) -> String {
 mod tests {
     use super::*;
     use crate::mysql::Ident;
+    use crate::store::rollup_plan::{Bucket, RollupSettings, SourceTable};
     use crate::store::schema::ColumnSpec;
-    use crate::transform::rollup::{Bucket, RollupSettings, SourceTable};
 
     fn plan() -> RollupPlan {
         let columns = vec![

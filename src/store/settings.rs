@@ -8,14 +8,17 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize, Serializer};
 
 use super::Period;
+use super::partition_plan::PartitionScheme;
 use super::schema::ColumnSpec;
+use crate::id::Layout;
 use crate::mysql::Ident;
 use crate::mysql::ident::serialize_bare;
+use crate::mysql::retry::RetryPolicy;
 use crate::settings::{
     SettingError, as_text, at_least_one, at_most, at_most_a_year, duration_text,
 };
+use crate::store::route::Condition;
 use crate::time::Zone;
-use crate::transform::route::Condition;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -26,6 +29,19 @@ pub struct PartitionSettings {
     pub time_zone: Zone,
     pub ahead: u32,
     pub retention: Retention,
+}
+
+impl PartitionSettings {
+    /// How tables are partitioned and kept, for IDs of `layout`.
+    pub fn scheme(&self, layout: Layout) -> PartitionScheme {
+        PartitionScheme {
+            layout,
+            period: self.period,
+            zone: self.time_zone,
+            ahead: self.ahead,
+            retention: self.retention.0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -89,6 +105,11 @@ impl fmt::Display for InsertMethod {
 }
 
 impl StoreSettings {
+    /// How the writer, start-up and `rollup rebuild` retry: for `give_up_after` at most.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy::giving_up_after(self.give_up_after)
+    }
+
     /// Valid, distinct column and table names; fan-out tables with columns and conditions that
     /// make sense.
     pub fn validate(&self) -> Result<(), SettingError> {

@@ -20,7 +20,6 @@ mod infile;
 mod insert;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{
@@ -29,14 +28,12 @@ use mysql_async::{
 use tokio::sync::OnceCell;
 
 use super::rollup;
-use crate::config::Settings;
 use crate::id::Layout;
-use crate::mysql::retry::retrying;
+use crate::mysql::retry::{RetryPolicy, retrying};
 use crate::mysql::rows::first;
-use crate::mysql::{self, DbError, Ident};
-use crate::store::settings::InsertMethod;
-use crate::transform::MappedRow;
-use crate::transform::rollup::RollupPlan;
+use crate::mysql::{self, DbError, Ident, MysqlUrl, SqlValue};
+use crate::store::rollup_plan::RollupPlan;
+use crate::store::settings::{InsertMethod, StoreSettings};
 use infile::{InfileHandler, InfileServer};
 use insert::{InsertError, Statement, TableRow, Target};
 
@@ -77,6 +74,21 @@ pub struct Batch {
     pub rows: Vec<Row>,
     /// Messages that could not be mapped.
     pub dead_letters: Vec<DeadLetter>,
+}
+
+/// A mapped message: one value per column, in the mapper's column order, and the message text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MappedRow {
+    pub values: Vec<SqlValue>,
+    /// The message exactly as received: valid UTF-8 and JSON that MariaDB's `JSON` accepts, so it
+    /// can fill the `payload` column and numbers keep every digit.
+    pub document: String,
+    /// The record's rows in the fan-out tables (`[[store.tables]]`, in order): `None` where it is
+    /// not routed.
+    pub fanout: Vec<Option<Vec<SqlValue>>>,
+    /// Columns whose string was cut to the column's length (those with `truncate`), in all the
+    /// record's tables.
+    pub truncated: u32,
 }
 
 /// A mapped message with its ID.
@@ -132,7 +144,7 @@ struct Inner {
     rollups: Vec<RollupTarget>,
     layout: Layout,
     method: InsertMethod,
-    give_up_after: Duration,
+    retry: RetryPolicy,
     /// Largest statement, from the server's `max_allowed_packet`.
     statement_budget: OnceCell<usize>,
     /// `method` as the server allows it (see [`insert::method_on`]), once the server is known.
@@ -140,12 +152,18 @@ struct Inner {
 }
 
 impl Writer {
-    pub fn new(settings: &Settings) -> Result<Writer, DbError> {
-        let store = &settings.store;
+    /// A writer of `store`'s tables and `rollups`, stamping IDs of `layout`, on the server at
+    /// `url`.
+    pub fn new(
+        url: &MysqlUrl,
+        store: &StoreSettings,
+        rollups: &[RollupPlan],
+        layout: Layout,
+    ) -> Result<Writer, DbError> {
         let idents = |columns: &[crate::store::schema::ColumnSpec]| {
             columns
                 .iter()
-                .map(|c| c.ident().map_err(DbError::Refused))
+                .map(|c| c.ident().map_err(|e| DbError::config("store.columns", e)))
                 .collect::<Result<Vec<Ident>, _>>()
         };
         let fanout = store
@@ -154,9 +172,13 @@ impl Writer {
             .map(|t| Ok(Target::new(t.name.clone(), idents(&t.columns)?, t.payload)))
             .collect::<Result<Vec<Target>, DbError>>()?;
         let infiles = Arc::new(InfileServer::default());
-        let constraints = PoolConstraints::new(1, store.concurrency.max(1))
-            .ok_or_else(|| DbError::Refused(format!("invalid pool size {}", store.concurrency)))?;
-        let opts = OptsBuilder::from_opts(mysql::opts(&settings.mysql.url)?)
+        let constraints = PoolConstraints::new(1, store.concurrency.max(1)).ok_or_else(|| {
+            DbError::config(
+                "store.concurrency",
+                format!("invalid pool size {}", store.concurrency),
+            )
+        })?;
+        let opts = OptsBuilder::from_opts(mysql::opts(url)?)
             .setup(SESSION_SETUP.to_vec())
             .local_infile_handler(Some(InfileHandler(infiles.clone())))
             .pool_opts(
@@ -172,14 +194,10 @@ impl Writer {
                 infiles,
                 target: Target::new(store.table.clone(), idents(&store.columns)?, store.payload),
                 fanout,
-                rollups: settings
-                    .rollup_plans
-                    .iter()
-                    .map(RollupTarget::new)
-                    .collect(),
-                layout: settings.id.layout,
+                rollups: rollups.iter().map(RollupTarget::new).collect(),
+                layout,
                 method: store.insert_method,
-                give_up_after: store.give_up_after,
+                retry: store.retry_policy(),
                 statement_budget: OnceCell::new(),
                 method_on_server: OnceCell::new(),
             }),
@@ -195,7 +213,7 @@ impl Writer {
     pub async fn write(&self, batch: &Batch) -> Result<WriteOutcome, DbError> {
         self.check(batch)?;
         retrying(
-            self.inner.give_up_after,
+            self.inner.retry,
             || {
                 format!(
                     "writing the batch of {}/{} from offset {}",
@@ -235,7 +253,7 @@ impl Writer {
             Ok(stored)
         };
         retrying(
-            self.inner.give_up_after,
+            self.inner.retry,
             || "reading stored offsets".to_string(),
             read,
         )
@@ -280,7 +298,7 @@ impl Writer {
     /// Mistakes of the caller, refused before any work.
     fn check(&self, batch: &Batch) -> Result<(), DbError> {
         let refuse = |why: String| {
-            Err(DbError::Refused(format!(
+            Err(DbError::Invariant(format!(
                 "batch of {}/{} from offset {}: {why}",
                 batch.topic, batch.partition, batch.start_offset
             )))
@@ -382,7 +400,7 @@ impl Writer {
                 }
             }
         }
-        Err(DbError::Refused(batch_context(
+        Err(DbError::Invariant(batch_context(
             batch,
             "a row was refused, then none was when isolating it",
         )))
@@ -613,7 +631,7 @@ impl Writer {
                         .await
                         .map_err(DbError::mysql("reading max_allowed_packet"))?;
                 let server: u64 = first(row, "@@max_allowed_packet")?.ok_or_else(|| {
-                    DbError::Refused("the server did not say its max_allowed_packet".into())
+                    DbError::Invariant("the server did not say its max_allowed_packet".into())
                 })?;
                 let server = usize::try_from(server).unwrap_or(usize::MAX);
                 // A lower limit of the client's own (`max_allowed_packet` in mysql.url) makes

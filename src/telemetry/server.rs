@@ -14,6 +14,7 @@ use rdkafka::producer::{BaseProducer, Producer};
 use tokio::net::TcpListener;
 use tokio::sync::Mutex;
 
+use super::ListenAddress;
 use super::exporter::{Exporter, Histogram, TelemetryError};
 use crate::kafka::CreateRedacted;
 use crate::mysql;
@@ -38,23 +39,57 @@ pub trait Source: Send + Sync + 'static {
     fn ready(&self) -> impl Future<Output = Result<(), String>> + Send;
 }
 
-/// Binds `telemetry.listen` and logs the address it got (port 0 takes a free one). An address
-/// in use (or not local) is a clear error, before the command starts its work.
-pub async fn bind(listen: SocketAddr) -> Result<TcpListener, TelemetryError> {
-    let listener = TcpListener::bind(listen)
+/// Binds `telemetry.listen` and logs the address it got (port 0 takes a free one). One address
+/// in use (or not local) is a clear error, before the command starts its work. A range takes
+/// its first free port; when siblings on the host hold them all, any free port, with a warning
+/// (the service-ID lease records where a worker serves).
+pub async fn bind(listen: ListenAddress) -> Result<TcpListener, TelemetryError> {
+    for address in listen.candidates() {
+        match TcpListener::bind(address).await {
+            Ok(listener) => return Ok(serving(listener)),
+            Err(e) if listen.is_range() && e.kind() == std::io::ErrorKind::AddrInUse => {}
+            Err(e) => return Err(listen_error(address, e)),
+        }
+    }
+    let any = SocketAddr::new(listen.ip, 0);
+    let listener = TcpListener::bind(any)
         .await
-        .map_err(|e| TelemetryError::Listen {
-            address: listen.to_string(),
-            reason: if e.kind() == std::io::ErrorKind::AddrInUse {
-                "the address is already in use (is another logstamp process running here?)".into()
-            } else {
-                e.to_string()
-            },
-        })?;
+        .map_err(|e| listen_error(any, e))?;
+    tracing::warn!(
+        range = %listen,
+        "every port of telemetry.listen is in use: serving on a free port instead"
+    );
+    Ok(serving(listener))
+}
+
+/// How others reach a server bound to `local`: an unspecified IP (`0.0.0.0`, `::`) is this
+/// host's name.
+pub fn advertised(local: SocketAddr, host: &str) -> String {
+    if local.ip().is_unspecified() {
+        format!("{host}:{}", local.port())
+    } else {
+        local.to_string()
+    }
+}
+
+fn serving(listener: TcpListener) -> TcpListener {
     if let Ok(address) = listener.local_addr() {
         tracing::info!(%address, "serving /metrics, /health/live and /health/ready");
     }
-    Ok(listener)
+    listener
+}
+
+fn listen_error(address: SocketAddr, error: std::io::Error) -> TelemetryError {
+    TelemetryError::Listen {
+        address: address.to_string(),
+        reason: if error.kind() == std::io::ErrorKind::AddrInUse {
+            "the address is already in use (is another logstamp process running here? a port \
+             range such as 127.0.0.1:9464-9495 lets workers share a host)"
+                .into()
+        } else {
+            error.to_string()
+        },
+    }
 }
 
 struct Served<S> {
@@ -179,5 +214,24 @@ impl KafkaProbe {
         })
         .await
         .map_err(|e| e.to_string())?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unspecified_address_is_advertised_by_the_host_name() {
+        assert_eq!(advertised("0.0.0.0:9464".parse().unwrap(), "w1"), "w1:9464");
+        assert_eq!(advertised("[::]:9465".parse().unwrap(), "w1"), "w1:9465");
+        assert_eq!(
+            advertised("10.1.2.3:9464".parse().unwrap(), "w1"),
+            "10.1.2.3:9464"
+        );
+        assert_eq!(
+            advertised("[::1]:9464".parse().unwrap(), "w1"),
+            "[::1]:9464"
+        );
     }
 }

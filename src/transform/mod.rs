@@ -8,18 +8,17 @@
 
 mod convert;
 pub mod normalize;
-pub mod rollup;
-pub mod route;
 pub mod settings;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
 use crate::mysql::SqlValue;
+use crate::store::MappedRow;
 use crate::store::schema::{ColumnSpec, ColumnType, DEFAULT_STRING_LENGTH};
 
+use crate::store::route::{self, Condition};
 pub use normalize::Normalizer;
-use route::Condition;
 
 use crate::store::settings::StoreSettings;
 
@@ -73,21 +72,6 @@ struct Column {
 #[derive(Debug, Clone)]
 pub struct Mapper {
     columns: Vec<Column>,
-}
-
-/// A mapped message: one value per column, in the mapper's column order, and the message text.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MappedRow {
-    pub values: Vec<SqlValue>,
-    /// The message exactly as received: valid UTF-8 and JSON that MariaDB's `JSON` accepts, so it
-    /// can fill the `payload` column and numbers keep every digit.
-    pub document: String,
-    /// The record's rows in the fan-out tables (`[[store.tables]]`, in order): `None` where it is
-    /// not routed.
-    pub fanout: Vec<Option<Vec<SqlValue>>>,
-    /// Columns whose string was cut to the column's length (those with `truncate`), in all the
-    /// record's tables.
-    pub truncated: u32,
 }
 
 impl Mapper {

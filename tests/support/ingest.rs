@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use logstamp::config::Settings;
 use logstamp::id::IdGenerator;
-use logstamp::id::settings::ServiceIdSetting;
 use logstamp::ingest::kafka::{Outgoing, produce_all};
 use logstamp::ingest::local_cluster::LocalCluster;
 use logstamp::ingest::{self, IngestError, IngestStats};
@@ -524,9 +523,8 @@ pub struct Worker {
 
 impl Worker {
     pub fn start(settings: &Settings, service_id: u32) -> Worker {
-        let mut settings = settings.clone();
-        settings.id.service_id = ServiceIdSetting::Fixed(service_id);
         let generator = Arc::new(IdGenerator::new(settings.id.layout, service_id).unwrap());
+        let settings = settings.worker();
         let stats = Arc::new(IngestStats::default());
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn({

@@ -16,6 +16,17 @@ use logstamp::config::{Settings, Sources};
 use logstamp::mysql::MysqlUrl;
 use mysql_async::prelude::Queryable;
 
+/// A writer of the settings' tables.
+pub fn writer(settings: &Settings) -> logstamp::store::Writer {
+    logstamp::store::Writer::new(
+        &settings.mysql.url,
+        &settings.store,
+        &settings.rollup_plans,
+        settings.id.layout,
+    )
+    .unwrap()
+}
+
 /// What a test that misses a service it needs says to do: the README's test command installs
 /// and starts every one.
 pub const SET_UP: &str = "scripts/test installs and starts what the tests need, then runs them";
@@ -101,7 +112,9 @@ impl TestDb {
         migrate::run_all(
             &mut conn,
             &migrate::builtin().unwrap(),
-            settings,
+            &settings.log_table(),
+            &settings.fanout_tables(),
+            &settings.rollup_plans,
             now,
             false,
         )

@@ -19,10 +19,10 @@ use logstamp::config::{Settings, Sources, env_var};
 use logstamp::id::IdGenerator;
 use logstamp::ingest::kafka::{Outgoing, produce_all};
 use logstamp::ingest::local_cluster::LocalCluster;
-use logstamp::store::{Row, Writer};
+use logstamp::store::Row;
 use logstamp::transform::Mapper;
 
-use super::{in_scratch_database, log_message};
+use super::{in_scratch_database, log_message, writer};
 use crate::cli::output::Output;
 use crate::cli::{UsageError, load_settings};
 
@@ -267,7 +267,7 @@ async fn ceiling(settings: &Settings, messages: u64) -> anyhow::Result<f64> {
     let mapper = Mapper::new(&settings.store.columns);
     // Rows for a scratch table, dropped afterwards: these IDs need no lease.
     let generator = IdGenerator::new(settings.id.layout, 0)?;
-    let writer = Writer::new(settings)?;
+    let writer = writer(settings)?;
     let mut seconds = 0.0;
     let mut made = 0;
     while made < messages {

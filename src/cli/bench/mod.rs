@@ -17,7 +17,7 @@ use logstamp::config::{Settings, Sources};
 use logstamp::ingest::sample;
 use logstamp::mysql;
 use logstamp::mysql::MysqlUrl;
-use logstamp::store::migrate;
+use logstamp::store::{Writer, migrate};
 
 use super::db::with_database;
 use super::load_settings;
@@ -52,6 +52,16 @@ pub fn log_message(n: u64) -> String {
     sample::log_message(n, at)
 }
 
+/// A writer of the settings' tables.
+pub fn writer(settings: &Settings) -> anyhow::Result<Writer> {
+    Ok(Writer::new(
+        &settings.mysql.url,
+        &settings.store,
+        &settings.rollup_plans,
+        settings.id.layout,
+    )?)
+}
+
 /// The median of `values` (0 for none).
 pub fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
@@ -79,7 +89,9 @@ pub async fn in_scratch_database<T>(
         migrate::run_all(
             &mut conn,
             &migrate::builtin()?,
-            &settings,
+            &settings.log_table(),
+            &settings.fanout_tables(),
+            &settings.rollup_plans,
             Utc::now(),
             false,
         )

@@ -15,11 +15,11 @@ use serde_json::json;
 
 use logstamp::config::{Settings, Sources};
 use logstamp::id::IdGenerator;
-use logstamp::store::settings::InsertMethod;
+use logstamp::store::settings::{InsertMethod, StoreSettings};
 use logstamp::store::{Batch, Row, WriteOutcome, Writer};
 use logstamp::transform::Mapper;
 
-use super::{in_scratch_database, log_message, median};
+use super::{in_scratch_database, log_message, median, writer};
 use crate::cli::output::Output;
 use crate::cli::{UsageError, load_settings};
 
@@ -142,9 +142,16 @@ async fn bench_in(settings: &Settings, plan: &Plan) -> anyhow::Result<()> {
     for run in 1..=plan.runs {
         for &method in &plan.methods {
             reset(&mut conn, settings).await?;
-            let mut method_settings = settings.clone();
-            method_settings.store.insert_method = method;
-            let writer = Writer::new(&method_settings)?;
+            let store = StoreSettings {
+                insert_method: method,
+                ..settings.store.clone()
+            };
+            let writer = Writer::new(
+                &settings.mysql.url,
+                &store,
+                &settings.rollup_plans,
+                settings.id.layout,
+            )?;
             let before = counters(&mut conn).await?;
             let started = Instant::now();
             write_all(&writer, &partitions).await?;
@@ -161,7 +168,7 @@ async fn bench_in(settings: &Settings, plan: &Plan) -> anyhow::Result<()> {
         // partition at once (the writer's concurrency, without its batches and transactions).
         for (name, streams) in [(CEILING, 1), (PARALLEL_CEILING, plan.concurrency)] {
             reset(&mut conn, settings).await?;
-            let writer = Writer::new(settings)?;
+            let writer = writer(settings)?;
             let loads: Vec<Vec<Row>> = (0..streams)
                 .map(|s| {
                     partitions

@@ -27,10 +27,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout_at};
 
-use crate::config::Settings;
-use crate::id::settings::ServiceIdSetting;
+use crate::id::settings::{IdSettings, ServiceIdSetting};
 use crate::id::{Clock, HaltReason, IdError, IdGenerator, SystemClock};
-use crate::mysql::{self, DbError};
+use crate::mysql::{self, DbError, MysqlUrl};
 
 pub use sql::{Holder, LeaseRow, force_release, list};
 
@@ -127,25 +126,26 @@ struct Keeper<C: Clock + 'static> {
 }
 
 impl HeldLease<SystemClock> {
-    /// Claims a service ID as `settings.id` says, on the system clock.
-    pub async fn acquire(settings: &Settings) -> Result<HeldLease, LeaseError> {
-        HeldLease::acquire_with_clock(settings, SystemClock::new()).await
+    /// Claims a service ID as `id` says, in the database at `url`, on the system clock.
+    pub async fn acquire(url: &MysqlUrl, id: &IdSettings) -> Result<HeldLease, LeaseError> {
+        HeldLease::acquire_with_clock(url, id, SystemClock::new()).await
     }
 }
 
 impl<C: Clock + 'static> HeldLease<C> {
-    /// Claims a service ID as `settings.id` says, with a generator on `clock`.
+    /// Claims a service ID as `id` says, in the database at `url`, with a generator on
+    /// `clock`.
     pub async fn acquire_with_clock(
-        settings: &Settings,
+        url: &MysqlUrl,
+        id: &IdSettings,
         clock: C,
     ) -> Result<HeldLease<C>, LeaseError> {
-        let id = &settings.id;
         let timing = Timing::new(id.lease_ttl, id.mark_window);
         let holder = Holder::this_process();
-        let pool = mysql::pool(&settings.mysql.url, POOL_CONNECTIONS)?;
+        let pool = mysql::pool(url, POOL_CONNECTIONS)?;
         let mut conn = pool.get_conn().await.map_err(DbError::mysql(format!(
             "connecting to {} for the service-ID lease",
-            settings.mysql.url.redacted()
+            url.redacted()
         )))?;
         // The renewal clock starts before the claim was sent: the database's expiry is later.
         let (service_id, claimed_at) = match id.service_id {
@@ -213,6 +213,19 @@ impl<C: Clock + 'static> HeldLease<C> {
 
     pub fn holder(&self) -> &Holder {
         &self.keeper.holder
+    }
+
+    /// Records where this process serves `/metrics` and the health checks (`host:port`), for
+    /// `leases list` and Prometheus' discovery of the fleet.
+    pub async fn advertise(&self, address: &str) -> Result<(), LeaseError> {
+        let keeper = &self.keeper;
+        let mut conn = keeper
+            .pool
+            .get_conn()
+            .await
+            .map_err(DbError::mysql("connecting to record the telemetry address"))?;
+        sql::advertise(&mut conn, keeper.service_id, &keeper.holder, address).await?;
+        Ok(())
     }
 
     /// The generator bound to the lease. It refuses with [`IdError::LeaseLost`] once the lease

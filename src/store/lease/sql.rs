@@ -33,6 +33,8 @@ pub struct LeaseRow {
     pub service_id: u32,
     pub host: String,
     pub pid: u32,
+    /// Where the holder serves `/metrics` and the health checks, once it said.
+    pub telemetry_address: Option<String>,
     /// RFC 3339 UTC, microseconds.
     pub expires_at: String,
     /// Whether the lease is live now, by the database's clock.
@@ -47,9 +49,10 @@ pub struct LeaseRow {
 /// A failed statement as a store error; a missing table says how to create it.
 fn failed(what: String) -> impl FnOnce(MysqlError) -> DbError {
     move |source| match &source {
-        MysqlError::Server(e) if e.code == NO_SUCH_TABLE => DbError::Refused(format!(
-            "{what}: table service_leases does not exist: run `logstamp migrate` first"
-        )),
+        MysqlError::Server(e) if e.code == NO_SUCH_TABLE => DbError::catalog(
+            "service_leases",
+            format!("{what}: table service_leases does not exist: run `logstamp migrate` first"),
+        ),
         _ => DbError::Mysql {
             context: what,
             source,
@@ -63,7 +66,8 @@ fn micros(d: Duration) -> u64 {
 
 const ROW_COLUMNS: &str = "`service_id`, `host`, `pid`, \
      DATE_FORMAT(`expires_at`, '%Y-%m-%dT%H:%i:%s.%fZ'), `expires_at` > NOW(6), \
-     TIMESTAMPDIFF(MICROSECOND, NOW(6), `expires_at`), `issued_seconds_mark`";
+     TIMESTAMPDIFF(MICROSECOND, NOW(6), `expires_at`), `issued_seconds_mark`, \
+     `telemetry_address`";
 
 fn lease_row(mut row: Row) -> Result<LeaseRow, DbError> {
     Ok(LeaseRow {
@@ -74,6 +78,7 @@ fn lease_row(mut row: Row) -> Result<LeaseRow, DbError> {
         live: take::<i64>(&mut row, 4, "whether the lease is live")? == 1,
         expires_in_micros: take(&mut row, 5, "time to the lease's expiry")?,
         issued_seconds_mark: take(&mut row, 6, "service_leases.issued_seconds_mark")?,
+        telemetry_address: take(&mut row, 7, "service_leases.telemetry_address")?,
     })
 }
 
@@ -157,7 +162,7 @@ pub async fn try_claim(
         }
         Candidate::Expired(_) => {
             "UPDATE `service_leases` SET `host` = :host, `pid` = :pid, `instance_token` = :token, \
-             `expires_at` = NOW(6) + INTERVAL :ttl MICROSECOND \
+             `telemetry_address` = NULL, `expires_at` = NOW(6) + INTERVAL :ttl MICROSECOND \
              WHERE `service_id` = :service_id AND `expires_at` <= NOW(6)"
         }
     };
@@ -176,6 +181,24 @@ pub async fn try_claim(
         format!("claiming service ID {service_id}"),
     )
     .await
+}
+
+/// Records where this holder serves its telemetry, while it holds the lease.
+pub async fn advertise(
+    conn: &mut Conn,
+    service_id: u32,
+    holder: &Holder,
+    address: &str,
+) -> Result<(), DbError> {
+    conn.exec_drop(
+        "UPDATE `service_leases` SET `telemetry_address` = ? \
+         WHERE `service_id` = ? AND `instance_token` = ?",
+        (address, service_id, holder.token.as_str()),
+    )
+    .await
+    .map_err(failed(format!(
+        "recording the telemetry address of service ID {service_id}"
+    )))
 }
 
 /// Extends a live lease this holder has and raises its mark to at least `mark`. False if the
