@@ -186,7 +186,7 @@ fn show_status(args: StatusArgs, sources: Sources) -> anyhow::Result<ExitCode> {
 }
 
 /// The relay of these settings: the sections it reads.
-pub(crate) fn relay_context(settings: &Settings) -> RelayContext {
+fn relay_context(settings: &Settings) -> RelayContext {
     RelayContext::new(
         settings.mysql.clone(),
         settings.kafka.clone(),

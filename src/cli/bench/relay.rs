@@ -18,11 +18,12 @@ use tokio::sync::watch;
 
 use logstamp::config::Settings;
 use logstamp::id::IdGenerator;
-use logstamp::mysql::MysqlUrl;
+use logstamp::kafka::KafkaSettings;
 use logstamp::mysql::encode::push_sql_string;
+use logstamp::mysql::{MysqlSettings, MysqlUrl};
 use logstamp::relay::TablePattern;
 use logstamp::relay::resume;
-use logstamp::relay::settings::{LoopFilterMode, RemoteDc};
+use logstamp::relay::settings::{LoopFilterMode, RelaySettings, RemoteDc};
 use logstamp::relay::{RelayContext, apply, capture};
 use logstamp::store::migrate;
 
@@ -224,23 +225,31 @@ async fn bench_in(
         (None, None) => bail!("no Kafka"),
     };
     let relay = |url: &MysqlUrl, dc: &str| -> anyhow::Result<RelayContext> {
-        let mut s = settings.clone();
-        s.mysql.url = with_database(url.expose(), &scratch.state).map_err(anyhow::Error::msg)?;
-        s.kafka.brokers = brokers.clone();
-        s.relay.dc = dc.to_string();
-        s.relay.server_id = args.server_id;
-        s.relay.tables = vec![
-            TablePattern::parse(&format!("{}.{TABLE}", scratch.data))
-                .map_err(anyhow::Error::msg)?,
-        ];
-        s.relay.topic_prefix = "logstamp-bench-".into();
-        s.relay.loop_filter = LoopFilterMode::Marker;
-        s.relay.checkpoint_interval = Duration::from_millis(100);
-        s.relay.remotes = vec![RemoteDc {
-            dc: "a".into(),
+        let mysql = MysqlSettings {
+            url: with_database(url.expose(), &scratch.state).map_err(anyhow::Error::msg)?,
+            ..settings.mysql.clone()
+        };
+        let kafka = KafkaSettings {
             brokers: brokers.clone(),
-        }];
-        Ok(crate::cli::relay::relay_context(&s))
+            ..settings.kafka.clone()
+        };
+        let relay = RelaySettings {
+            dc: dc.to_string(),
+            server_id: args.server_id,
+            tables: vec![
+                TablePattern::parse(&format!("{}.{TABLE}", scratch.data))
+                    .map_err(anyhow::Error::msg)?,
+            ],
+            topic_prefix: "logstamp-bench-".into(),
+            loop_filter: LoopFilterMode::Marker,
+            checkpoint_interval: Duration::from_millis(100),
+            remotes: vec![RemoteDc {
+                dc: "a".into(),
+                brokers: brokers.clone(),
+            }],
+            ..settings.relay.clone()
+        };
+        Ok(RelayContext::new(mysql, kafka, relay))
     };
     let (context_a, context_b) = (relay(source, "a")?, relay(target, "b")?);
     let (stop, stopped) = watch::channel(false);
