@@ -227,7 +227,6 @@ async fn bench_in(
     let relay = |url: &MysqlUrl, dc: &str| -> anyhow::Result<RelayContext> {
         let mysql = MysqlSettings {
             url: with_database(url.expose(), &scratch.state).map_err(anyhow::Error::msg)?,
-            ..settings.mysql.clone()
         };
         let kafka = KafkaSettings {
             brokers: brokers.clone(),
