@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::mysql::MysqlUrl;
 use crate::settings::{SettingError, at_least_one, at_most, at_most_a_year, duration_text};
 
 /// The cross-data-centre relay of this data centre: its capture and the remote appliers.
@@ -148,6 +149,10 @@ pub struct RemoteDc {
     /// Kafka holding that data centre's topic; empty means `kafka.brokers`.
     #[serde(default)]
     pub brokers: String,
+    /// That data centre's database (its `mysql.url`), for `relay verify`; never shown with its
+    /// password.
+    #[serde(default)]
+    pub url: Option<MysqlUrl>,
 }
 
 impl RemoteDc {

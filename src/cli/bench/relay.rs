@@ -239,6 +239,7 @@ async fn bench_in(
         s.relay.remotes = vec![RemoteDc {
             dc: "a".into(),
             brokers: brokers.clone(),
+            url: None,
         }];
         Ok(crate::cli::relay::relay_context(&s))
     };
