@@ -1,6 +1,7 @@
 //! Command-line edge: argument parsing, settings, output and exit codes.
 //!
-//! Exit codes: 0 done, 1 the work failed, 2 bad usage or configuration.
+//! Exit codes: 0 done, 1 the work failed, 2 bad usage or configuration; `relay verify`, like
+//! `diff`: 0 equal, 1 different, 2 could not compare.
 
 mod bench;
 mod db;
@@ -118,7 +119,10 @@ pub fn main() -> ExitCode {
         Ok(code) => code,
         Err(error) => {
             eprintln!("error: {error:#}");
-            if error.is::<ConfigError>() || error.is::<UsageError>() {
+            if error.is::<ConfigError>()
+                || error.is::<UsageError>()
+                || error.is::<relay::CannotVerify>()
+            {
                 ExitCode::from(2)
             } else {
                 ExitCode::FAILURE

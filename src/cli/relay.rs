@@ -1,19 +1,25 @@
-//! `logstamp relay run | status | reset`.
+//! `logstamp relay run | status | reset | verify`.
 
+use std::io::{self, IsTerminal};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use tokio::sync::watch;
 
 use logstamp::config::{Settings, Sources};
 use logstamp::relay::metrics::RelaySource;
+use logstamp::relay::settings::TablePattern;
 use logstamp::relay::status::{self, ApplyStatus, CaptureStatus};
-use logstamp::relay::{self, RelayContext};
+use logstamp::relay::verify::{self, Event, VerifyOptions};
+use logstamp::relay::{self, RelayContext, RelayError};
 use logstamp::telemetry::exporter::Exporter;
 use logstamp::telemetry::server::{self, Source};
 
+use super::UsageError;
 use super::load_settings;
 use super::output::{Format, Output, aligned, ignore_closed_pipe};
 
@@ -28,7 +34,31 @@ pub enum RelayCommand {
     /// (RESET MASTER, a purged binlog, a failover to a server that lacks relayed transactions);
     /// see the README. Refused while a relay captures here.
     Reset,
+    /// Compare the relayed tables here with each remote data centre's (relay.remotes entries
+    /// with a url), chunk by chunk, while both keep writing: one JSON line per row that differs,
+    /// per chunk that differed only while changes were in flight, and a summary per remote.
+    /// Exit code 0 when equal, 1 when a row diverged, 2 when it could not compare.
+    Verify(VerifyArgs),
 }
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Only this relayed table: schema.table, or schema.* for a schema's.
+    #[arg(long, value_name = "T")]
+    table: Option<String>,
+    /// Rows per chunk: each is hashed by each server in one statement.
+    #[arg(long, value_name = "N", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    chunk_rows: u64,
+    /// Longest wait for the relay's lag to drain before a differing chunk is read again.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    lag_wait_seconds: u64,
+}
+
+/// `relay verify` could not compare (exit code 2, as opposed to 1 for tables that differ).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct CannotVerify(#[from] RelayError);
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
@@ -42,6 +72,7 @@ pub fn run(command: RelayCommand, sources: Sources) -> anyhow::Result<ExitCode> 
         RelayCommand::Run => run_relay(sources),
         RelayCommand::Status(args) => show_status(args, sources),
         RelayCommand::Reset => reset(sources),
+        RelayCommand::Verify(args) => verify_tables(args, sources),
     }
 }
 
@@ -183,6 +214,118 @@ fn show_status(args: StatusArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     ignore_closed_pipe(written).context("writing output")?;
     out.finish().context("writing output")?;
     Ok(ExitCode::SUCCESS)
+}
+
+fn verify_tables(args: VerifyArgs, sources: Sources) -> anyhow::Result<ExitCode> {
+    let settings = load_settings(&sources)?;
+    let only = args
+        .table
+        .as_deref()
+        .map(TablePattern::parse)
+        .transpose()
+        .map_err(|e| UsageError::new("--table", e))?;
+    let context = relay_context(&settings);
+    let remotes: Vec<_> = context
+        .relay
+        .remotes
+        .iter()
+        .filter(|r| r.url.is_some())
+        .collect();
+    if remotes.is_empty() {
+        return Err(UsageError(
+            "relay.remotes: no entry has a url, so there is nothing to compare with".into(),
+        )
+        .into());
+    }
+    let options = VerifyOptions {
+        chunk_rows: args.chunk_rows,
+        lag_wait: Duration::from_secs(args.lag_wait_seconds),
+        only,
+    };
+    let mut report = Report::new();
+    let diverged = runtime()?.block_on(async {
+        let mut diverged = 0;
+        for remote in remotes {
+            let summary = verify::verify(&context, remote, &options, |e| report.event(e))
+                .await
+                .map_err(CannotVerify)?;
+            diverged += summary.diverged_rows;
+            report.line(&summary);
+        }
+        Ok::<_, CannotVerify>(diverged)
+    })?;
+    report.finish().context("writing output")?;
+    Ok(if diverged == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `relay verify`'s output: JSON lines on stdout, progress on stderr (a spinner at a terminal,
+/// log lines otherwise).
+struct Report {
+    out: Output,
+    bar: ProgressBar,
+    written: io::Result<()>,
+}
+
+impl Report {
+    /// Chunks between two progress log lines.
+    const LOG_EVERY: u64 = 100;
+
+    fn new() -> Report {
+        let bar = if io::stderr().is_terminal() {
+            ProgressBar::new_spinner().with_style(
+                ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            )
+        } else {
+            ProgressBar::hidden()
+        };
+        Report {
+            out: Output::new(),
+            bar,
+            written: Ok(()),
+        }
+    }
+
+    fn event(&mut self, event: Event<'_>) {
+        match event {
+            Event::Diverged(row) => self.line(row),
+            Event::InFlight(chunk) => self.line(chunk),
+            Event::Checked {
+                table,
+                chunks,
+                rows,
+            } => {
+                self.bar
+                    .set_message(format!("{table}: {chunks} chunks, {rows} rows compared"));
+                self.bar.tick();
+                if chunks % Self::LOG_EVERY == 0 {
+                    tracing::info!(table, chunks, rows, "verifying");
+                }
+            }
+            Event::TableDone {
+                table,
+                chunks,
+                rows,
+            } => tracing::info!(table, chunks, rows, "verified"),
+        }
+    }
+
+    /// Writes a line unless writing already failed (the first failure is kept).
+    fn line(&mut self, value: &impl Serialize) {
+        if self.written.is_ok() {
+            self.written = ignore_closed_pipe(self.out.json(value));
+        }
+    }
+
+    fn finish(self) -> io::Result<()> {
+        self.bar.finish_and_clear();
+        self.written?;
+        self.out.finish()
+    }
 }
 
 /// The relay of these settings: the sections it reads.
