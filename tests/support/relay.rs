@@ -733,7 +733,10 @@ pub struct Verified {
 impl Verified {
     /// The lines of one `status` (`diverged`, `in_flight`, `summary`).
     pub fn with_status(&self, status: &str) -> Vec<&serde_json::Value> {
-        self.lines.iter().filter(|l| l["status"] == status).collect()
+        self.lines
+            .iter()
+            .filter(|l| l["status"] == status)
+            .collect()
     }
 }
 
@@ -744,7 +747,12 @@ impl Dc {
         let mut text = std::fs::read_to_string(self.dir.path().join("relay.toml")).unwrap();
         for other in others {
             let entry = format!("[[relay.remotes]]\ndc = \"{}\"\n", other.name);
-            assert!(text.contains(&entry), "{} is no remote of {}", other.name, self.name);
+            assert!(
+                text.contains(&entry),
+                "{} is no remote of {}",
+                other.name,
+                self.name
+            );
             let with_url = format!("{entry}url = \"{}\"\n", other.server.url("logstamp"));
             text = text.replace(&entry, &with_url);
         }

@@ -1,0 +1,233 @@
+//! `logstamp relay verify` against two private MariaDB data centres whose relays run: equal
+//! tables, rows changed behind the relay's back, and tables written on both sides meanwhile.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use mysql_async::Value as Sql;
+use mysql_async::prelude::Queryable;
+
+use logstamp::relay::settings::LoopFilterMode;
+use support::relay::*;
+
+/// Rows per chunk in these tests: small, so that a few hundred rows make many chunks.
+const CHUNK_ROWS: &str = "7";
+
+/// `table`'s rows by their `id`, from a full scan.
+async fn rows_by_id(dc: &Dc, table: &str) -> BTreeMap<u64, Vec<Sql>> {
+    dc.rows(table)
+        .await
+        .into_iter()
+        .map(|row| match &row[0] {
+            Sql::Bytes(id) => (std::str::from_utf8(id).unwrap().parse().unwrap(), row),
+            other => panic!("an id of {other:?}"),
+        })
+        .collect()
+}
+
+/// The ids whose rows differ between `a` and `b` (row by row), with the data centre that lacks
+/// the row, if one does.
+fn row_differences(
+    a: &BTreeMap<u64, Vec<Sql>>,
+    b: &BTreeMap<u64, Vec<Sql>>,
+) -> BTreeMap<u64, Option<&'static str>> {
+    a.keys()
+        .chain(b.keys())
+        .filter_map(|id| match (a.get(id), b.get(id)) {
+            (Some(x), Some(y)) if x == y => None,
+            (Some(_), Some(_)) => Some((*id, None)),
+            (None, _) => Some((*id, Some("a"))),
+            (_, None) => Some((*id, Some("b"))),
+        })
+        .collect()
+}
+
+/// The summary line of a verify run, checked to be the only one.
+fn summary(verified: &Verified) -> &serde_json::Value {
+    let summaries = verified.with_status("summary");
+    assert_eq!(
+        summaries.len(),
+        1,
+        "{:?} {}",
+        verified.lines,
+        verified.stderr
+    );
+    summaries[0]
+}
+
+async fn count(dc: &Dc, table: &str) -> u64 {
+    let mut conn = dc.conn().await;
+    let n: Option<u64> = conn
+        .query_first(format!("SELECT COUNT(*) FROM {table}"))
+        .await
+        .unwrap();
+    n.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_passes_equal_tables_and_finds_exactly_the_rows_changed_behind_the_relay() {
+    let mut dcs = two_dcs(ITEMS).await;
+    start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
+    let local = write_everywhere(&dcs, 40).await;
+    wait_in_sync(&dcs, &local, "app.items").await;
+    let (a, b) = (&dcs[0], &dcs[1]);
+
+    // Equal: exit 0, every row of a compared, nothing in flight.
+    let equal = a.verify(&[b], &["--chunk-rows", CHUNK_ROWS]);
+    assert_eq!(equal.code, Some(0), "{:?} {}", equal.lines, equal.stderr);
+    let rows = count(a, "app.items").await;
+    let s = summary(&equal);
+    assert_eq!(s["rows"], rows);
+    assert_eq!(s["diverged_rows"], 0);
+    assert_eq!(s["in_flight_chunks"], 0);
+    assert_eq!(s["tables"], 1);
+    assert_eq!(
+        s["chunks"],
+        rows / 7 + 1,
+        "chunks of 7 rows and a last open one"
+    );
+    assert_eq!(equal.lines.len(), 1, "{:?}", equal.lines);
+
+    // In b, out of the relay's sight: change the first row, delete one in the middle, and add
+    // one after the last of a's.
+    let ids: Vec<u64> = rows_by_id(a, "app.items").await.into_keys().collect();
+    let (changed, deleted) = (ids[0], ids[ids.len() / 2]);
+    let inserted = ids[ids.len() - 1] + 1;
+    let mut conn = b.conn().await;
+    conn.query_drop("SET SESSION sql_log_bin = 0")
+        .await
+        .unwrap();
+    conn.exec_drop(
+        "UPDATE app.items SET note = 'changed in b', amount = NULL WHERE id = ?",
+        (changed,),
+    )
+    .await
+    .unwrap();
+    conn.exec_drop("DELETE FROM app.items WHERE id = ?", (deleted,))
+        .await
+        .unwrap();
+    conn.exec_drop(
+        "INSERT INTO app.items (id, service, v, note, amount, seen) \
+         VALUES (?, 99, 0, '', NULL, NOW(6))",
+        (inserted,),
+    )
+    .await
+    .unwrap();
+    conn.disconnect().await.unwrap();
+
+    // The oracle: a row-by-row comparison of full scans.
+    let (rows_a, rows_b) = (
+        rows_by_id(a, "app.items").await,
+        rows_by_id(b, "app.items").await,
+    );
+    let expected = row_differences(&rows_a, &rows_b);
+    assert_eq!(expected.len(), 3, "the oracle sees the three changes");
+
+    let diverged = a.verify(
+        &[b],
+        &["--chunk-rows", CHUNK_ROWS, "--lag-wait-seconds", "10"],
+    );
+    assert_eq!(
+        diverged.code,
+        Some(1),
+        "{:?} {}",
+        diverged.lines,
+        diverged.stderr
+    );
+    let found: BTreeMap<u64, Option<&str>> = diverged
+        .with_status("diverged")
+        .iter()
+        .map(|l| {
+            let id: u64 = l["key"]["id"].as_str().unwrap().parse().unwrap();
+            (id, l["missing_in"].as_str())
+        })
+        .collect();
+    assert_eq!(found, expected, "{:?}", diverged.lines);
+    assert_eq!(summary(&diverged)["diverged_rows"], 3);
+    assert_eq!(diverged.with_status("diverged").len(), 3);
+    // Both images of the changed row, as each server holds it.
+    let line = diverged
+        .with_status("diverged")
+        .into_iter()
+        .find(|l| l["key"]["id"] == changed.to_string())
+        .unwrap();
+    let note = |row: &Vec<Sql>| match &row[3] {
+        Sql::Bytes(b) => String::from_utf8(b.clone()).unwrap(),
+        other => panic!("a note of {other:?}"),
+    };
+    assert_eq!(line["local"]["note"], note(&rows_a[&changed]));
+    assert_eq!(line["remote"]["note"], "changed in b");
+    assert!(line["remote"]["amount"].is_null());
+    assert!(!line["local"]["seen"].is_null());
+    // The added row: '' is shown as '' and NULL as null.
+    let line = diverged
+        .with_status("diverged")
+        .into_iter()
+        .find(|l| l["key"]["id"] == inserted.to_string())
+        .unwrap();
+    assert!(line["local"].is_null());
+    assert_eq!(line["remote"]["note"], "");
+    assert!(line["remote"]["amount"].is_null());
+
+    // --table names what is compared; an unknown one is a usage mistake.
+    let other = a.verify(&[b], &["--table", "app.nothing"]);
+    assert_eq!(other.code, Some(2), "{}", other.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_while_both_sides_write_finds_changes_in_flight_not_divergence() {
+    let mut dcs = two_dcs(ITEMS).await;
+    start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
+    let local = write_everywhere(&dcs, 30).await;
+    wait_in_sync(&dcs, &local, "app.items").await;
+    // Writers in both data centres, for longer than verify takes (they are stopped after).
+    let writers: Vec<_> = dcs
+        .iter()
+        .enumerate()
+        .map(|(i, dc)| {
+            let pace = Some(Duration::from_millis(5));
+            let service_id = 50 + i as u32;
+            tokio::spawn(writer(
+                dc.server.url("app"),
+                service_id,
+                1_000_000,
+                11 + i as u64,
+                pace,
+            ))
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let verified = {
+        let (a, b) = (&dcs[0], &dcs[1]);
+        a.verify(
+            &[b],
+            &["--chunk-rows", CHUNK_ROWS, "--lag-wait-seconds", "30"],
+        )
+    };
+    eprintln!("verify took {:?}", started.elapsed());
+    let writing = writers.iter().filter(|w| !w.is_finished()).count();
+    assert_eq!(
+        writing, 2,
+        "the writers stopped before verify did: it proved nothing"
+    );
+    assert_eq!(
+        verified.code,
+        Some(0),
+        "{:?} {}",
+        verified.lines,
+        verified.stderr
+    );
+    let s = summary(&verified);
+    assert_eq!(s["diverged_rows"], 0);
+    assert!(verified.with_status("diverged").is_empty());
+    eprintln!("while writing: {s}");
+    for w in writers {
+        w.abort();
+    }
+    wait_same_rows(&dcs[0], &dcs[1], "app.items").await;
+    let after = dcs[0].verify(&[&dcs[1]], &["--chunk-rows", CHUNK_ROWS]);
+    assert_eq!(after.code, Some(0), "{:?} {}", after.lines, after.stderr);
+    assert_eq!(summary(&after)["in_flight_chunks"], 0);
+}
