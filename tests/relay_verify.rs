@@ -187,7 +187,7 @@ async fn verify_while_both_sides_write_finds_changes_in_flight_not_divergence() 
         .iter()
         .enumerate()
         .map(|(i, dc)| {
-            let pace = Some(Duration::from_millis(5));
+            let pace = Some(Duration::from_millis(10));
             let service_id = 50 + i as u32;
             tokio::spawn(writer(
                 dc.server.url("app"),
@@ -201,10 +201,7 @@ async fn verify_while_both_sides_write_finds_changes_in_flight_not_divergence() 
     let started = std::time::Instant::now();
     let verified = {
         let (a, b) = (&dcs[0], &dcs[1]);
-        a.verify(
-            &[b],
-            &["--chunk-rows", CHUNK_ROWS, "--lag-wait-seconds", "30"],
-        )
+        a.verify(&[b], &["--chunk-rows", "10", "--lag-wait-seconds", "30"])
     };
     eprintln!("verify took {:?}", started.elapsed());
     let writing = writers.iter().filter(|w| !w.is_finished()).count();
