@@ -57,6 +57,19 @@ fn summary(verified: &Verified) -> &serde_json::Value {
     summaries[0]
 }
 
+/// The `id` of a `diverged` line's key (a text, as every shown value).
+fn key_id(line: &serde_json::Value) -> u64 {
+    line["key"]["id"].as_str().unwrap().parse().unwrap()
+}
+
+fn diverged_row(verified: &Verified, id: u64) -> &serde_json::Value {
+    verified
+        .with_status("diverged")
+        .into_iter()
+        .find(|l| key_id(l) == id)
+        .unwrap_or_else(|| panic!("no line for {id}: {:?}", verified.lines))
+}
+
 async fn count(dc: &Dc, table: &str) -> u64 {
     let mut conn = dc.conn().await;
     let n: Option<u64> = conn
@@ -139,20 +152,13 @@ async fn verify_passes_equal_tables_and_finds_exactly_the_rows_changed_behind_th
     let found: BTreeMap<u64, Option<&str>> = diverged
         .with_status("diverged")
         .iter()
-        .map(|l| {
-            let id: u64 = l["key"]["id"].as_str().unwrap().parse().unwrap();
-            (id, l["missing_in"].as_str())
-        })
+        .map(|l| (key_id(l), l["missing_in"].as_str()))
         .collect();
     assert_eq!(found, expected, "{:?}", diverged.lines);
     assert_eq!(summary(&diverged)["diverged_rows"], 3);
     assert_eq!(diverged.with_status("diverged").len(), 3);
     // Both images of the changed row, as each server holds it.
-    let line = diverged
-        .with_status("diverged")
-        .into_iter()
-        .find(|l| l["key"]["id"] == changed.to_string())
-        .unwrap();
+    let line = diverged_row(&diverged, changed);
     let note = |row: &Vec<Sql>| match &row[3] {
         Sql::Bytes(b) => String::from_utf8(b.clone()).unwrap(),
         other => panic!("a note of {other:?}"),
@@ -162,11 +168,7 @@ async fn verify_passes_equal_tables_and_finds_exactly_the_rows_changed_behind_th
     assert!(line["remote"]["amount"].is_null());
     assert!(!line["local"]["seen"].is_null());
     // The added row: '' is shown as '' and NULL as null.
-    let line = diverged
-        .with_status("diverged")
-        .into_iter()
-        .find(|l| l["key"]["id"] == inserted.to_string())
-        .unwrap();
+    let line = diverged_row(&diverged, inserted);
     assert!(line["local"].is_null());
     assert_eq!(line["remote"]["note"], "");
     assert!(line["remote"]["amount"].is_null());

@@ -240,7 +240,27 @@ impl From<TablePattern> for String {
 
 #[cfg(test)]
 mod tests {
-    use super::TablePattern;
+    use super::{RemoteDc, TablePattern};
+
+    #[test]
+    fn a_remote_url_never_shows_its_password() {
+        let remote: RemoteDc = serde_json::from_str(
+            r#"{"dc": "b", "url": "mysql://relay:s3cret@db.b:3306/logstamp"}"#,
+        )
+        .unwrap();
+        let url = remote.url.as_ref().unwrap();
+        assert_eq!(url.database(), "logstamp");
+        assert!(url.expose().contains("s3cret"));
+        let shown = [
+            format!("{remote:?}"),
+            serde_json::to_string(&remote).unwrap(),
+        ];
+        for text in shown {
+            assert!(!text.contains("s3cret") && text.contains("***"), "{text}");
+        }
+        let without: RemoteDc = serde_json::from_str(r#"{"dc": "b"}"#).unwrap();
+        assert!(without.url.is_none());
+    }
 
     #[test]
     fn patterns_name_a_table_or_a_schema() {

@@ -448,9 +448,7 @@ async fn relayed_tables(
         )
         .await
         .map_err(DbError::mysql("listing the relayed tables' columns"))?;
-    // (schema, table) -> (columns, key columns by position in the key)
-    let mut found: BTreeMap<(String, String), (Vec<String>, BTreeMap<u32, String>)> =
-        BTreeMap::new();
+    let mut found: BTreeMap<(String, String), CatalogColumns> = BTreeMap::new();
     for mut row in rows {
         let schema: String = take(&mut row, 0, "TABLE_SCHEMA")?;
         let table: String = take(&mut row, 1, "TABLE_NAME")?;
@@ -461,11 +459,11 @@ async fn relayed_tables(
         if !wanted {
             continue;
         }
-        let (columns, key) = found.entry((schema, table)).or_default();
+        let table = found.entry((schema, table)).or_default();
         if seq > 0 {
-            key.insert(seq, column.clone());
+            table.key.insert(seq, column.clone());
         }
-        columns.push(column);
+        table.columns.push(column);
     }
     if found.is_empty() && only.is_some() {
         return Err(RelayError::Refused(
@@ -474,11 +472,18 @@ async fn relayed_tables(
     }
     found
         .into_iter()
-        .map(|((schema, table), (columns, key))| {
-            let key: Vec<String> = key.into_values().collect();
-            KeyedTable::new(&schema, &table, columns, &key)
+        .map(|((schema, table), found)| {
+            let key: Vec<String> = found.key.into_values().collect();
+            KeyedTable::new(&schema, &table, found.columns, &key)
         })
         .collect()
+}
+
+/// A table's columns as the catalog lists them, and its primary key's by position in the key.
+#[derive(Default)]
+struct CatalogColumns {
+    columns: Vec<String>,
+    key: BTreeMap<u32, String>,
 }
 
 /// One table's walk, chunk by chunk.
