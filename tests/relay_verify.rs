@@ -70,6 +70,16 @@ fn diverged_row(verified: &Verified, id: u64) -> &serde_json::Value {
         .unwrap_or_else(|| panic!("no line for {id}: {:?}", verified.lines))
 }
 
+/// Data centres a and b with their relays running, after two writers in each wrote
+/// `per_writer` transactions and both hold the same rows.
+async fn two_dcs_in_sync(per_writer: usize) -> Vec<Dc> {
+    let mut dcs = two_dcs(ITEMS).await;
+    start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
+    let local = write_everywhere(&dcs, per_writer).await;
+    wait_in_sync(&dcs, &local, "app.items").await;
+    dcs
+}
+
 async fn count(dc: &Dc, table: &str) -> u64 {
     let mut conn = dc.conn().await;
     let n: Option<u64> = conn
@@ -81,10 +91,7 @@ async fn count(dc: &Dc, table: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_passes_equal_tables_and_finds_exactly_the_rows_changed_behind_the_relay() {
-    let mut dcs = two_dcs(ITEMS).await;
-    start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
-    let local = write_everywhere(&dcs, 40).await;
-    wait_in_sync(&dcs, &local, "app.items").await;
+    let dcs = two_dcs_in_sync(40).await;
     let (a, b) = (&dcs[0], &dcs[1]);
 
     // Equal: exit 0, every row of a compared, nothing in flight.
@@ -180,10 +187,7 @@ async fn verify_passes_equal_tables_and_finds_exactly_the_rows_changed_behind_th
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_while_both_sides_write_finds_changes_in_flight_not_divergence() {
-    let mut dcs = two_dcs(ITEMS).await;
-    start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
-    let local = write_everywhere(&dcs, 30).await;
-    wait_in_sync(&dcs, &local, "app.items").await;
+    let dcs = two_dcs_in_sync(30).await;
     // Writers in both data centres, for longer than verify takes (they are stopped after).
     let writers: Vec<_> = dcs
         .iter()

@@ -668,13 +668,24 @@ fn shown_row(columns: &[String], values: &[Option<Vec<u8>>]) -> ShownRow {
         .collect()
 }
 
-/// A read-only REPEATABLE READ transaction on a consistent snapshot: no locks taken.
-fn snapshot() -> TxOpts {
+/// The rows `sql` reads on the server behind `conn`, in a read-only REPEATABLE READ transaction
+/// on a consistent snapshot: no locks taken. `what` names the read in errors.
+async fn read_in_snapshot(
+    conn: &mut Conn,
+    (sql, params): (String, Vec<Value>),
+    what: &str,
+) -> Result<Vec<Row>, DbError> {
     let mut opts = TxOpts::default();
     opts.with_consistent_snapshot(true)
         .with_isolation_level(IsolationLevel::RepeatableRead)
         .with_readonly(true);
-    opts
+    let mut tx = conn
+        .start_transaction(opts)
+        .await
+        .map_err(DbError::mysql(what))?;
+    let rows: Vec<Row> = tx.exec(sql, params).await.map_err(DbError::mysql(what))?;
+    tx.commit().await.map_err(DbError::mysql(what))?;
+    Ok(rows)
 }
 
 /// A chunk's row count and hash on the server behind `conn`.
@@ -683,18 +694,12 @@ async fn checksum(
     table: &KeyedTable,
     bounds: &Bounds,
 ) -> Result<(u64, u64), RelayError> {
-    let (sql, params) = table.checksum_sql(bounds);
-    let what = || format!("checksumming a chunk of {}", table.shown());
-    let mut tx = conn
-        .start_transaction(snapshot())
-        .await
-        .map_err(DbError::mysql(what()))?;
-    let row: Option<Row> = tx
-        .exec_first(sql, params)
-        .await
-        .map_err(DbError::mysql(what()))?;
-    tx.commit().await.map_err(DbError::mysql(what()))?;
-    let mut row = row.ok_or_else(|| DbError::Refused(format!("{}: no answer", what())))?;
+    let what = format!("checksumming a chunk of {}", table.shown());
+    let rows = read_in_snapshot(conn, table.checksum_sql(bounds), &what).await?;
+    let mut row = rows
+        .into_iter()
+        .next()
+        .ok_or_else(|| DbError::Refused(format!("{what}: no answer")))?;
     Ok((
         take(&mut row, 0, "COUNT(*)")?,
         take(&mut row, 1, "BIT_XOR")?,
@@ -707,14 +712,8 @@ async fn row_images(
     table: &KeyedTable,
     bounds: &Bounds,
 ) -> Result<Vec<RowImage>, RelayError> {
-    let (sql, params) = table.rows_sql(bounds);
-    let what = || format!("reading a chunk of {}", table.shown());
-    let mut tx = conn
-        .start_transaction(snapshot())
-        .await
-        .map_err(DbError::mysql(what()))?;
-    let rows: Vec<Row> = tx.exec(sql, params).await.map_err(DbError::mysql(what()))?;
-    tx.commit().await.map_err(DbError::mysql(what()))?;
+    let what = format!("reading a chunk of {}", table.shown());
+    let rows = read_in_snapshot(conn, table.rows_sql(bounds), &what).await?;
     rows.into_iter()
         .map(|mut row| {
             let hash = take(&mut row, 0, "row hash")?;
