@@ -91,7 +91,7 @@ async fn count(dc: &Dc, table: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_passes_equal_tables_and_finds_exactly_the_rows_changed_behind_the_relay() {
-    let dcs = two_dcs_in_sync(40).await;
+    let mut dcs = two_dcs_in_sync(40).await;
     let (a, b) = (&dcs[0], &dcs[1]);
 
     // Equal: exit 0, every row of a compared, nothing in flight.
@@ -183,6 +183,27 @@ async fn verify_passes_equal_tables_and_finds_exactly_the_rows_changed_behind_th
     // --table names what is compared; an unknown one is a usage mistake.
     let other = a.verify(&[b], &["--table", "app.nothing"]);
     assert_eq!(other.code, Some(2), "{}", other.stderr);
+
+    // b's relay stopped with a transaction of b not captured: the first wait for the lag runs
+    // out, and verify stops waiting instead of waiting again for each differing chunk.
+    dcs[1].stop_relay().await;
+    let mut conn = dcs[1].conn().await;
+    conn.query_drop("CREATE TABLE audit.notes (id INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    conn.disconnect().await.unwrap();
+    let stuck = dcs[0].verify(
+        &[&dcs[1]],
+        &["--chunk-rows", CHUNK_ROWS, "--lag-wait-seconds", "1"],
+    );
+    assert_eq!(stuck.code, Some(1), "{:?} {}", stuck.lines, stuck.stderr);
+    assert_eq!(summary(&stuck)["diverged_rows"], 3);
+    assert_eq!(
+        stuck.stderr.matches("did not drain").count(),
+        1,
+        "{}",
+        stuck.stderr
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,6 +20,7 @@
 //! chunk `in_flight`; rows that differ every time are reported as diverged.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
@@ -399,6 +400,7 @@ pub async fn verify(
         remote_dc: sides[1].dc.clone(),
         ..Summary::default()
     };
+    let lag_stuck = AtomicBool::new(false);
     for table in &tables {
         let same = remote_tables.iter().any(|r| {
             r.shown() == table.shown() && r.columns == table.columns && r.key == table.key
@@ -414,6 +416,7 @@ pub async fn verify(
             context,
             sides: &sides,
             options,
+            lag_stuck: &lag_stuck,
             table,
         };
         walk.run(&mut local, &mut there, &mut summary, &mut on)
@@ -491,6 +494,8 @@ struct Walk<'a> {
     context: &'a RelayContext,
     sides: &'a [Side; 2],
     options: &'a VerifyOptions,
+    /// Set once a wait for the lag to drain ran out, for the rest of the run.
+    lag_stuck: &'a AtomicBool,
     table: &'a KeyedTable,
 }
 
@@ -615,17 +620,24 @@ impl Walk<'_> {
         Ok(differing(here, remote, &self.table.key))
     }
 
-    /// Waits until each side applied what the other had written when this was called.
+    /// Waits until each side applied what the other had written when this was called; not
+    /// any more once a wait ran out (a relay that is stopped or far behind would make every
+    /// differing chunk wait as long).
     async fn drain_lag(&self) -> Result<(), RelayError> {
+        if self.lag_stuck.load(Ordering::Relaxed) {
+            return Ok(());
+        }
         let [here, remote] = self.sides;
         let (to_remote, to_here) = tokio::try_join!(
             drain(self.context, here, remote, self.options.lag_wait),
             drain(self.context, remote, here, self.options.lag_wait)
         )?;
         if !(to_remote && to_here) {
+            self.lag_stuck.store(true, Ordering::Relaxed);
             tracing::warn!(
                 table = %self.table.shown(),
-                "the relay's lag did not drain within {:?}: comparing again anyway",
+                "the relay's lag did not drain within {:?}: comparing again without waiting \
+                 from now on (rows still in flight may be reported as diverged)",
                 self.options.lag_wait
             );
         }
