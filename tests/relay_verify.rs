@@ -15,33 +15,56 @@ use support::relay::*;
 /// Rows per chunk in these tests: small, so that a few hundred rows make many chunks.
 const CHUNK_ROWS: &str = "7";
 
-/// `table`'s rows by their `id`, from a full scan.
-async fn rows_by_id(dc: &Dc, table: &str) -> BTreeMap<u64, Vec<Sql>> {
+/// `table`'s rows from a full scan, by `key` of each.
+async fn rows_by<K: Ord>(dc: &Dc, table: &str, key: impl Fn(&[Sql]) -> K) -> BTreeMap<K, Vec<Sql>> {
     dc.rows(table)
         .await
         .into_iter()
-        .map(|row| match &row[0] {
-            Sql::Bytes(id) => (std::str::from_utf8(id).unwrap().parse().unwrap(), row),
-            other => panic!("an id of {other:?}"),
+        .map(|row| (key(&row), row))
+        .collect()
+}
+
+/// A value as the text protocol sends it: its bytes.
+fn bytes(value: &Sql) -> Vec<u8> {
+    match value {
+        Sql::Bytes(b) => b.clone(),
+        other => panic!("not bytes: {other:?}"),
+    }
+}
+
+fn id_of(row: &[Sql]) -> u64 {
+    String::from_utf8(bytes(&row[0])).unwrap().parse().unwrap()
+}
+
+/// The keys whose rows differ between `a` and `b` (row by row), with the data centre that
+/// lacks the row, if one does.
+fn row_differences<K: Ord + Clone>(
+    a: &BTreeMap<K, Vec<Sql>>,
+    b: &BTreeMap<K, Vec<Sql>>,
+) -> BTreeMap<K, Option<&'static str>> {
+    a.keys()
+        .chain(b.keys())
+        .filter_map(|k| match (a.get(k), b.get(k)) {
+            (Some(x), Some(y)) if x == y => None,
+            (Some(_), Some(_)) => Some((k.clone(), None)),
+            (None, _) => Some((k.clone(), Some("a"))),
+            (_, None) => Some((k.clone(), Some("b"))),
         })
         .collect()
 }
 
-/// The ids whose rows differ between `a` and `b` (row by row), with the data centre that lacks
-/// the row, if one does.
-fn row_differences(
-    a: &BTreeMap<u64, Vec<Sql>>,
-    b: &BTreeMap<u64, Vec<Sql>>,
-) -> BTreeMap<u64, Option<&'static str>> {
-    a.keys()
-        .chain(b.keys())
-        .filter_map(|id| match (a.get(id), b.get(id)) {
-            (Some(x), Some(y)) if x == y => None,
-            (Some(_), Some(_)) => Some((*id, None)),
-            (None, _) => Some((*id, Some("a"))),
-            (_, None) => Some((*id, Some("b"))),
-        })
-        .collect()
+/// A value as verify shows it (text, or `{"hex": ...}`), back to its bytes.
+fn shown_bytes(value: &serde_json::Value) -> Vec<u8> {
+    match value.as_str() {
+        Some(text) => text.as_bytes().to_vec(),
+        None => {
+            let hex = value["hex"].as_str().unwrap();
+            (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+                .collect()
+        }
+    }
 }
 
 /// The summary line of a verify run, checked to be the only one.
@@ -112,7 +135,7 @@ async fn verify_passes_equal_tables_and_finds_exactly_the_rows_changed_behind_th
 
     // In b, out of the relay's sight: change the first row, delete one in the middle, and add
     // one after the last of a's.
-    let ids: Vec<u64> = rows_by_id(a, "app.items").await.into_keys().collect();
+    let ids: Vec<u64> = rows_by(a, "app.items", id_of).await.into_keys().collect();
     let (changed, deleted) = (ids[0], ids[ids.len() / 2]);
     let inserted = ids[ids.len() - 1] + 1;
     let mut conn = b.conn().await;
@@ -139,8 +162,8 @@ async fn verify_passes_equal_tables_and_finds_exactly_the_rows_changed_behind_th
 
     // The oracle: a row-by-row comparison of full scans.
     let (rows_a, rows_b) = (
-        rows_by_id(a, "app.items").await,
-        rows_by_id(b, "app.items").await,
+        rows_by(a, "app.items", id_of).await,
+        rows_by(b, "app.items", id_of).await,
     );
     let expected = row_differences(&rows_a, &rows_b);
     assert_eq!(expected.len(), 3, "the oracle sees the three changes");
@@ -254,4 +277,83 @@ async fn verify_while_both_sides_write_finds_changes_in_flight_not_divergence() 
     let after = dcs[0].verify(&[&dcs[1]], &["--chunk-rows", CHUNK_ROWS]);
     assert_eq!(after.code, Some(0), "{:?} {}", after.lines, after.stderr);
     assert_eq!(summary(&after)["in_flight_chunks"], 0);
+}
+
+const KINDS: &str = "CREATE TABLE app.kinds (
+  a INT UNSIGNED NOT NULL,
+  b VARBINARY(8) NOT NULL,
+  t VARCHAR(16) NULL,
+  d DECIMAL(30,10) NULL,
+  ts DATETIME(6) NULL,
+  PRIMARY KEY (a, b)
+) ENGINE=InnoDB";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_tells_null_from_empty_and_the_last_digits_apart_under_a_binary_composite_key() {
+    let mut dcs = vec![
+        Dc::new("a", 1, &[KINDS]).await,
+        Dc::new("b", 2, &[KINDS]).await,
+    ];
+    start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
+    let (a, b) = (&dcs[0], &dcs[1]);
+    let mut conn = a.conn().await;
+    for i in 0u8..20 {
+        conn.exec_drop(
+            "INSERT INTO app.kinds VALUES (?, ?, ?, '1.0000000001', '2026-01-01 00:00:00.000001')",
+            (u32::from(i / 4), vec![0xff, i], (i != 0).then_some("x")),
+        )
+        .await
+        .unwrap();
+    }
+    conn.disconnect().await.unwrap();
+    wait_same_rows(a, b, "app.kinds").await;
+
+    // In b, out of the relay's sight: NULL to '', and the last digit of a DECIMAL and of a
+    // DATETIME(6), each in another row.
+    let mut conn = b.conn().await;
+    conn.query_drop("SET SESSION sql_log_bin = 0")
+        .await
+        .unwrap();
+    for (change, a, i) in [
+        ("t = ''", 0u32, 0u8),
+        ("d = '1.0000000002'", 1, 5),
+        ("ts = '2026-01-01 00:00:00.000002'", 2, 9),
+    ] {
+        conn.exec_drop(
+            format!("UPDATE app.kinds SET {change} WHERE a = ? AND b = ?"),
+            (a, vec![0xff, i]),
+        )
+        .await
+        .unwrap();
+    }
+    conn.disconnect().await.unwrap();
+
+    let key_of = |row: &[Sql]| (bytes(&row[0]), bytes(&row[1]));
+    let expected = row_differences(
+        &rows_by(a, "app.kinds", key_of).await,
+        &rows_by(b, "app.kinds", key_of).await,
+    );
+    assert_eq!(expected.len(), 3, "the oracle sees the three changes");
+    let verified = a.verify(&[b], &["--chunk-rows", "3", "--lag-wait-seconds", "10"]);
+    assert_eq!(
+        verified.code,
+        Some(1),
+        "{:?} {}",
+        verified.lines,
+        verified.stderr
+    );
+    let found: BTreeMap<(Vec<u8>, Vec<u8>), Option<&str>> = verified
+        .with_status("diverged")
+        .iter()
+        .map(|l| {
+            let key = (shown_bytes(&l["key"]["a"]), shown_bytes(&l["key"]["b"]));
+            (key, l["missing_in"].as_str())
+        })
+        .collect();
+    assert_eq!(found, expected, "{:?}", verified.lines);
+    assert_eq!(summary(&verified)["diverged_rows"], 3);
+    let first = verified.with_status("diverged")[0];
+    assert_eq!(first["key"]["b"]["hex"], "ff00");
+    assert!(first["local"]["t"].is_null());
+    assert_eq!(first["remote"]["t"], "");
 }
