@@ -203,6 +203,37 @@ async fn verify_passes_equal_tables_and_finds_exactly_the_rows_changed_behind_th
     assert_eq!(line["remote"]["note"], "");
     assert!(line["remote"]["amount"].is_null());
 
+    // The same as a table for people: a header, a row per diverged row naming the columns
+    // that differ, and the summary.
+    let output = a.verify_output(
+        &[b],
+        &[
+            "--chunk-rows",
+            CHUNK_ROWS,
+            "--lag-wait-seconds",
+            "10",
+            "--format",
+            "table",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let table = String::from_utf8(output.stdout).unwrap();
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 5, "{table}");
+    assert!(lines[0].starts_with("status"), "{table}");
+    let changed_line = lines
+        .iter()
+        .find(|l| l.contains(&format!("id={changed} ")))
+        .unwrap_or_else(|| panic!("{table}"));
+    // The amount was set to NULL too, which it may have been already.
+    let differing = if rows_a[&changed][4] == Sql::NULL {
+        "columns note"
+    } else {
+        "columns amount, note"
+    };
+    assert!(changed_line.ends_with(differing), "{table}");
+    assert!(lines[4].starts_with("summary"), "{table}");
+
     // --table names what is compared; an unknown one is a usage mistake.
     let other = a.verify(&[b], &["--table", "app.nothing"]);
     assert_eq!(other.code, Some(2), "{}", other.stderr);

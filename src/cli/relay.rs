@@ -14,7 +14,7 @@ use logstamp::config::{Settings, Sources};
 use logstamp::relay::metrics::RelaySource;
 use logstamp::relay::settings::TablePattern;
 use logstamp::relay::status::{self, ApplyStatus, CaptureStatus};
-use logstamp::relay::verify::{self, Event, VerifyOptions};
+use logstamp::relay::verify::{self, Diverged, Event, Shown, ShownRow, Summary, VerifyOptions};
 use logstamp::relay::{self, RelayContext, RelayError};
 use logstamp::telemetry::exporter::Exporter;
 use logstamp::telemetry::server::{self, Source};
@@ -53,6 +53,9 @@ pub struct VerifyArgs {
     /// Longest wait for the relay's lag to drain before a differing chunk is read again.
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     lag_wait_seconds: u64,
+    /// json (one object per line, as they are found) or table (at the end).
+    #[arg(long, value_enum, default_value = "json")]
+    format: Format,
 }
 
 /// `relay verify` could not compare (exit code 2, as opposed to 1 for tables that differ).
@@ -242,7 +245,7 @@ fn verify_tables(args: VerifyArgs, sources: Sources) -> anyhow::Result<ExitCode>
         lag_wait: Duration::from_secs(args.lag_wait_seconds),
         only,
     };
-    let mut report = Report::new();
+    let mut report = Report::new(args.format);
     let diverged = runtime()?.block_on(async {
         let mut diverged = 0;
         for remote in remotes {
@@ -250,7 +253,7 @@ fn verify_tables(args: VerifyArgs, sources: Sources) -> anyhow::Result<ExitCode>
                 .await
                 .map_err(CannotVerify)?;
             diverged += summary.diverged_rows;
-            report.line(&summary);
+            report.summary(&summary);
         }
         Ok::<_, CannotVerify>(diverged)
     })?;
@@ -262,11 +265,14 @@ fn verify_tables(args: VerifyArgs, sources: Sources) -> anyhow::Result<ExitCode>
     })
 }
 
-/// `relay verify`'s output: JSON lines on stdout, progress on stderr (a spinner at a terminal,
-/// log lines otherwise).
+/// `relay verify`'s output on stdout: JSON lines as they come, or a table at the end; progress
+/// on stderr (a spinner at a terminal, log lines otherwise).
 struct Report {
+    format: Format,
     out: Output,
     bar: ProgressBar,
+    /// The table's rows, for `--format table`.
+    rows: Vec<Vec<String>>,
     written: io::Result<()>,
 }
 
@@ -274,7 +280,7 @@ impl Report {
     /// Chunks between two progress log lines.
     const LOG_EVERY: u64 = 100;
 
-    fn new() -> Report {
+    fn new(format: Format) -> Report {
         let bar = if io::stderr().is_terminal() {
             ProgressBar::new_spinner().with_style(
                 ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
@@ -284,16 +290,36 @@ impl Report {
             ProgressBar::hidden()
         };
         Report {
+            format,
             out: Output::new(),
             bar,
+            rows: Vec::new(),
             written: Ok(()),
         }
     }
 
     fn event(&mut self, event: Event<'_>) {
         match event {
-            Event::Diverged(row) => self.line(row),
-            Event::InFlight(chunk) => self.line(chunk),
+            Event::Diverged(row) => self.emit(row, || {
+                vec![
+                    row.status.to_string(),
+                    row.remote_dc.clone(),
+                    row.table.clone(),
+                    cells(&row.key),
+                    row.missing_in.clone().unwrap_or_else(|| "-".into()),
+                    differing_columns(row),
+                ]
+            }),
+            Event::InFlight(chunk) => self.emit(chunk, || {
+                vec![
+                    chunk.status.to_string(),
+                    chunk.remote_dc.clone(),
+                    chunk.table.clone(),
+                    format!("chunk {}", chunk.chunk),
+                    "-".into(),
+                    format!("{} rows differed", chunk.rows),
+                ]
+            }),
             Event::Checked {
                 table,
                 chunks,
@@ -314,17 +340,78 @@ impl Report {
         }
     }
 
-    /// Writes a line unless writing already failed (the first failure is kept).
-    fn line(&mut self, value: &impl Serialize) {
-        if self.written.is_ok() {
-            self.written = ignore_closed_pipe(self.out.json(value));
+    fn summary(&mut self, summary: &Summary) {
+        self.emit(summary, || {
+            vec![
+                summary.status.to_string(),
+                summary.remote_dc.clone(),
+                format!("{} tables", summary.tables),
+                "-".into(),
+                "-".into(),
+                format!(
+                    "{} chunks, {} rows, {} chunks in flight, {} rows diverged",
+                    summary.chunks, summary.rows, summary.in_flight_chunks, summary.diverged_rows
+                ),
+            ]
+        });
+    }
+
+    /// `value` as a JSON line, or its table row; after a failed write, nothing (the first
+    /// failure is kept).
+    fn emit(&mut self, value: &impl Serialize, row: impl FnOnce() -> Vec<String>) {
+        match self.format {
+            Format::Table => self.rows.push(row()),
+            Format::Json if self.written.is_ok() => {
+                self.written = ignore_closed_pipe(self.out.json(value));
+            }
+            Format::Json => {}
         }
     }
 
-    fn finish(self) -> io::Result<()> {
+    fn finish(mut self) -> io::Result<()> {
         self.bar.finish_and_clear();
         self.written?;
+        if self.format == Format::Table {
+            let header = [
+                "status",
+                "remote_dc",
+                "table",
+                "key",
+                "missing_in",
+                "detail",
+            ];
+            let lines = aligned(&header, &self.rows);
+            ignore_closed_pipe(lines.iter().try_for_each(|line| self.out.line(line)))?;
+        }
         self.out.finish()
+    }
+}
+
+/// `column=value` pairs, NULL as NULL and bytes that are not UTF-8 as 0x hex.
+fn cells(row: &ShownRow) -> String {
+    let shown: Vec<String> = row
+        .iter()
+        .map(|(column, value)| match value {
+            None => format!("{column}=NULL"),
+            Some(Shown::Text(text)) => format!("{column}={text}"),
+            Some(Shown::Hex { hex }) => format!("{column}=0x{hex}"),
+        })
+        .collect();
+    shown.join(" ")
+}
+
+/// The columns whose values differ between the two images, or `-` when one side lacks the row.
+fn differing_columns(row: &Diverged) -> String {
+    match (&row.local, &row.remote) {
+        (Some(here), Some(there)) => {
+            let columns: Vec<&str> = here
+                .iter()
+                .filter(|(column, value)| there.get(*column) != Some(value))
+                .map(|(column, _)| column.as_str())
+                .collect();
+            format!("columns {}", columns.join(", "))
+        }
+        _ => "-".into(),
     }
 }
 

@@ -742,8 +742,23 @@ impl Verified {
 
 impl Dc {
     /// Runs `logstamp relay verify ARGS` here, with this data centre's relay settings and each
-    /// of `others` as a remote whose database is given by its url.
+    /// of `others` as a remote whose database is given by its url; its output is JSON lines.
     pub fn verify(&self, others: &[&Dc], args: &[&str]) -> Verified {
+        let output = self.verify_output(others, args);
+        Verified {
+            code: output.status.code(),
+            lines: output
+                .stdout
+                .split(|b| *b == b'\n')
+                .filter(|line| !line.is_empty())
+                .map(|line| serde_json::from_slice(line).unwrap())
+                .collect(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    /// [`Dc::verify`]'s process output as it is.
+    pub fn verify_output(&self, others: &[&Dc], args: &[&str]) -> std::process::Output {
         let mut text = std::fs::read_to_string(self.dir.path().join("relay.toml")).unwrap();
         for other in others {
             let entry = format!("[[relay.remotes]]\ndc = \"{}\"\n", other.name);
@@ -758,22 +773,12 @@ impl Dc {
         }
         let config = self.dir.path().join("verify.toml");
         std::fs::write(&config, text).unwrap();
-        let output = Command::new(env!("CARGO_BIN_EXE_logstamp"))
+        Command::new(env!("CARGO_BIN_EXE_logstamp"))
             .arg("--config")
             .arg(&config)
             .args(["relay", "verify"])
             .args(args)
             .output()
-            .unwrap();
-        Verified {
-            code: output.status.code(),
-            lines: output
-                .stdout
-                .split(|b| *b == b'\n')
-                .filter(|line| !line.is_empty())
-                .map(|line| serde_json::from_slice(line).unwrap())
-                .collect(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        }
+            .unwrap()
     }
 }
