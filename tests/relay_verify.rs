@@ -237,6 +237,14 @@ async fn verify_passes_equal_tables_and_finds_exactly_the_rows_changed_behind_th
     // --table names what is compared; an unknown one is a usage mistake.
     let other = a.verify(&[b], &["--table", "app.nothing"]);
     assert_eq!(other.code, Some(2), "{}", other.stderr);
+    // So is a remote without a url: there is nothing to compare with.
+    let no_url = a.verify(&[], &[]);
+    assert_eq!(no_url.code, Some(2), "{}", no_url.stderr);
+    assert!(
+        no_url.stderr.contains("no entry has a url"),
+        "{}",
+        no_url.stderr
+    );
 
     // b's relay stopped with a transaction of b not captured: the first wait for the lag runs
     // out, and verify stops waiting instead of waiting again for each differing chunk.
@@ -279,12 +287,10 @@ async fn verify_while_both_sides_write_finds_changes_in_flight_not_divergence() 
             ))
         })
         .collect();
-    let started = std::time::Instant::now();
     let verified = {
         let (a, b) = (&dcs[0], &dcs[1]);
         a.verify(&[b], &["--chunk-rows", "10", "--lag-wait-seconds", "30"])
     };
-    eprintln!("verify took {:?}", started.elapsed());
     let writing = writers.iter().filter(|w| !w.is_finished()).count();
     assert_eq!(
         writing, 2,
@@ -300,6 +306,7 @@ async fn verify_while_both_sides_write_finds_changes_in_flight_not_divergence() 
     let s = summary(&verified);
     assert_eq!(s["diverged_rows"], 0);
     assert!(verified.with_status("diverged").is_empty());
+    // How much was in flight, for the README.
     eprintln!("while writing: {s}");
     for w in writers {
         w.abort();
