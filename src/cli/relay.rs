@@ -228,12 +228,15 @@ fn verify_tables(args: VerifyArgs, sources: Sources) -> anyhow::Result<ExitCode>
         .transpose()
         .map_err(|e| UsageError::new("--table", e))?;
     let context = relay_context(&settings);
-    let remotes: Vec<_> = context
-        .relay
-        .remotes
-        .iter()
-        .filter(|r| r.url.is_some())
-        .collect();
+    let (remotes, unreachable): (Vec<_>, Vec<_>) =
+        context.relay.remotes.iter().partition(|r| r.url.is_some());
+    for remote in unreachable {
+        tracing::warn!(
+            dc = remote.dc,
+            "relay.remotes {} has no url: not compared",
+            remote.dc
+        );
+    }
     if remotes.is_empty() {
         return Err(UsageError(
             "relay.remotes: no entry has a url, so there is nothing to compare with".into(),
