@@ -199,12 +199,19 @@ fn long_running(args: &[String]) -> bool {
         words.as_slice(),
         ["ingest", ..] | ["demo", ..] | ["dev-broker", ..] | ["bench", ..] | ["relay", "run", ..]
     ) || needs_a_binlog(&words)
+        || needs_remote_dcs(&words)
 }
 
 /// `relay status` and `relay reset` read the server's binary log position, and the test
 /// database's server has no binary log; `tests/relay.rs` runs them against servers that have one.
 fn needs_a_binlog(words: &[&str]) -> bool {
     matches!(words, ["relay", "status" | "reset", ..])
+}
+
+/// `relay verify` compares with other data centres' databases; `tests/relay_verify.rs` runs it
+/// against private servers with relays.
+fn needs_remote_dcs(words: &[&str]) -> bool {
+    matches!(words, ["relay", "verify", ..])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

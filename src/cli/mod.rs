@@ -1,6 +1,7 @@
 //! Command-line edge: argument parsing, settings, output and exit codes.
 //!
-//! Exit codes: 0 done, 1 the work failed, 2 bad usage or configuration.
+//! Exit codes: 0 done, 1 the work failed, 2 bad usage or configuration; `relay verify`, like
+//! `diff`: 0 equal, 1 different, 2 could not compare.
 
 mod bench;
 mod db;
@@ -123,7 +124,11 @@ pub fn main() -> ExitCode {
             let bad_setting = error
                 .chain()
                 .any(|e| matches!(e.downcast_ref(), Some(DbError::Config { .. })));
-            if error.is::<ConfigError>() || error.is::<UsageError>() || bad_setting {
+            if error.is::<ConfigError>()
+                || error.is::<UsageError>()
+                || error.is::<relay::CannotVerify>()
+                || bad_setting
+            {
                 ExitCode::from(2)
             } else {
                 ExitCode::FAILURE

@@ -1,19 +1,25 @@
-//! `logstamp relay run | status | reset`.
+//! `logstamp relay run | status | reset | verify`.
 
+use std::io::{self, IsTerminal};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use tokio::sync::watch;
 
 use logstamp::config::{Settings, Sources};
 use logstamp::relay::metrics::RelaySource;
+use logstamp::relay::settings::TablePattern;
 use logstamp::relay::status::{self, ApplyStatus, CaptureStatus};
-use logstamp::relay::{self, RelayContext};
+use logstamp::relay::verify::{self, Diverged, Event, Shown, ShownRow, Summary, VerifyOptions};
+use logstamp::relay::{self, RelayContext, RelayError};
 use logstamp::telemetry::exporter::Exporter;
 use logstamp::telemetry::server::{self, Source};
 
+use super::UsageError;
 use super::load_settings;
 use super::output::{Format, Output, aligned, ignore_closed_pipe};
 
@@ -28,7 +34,34 @@ pub enum RelayCommand {
     /// (RESET MASTER, a purged binlog, a failover to a server that lacks relayed transactions);
     /// see the README. Refused while a relay captures here.
     Reset,
+    /// Compare the relayed tables here with each remote data centre's (relay.remotes entries
+    /// with a url), chunk by chunk, while both keep writing: one JSON line per row that differs,
+    /// per chunk that differed only while changes were in flight, and a summary per remote.
+    /// Exit code 0 when equal, 1 when a row diverged, 2 when it could not compare.
+    Verify(VerifyArgs),
 }
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Only this relayed table: schema.table, or schema.* for a schema's.
+    #[arg(long, value_name = "T")]
+    table: Option<String>,
+    /// Rows per chunk: each is hashed by each server in one statement.
+    #[arg(long, value_name = "N", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    chunk_rows: u64,
+    /// Longest wait for the relay's lag to drain before a differing chunk is read again.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    lag_wait_seconds: u64,
+    /// json (one object per line, as they are found) or table (at the end).
+    #[arg(long, value_enum, default_value = "json")]
+    format: Format,
+}
+
+/// `relay verify` could not compare (exit code 2, as opposed to 1 for tables that differ).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct CannotVerify(#[from] RelayError);
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
@@ -42,6 +75,7 @@ pub fn run(command: RelayCommand, sources: Sources) -> anyhow::Result<ExitCode> 
         RelayCommand::Run => run_relay(sources),
         RelayCommand::Status(args) => show_status(args, sources),
         RelayCommand::Reset => reset(sources),
+        RelayCommand::Verify(args) => verify_tables(args, sources),
     }
 }
 
@@ -183,6 +217,205 @@ fn show_status(args: StatusArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     ignore_closed_pipe(written).context("writing output")?;
     out.finish().context("writing output")?;
     Ok(ExitCode::SUCCESS)
+}
+
+fn verify_tables(args: VerifyArgs, sources: Sources) -> anyhow::Result<ExitCode> {
+    let settings = load_settings(&sources)?;
+    let only = args
+        .table
+        .as_deref()
+        .map(TablePattern::parse)
+        .transpose()
+        .map_err(|e| UsageError::new("--table", e))?;
+    let context = relay_context(&settings);
+    let (remotes, unreachable): (Vec<_>, Vec<_>) =
+        context.relay.remotes.iter().partition(|r| r.url.is_some());
+    for remote in unreachable {
+        tracing::warn!(
+            dc = remote.dc,
+            "relay.remotes {} has no url: not compared",
+            remote.dc
+        );
+    }
+    if remotes.is_empty() {
+        return Err(UsageError(
+            "relay.remotes: no entry has a url, so there is nothing to compare with".into(),
+        )
+        .into());
+    }
+    let options = VerifyOptions {
+        chunk_rows: args.chunk_rows,
+        lag_wait: Duration::from_secs(args.lag_wait_seconds),
+        only,
+    };
+    let mut report = Report::new(args.format);
+    let diverged = runtime()?.block_on(async {
+        let mut diverged = 0;
+        for remote in remotes {
+            let summary = verify::verify(&context, remote, &options, |e| report.event(e))
+                .await
+                .map_err(CannotVerify)?;
+            diverged += summary.diverged_rows;
+            report.summary(&summary);
+        }
+        Ok::<_, CannotVerify>(diverged)
+    })?;
+    report.finish().context("writing output")?;
+    Ok(if diverged == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `relay verify`'s output on stdout: JSON lines as they come, or a table at the end; progress
+/// on stderr (a spinner at a terminal, log lines otherwise).
+struct Report {
+    format: Format,
+    out: Output,
+    bar: ProgressBar,
+    /// The table's rows, for `--format table`.
+    rows: Vec<Vec<String>>,
+    written: io::Result<()>,
+}
+
+impl Report {
+    /// Chunks between two progress log lines.
+    const LOG_EVERY: u64 = 100;
+
+    fn new(format: Format) -> Report {
+        let bar = if io::stderr().is_terminal() {
+            ProgressBar::new_spinner().with_style(
+                ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            )
+        } else {
+            ProgressBar::hidden()
+        };
+        Report {
+            format,
+            out: Output::new(),
+            bar,
+            rows: Vec::new(),
+            written: Ok(()),
+        }
+    }
+
+    fn event(&mut self, event: Event<'_>) {
+        match event {
+            Event::Diverged(row) => self.emit(row, || {
+                vec![
+                    row.status.to_string(),
+                    row.remote_dc.clone(),
+                    row.table.clone(),
+                    cells(&row.key),
+                    row.missing_in.clone().unwrap_or_else(|| "-".into()),
+                    differing_columns(row),
+                ]
+            }),
+            Event::InFlight(chunk) => self.emit(chunk, || {
+                vec![
+                    chunk.status.to_string(),
+                    chunk.remote_dc.clone(),
+                    chunk.table.clone(),
+                    format!("chunk {}", chunk.chunk),
+                    "-".into(),
+                    format!("{} rows differed", chunk.rows),
+                ]
+            }),
+            Event::Checked {
+                table,
+                chunks,
+                rows,
+            } => {
+                self.bar
+                    .set_message(format!("{table}: {chunks} chunks, {rows} rows compared"));
+                self.bar.tick();
+                if chunks % Self::LOG_EVERY == 0 {
+                    tracing::info!(table, chunks, rows, "verifying");
+                }
+            }
+            Event::TableDone {
+                table,
+                chunks,
+                rows,
+            } => tracing::info!(table, chunks, rows, "verified"),
+        }
+    }
+
+    fn summary(&mut self, summary: &Summary) {
+        self.emit(summary, || {
+            vec![
+                summary.status.to_string(),
+                summary.remote_dc.clone(),
+                format!("{} tables", summary.tables),
+                "-".into(),
+                "-".into(),
+                format!(
+                    "{} chunks, {} rows, {} chunks in flight, {} rows diverged",
+                    summary.chunks, summary.rows, summary.in_flight_chunks, summary.diverged_rows
+                ),
+            ]
+        });
+    }
+
+    /// `value` as a JSON line, or its table row; after a failed write, nothing (the first
+    /// failure is kept).
+    fn emit(&mut self, value: &impl Serialize, row: impl FnOnce() -> Vec<String>) {
+        match self.format {
+            Format::Table => self.rows.push(row()),
+            Format::Json if self.written.is_ok() => {
+                self.written = ignore_closed_pipe(self.out.json(value));
+            }
+            Format::Json => {}
+        }
+    }
+
+    fn finish(mut self) -> io::Result<()> {
+        self.bar.finish_and_clear();
+        self.written?;
+        if self.format == Format::Table {
+            let header = [
+                "status",
+                "remote_dc",
+                "table",
+                "key",
+                "missing_in",
+                "detail",
+            ];
+            let lines = aligned(&header, &self.rows);
+            ignore_closed_pipe(lines.iter().try_for_each(|line| self.out.line(line)))?;
+        }
+        self.out.finish()
+    }
+}
+
+/// `column=value` pairs, NULL as NULL and bytes that are not UTF-8 as 0x hex.
+fn cells(row: &ShownRow) -> String {
+    let shown: Vec<String> = row
+        .iter()
+        .map(|(column, value)| match value {
+            None => format!("{column}=NULL"),
+            Some(Shown::Text(text)) => format!("{column}={text}"),
+            Some(Shown::Hex { hex }) => format!("{column}=0x{hex}"),
+        })
+        .collect();
+    shown.join(" ")
+}
+
+/// The columns whose values differ between the two images, or `-` when one side lacks the row.
+fn differing_columns(row: &Diverged) -> String {
+    match (&row.local, &row.remote) {
+        (Some(here), Some(there)) => {
+            let columns: Vec<&str> = here
+                .iter()
+                .filter(|(column, value)| there.get(*column) != Some(value))
+                .map(|(column, _)| column.as_str())
+                .collect();
+            format!("columns {}", columns.join(", "))
+        }
+        _ => "-".into(),
+    }
 }
 
 /// The relay of these settings: the sections it reads.

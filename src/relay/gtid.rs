@@ -190,6 +190,14 @@ impl GtidState {
         next
     }
 
+    /// Whether every domain of `other` is here at the same or a later sequence number.
+    pub fn includes(&self, other: &GtidState) -> bool {
+        other
+            .0
+            .values()
+            .all(|g| self.0.get(&g.domain).is_some_and(|mine| mine.seq >= g.seq))
+    }
+
     /// How many sequence numbers `self` is ahead of `older`, summed over domains: the number of
     /// event groups written in between when each domain has one writing server.
     pub fn groups_since(&self, older: &GtidState) -> u64 {
@@ -265,6 +273,16 @@ fn le_u64(b: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_state_includes_states_it_is_at_or_past_in_every_domain() {
+        let state: GtidState = "0-1-10,1-2-7".parse().unwrap();
+        assert!(state.includes(&"0-1-10".parse().unwrap()));
+        assert!(state.includes(&"0-3-9,1-2-7".parse().unwrap()));
+        assert!(state.includes(&GtidState::default()));
+        assert!(!state.includes(&"0-1-11".parse().unwrap()));
+        assert!(!state.includes(&"2-1-1".parse().unwrap()));
+    }
 
     #[test]
     fn gtid_event_as_mariadb_writes_it() {

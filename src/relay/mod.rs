@@ -5,7 +5,7 @@
 //! One concern per module, after the shape of Materialize's MySQL source: `gtid` (MariaDB's
 //! raw events), `table` and `decode` (table maps and row images), `events` (binlog events to
 //! transactions), `change` (the message), `loop_filter`, `capture`, `checkpoint` and `resume`
-//! (where capture starts), `order` (exactly once by GTID), `sql` and `apply`, `status`, `stats`
+//! (where capture starts), `order` (exactly once by GTID), `sql` and `apply`, `status`, `verify` (comparing data centres' tables), `stats`
 //! (what a running relay counts, for its metrics), and `context` (what they share).
 
 pub mod apply;
@@ -25,6 +25,7 @@ pub mod sql;
 pub mod stats;
 pub mod status;
 pub mod table;
+pub mod verify;
 
 use std::future::Future;
 use std::time::{Duration, Instant};

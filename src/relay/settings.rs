@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::mysql::MysqlUrl;
 use crate::settings::{SettingError, at_least_one, at_most, at_most_a_year, duration_text};
 
 /// The cross-data-centre relay of this data centre: its capture and the remote appliers.
@@ -148,6 +149,10 @@ pub struct RemoteDc {
     /// Kafka holding that data centre's topic; empty means `kafka.brokers`.
     #[serde(default)]
     pub brokers: String,
+    /// That data centre's database (its `mysql.url`), for `relay verify`; never shown with its
+    /// password.
+    #[serde(default)]
+    pub url: Option<MysqlUrl>,
 }
 
 impl RemoteDc {
@@ -235,7 +240,27 @@ impl From<TablePattern> for String {
 
 #[cfg(test)]
 mod tests {
-    use super::TablePattern;
+    use super::{RemoteDc, TablePattern};
+
+    #[test]
+    fn a_remote_url_never_shows_its_password() {
+        let remote: RemoteDc = serde_json::from_str(
+            r#"{"dc": "b", "url": "mysql://relay:s3cret@db.b:3306/logstamp"}"#,
+        )
+        .unwrap();
+        let url = remote.url.as_ref().unwrap();
+        assert_eq!(url.database(), "logstamp");
+        assert!(url.expose().contains("s3cret"));
+        let shown = [
+            format!("{remote:?}"),
+            serde_json::to_string(&remote).unwrap(),
+        ];
+        for text in shown {
+            assert!(!text.contains("s3cret") && text.contains("***"), "{text}");
+        }
+        let without: RemoteDc = serde_json::from_str(r#"{"dc": "b"}"#).unwrap();
+        assert!(without.url.is_none());
+    }
 
     #[test]
     fn patterns_name_a_table_or_a_schema() {

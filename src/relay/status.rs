@@ -201,7 +201,7 @@ pub fn bytes_between(logs: &[(String, u64)], from: (&str, u64), to: (&str, u64))
 }
 
 /// The topic's end offset, or `None` (and a warning) when Kafka does not answer in time.
-async fn end_offset(context: &RelayContext, brokers: &str, topic: &str) -> Option<i64> {
+pub(super) async fn end_offset(context: &RelayContext, brokers: &str, topic: &str) -> Option<i64> {
     let consumer: BaseConsumer = match context.kafka_config(brokers).create_redacted() {
         Ok(c) => c,
         Err(e) => {

@@ -722,3 +722,63 @@ pub async fn two_dcs_writing_at_once(mode: LoopFilterMode) {
         assert_eq!(published, Some(local[i]), "checkpoint of {}", dc.name);
     }
 }
+
+/// What `logstamp relay verify` did: its exit code, its JSON lines and its stderr.
+pub struct Verified {
+    pub code: Option<i32>,
+    pub lines: Vec<serde_json::Value>,
+    pub stderr: String,
+}
+
+impl Verified {
+    /// The lines of one `status` (`diverged`, `in_flight`, `summary`).
+    pub fn with_status(&self, status: &str) -> Vec<&serde_json::Value> {
+        self.lines
+            .iter()
+            .filter(|l| l["status"] == status)
+            .collect()
+    }
+}
+
+impl Dc {
+    /// Runs `logstamp relay verify ARGS` here, with this data centre's relay settings and each
+    /// of `others` as a remote whose database is given by its url; its output is JSON lines.
+    pub fn verify(&self, others: &[&Dc], args: &[&str]) -> Verified {
+        let output = self.verify_output(others, args);
+        Verified {
+            code: output.status.code(),
+            lines: output
+                .stdout
+                .split(|b| *b == b'\n')
+                .filter(|line| !line.is_empty())
+                .map(|line| serde_json::from_slice(line).unwrap())
+                .collect(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    /// [`Dc::verify`]'s process output as it is.
+    pub fn verify_output(&self, others: &[&Dc], args: &[&str]) -> std::process::Output {
+        let mut text = std::fs::read_to_string(self.dir.path().join("relay.toml")).unwrap();
+        for other in others {
+            let entry = format!("[[relay.remotes]]\ndc = \"{}\"\n", other.name);
+            assert!(
+                text.contains(&entry),
+                "{} is no remote of {}",
+                other.name,
+                self.name
+            );
+            let with_url = format!("{entry}url = \"{}\"\n", other.server.url("logstamp"));
+            text = text.replace(&entry, &with_url);
+        }
+        let config = self.dir.path().join("verify.toml");
+        std::fs::write(&config, text).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_logstamp"))
+            .arg("--config")
+            .arg(&config)
+            .args(["relay", "verify"])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+}

@@ -245,6 +245,7 @@ async fn bench_in(
             remotes: vec![RemoteDc {
                 dc: "a".into(),
                 brokers: brokers.clone(),
+                url: None,
             }],
             ..settings.relay.clone()
         };
