@@ -31,8 +31,10 @@ use crate::mysql::rows::take;
 use crate::mysql::{self, DbError};
 use crate::relay::settings::{LoopFilterMode, RemoteDc};
 
-use super::change::{Change, RowChange};
-use super::context::{APPLIED_GTIDS_TABLE, APPLIED_TABLE, RelayContext, RelayError};
+use super::change::{Change, RowChange, Value};
+use super::context::{
+    APPLIED_GTIDS_TABLE, APPLIED_TABLE, LOOP_KEYS_TABLE, RelayContext, RelayError,
+};
 use super::loop_filter::CacheKey;
 use super::order::{Followed, Verdict, order};
 use super::sql::{self, LocalColumn};
@@ -58,6 +60,8 @@ const MISMATCH_RETRY: Duration = Duration::from_secs(5);
 const READY_AHEAD: usize = 64;
 /// Statements sent in one round trip, in bytes (well under any max_allowed_packet).
 const STATEMENT_BUDGET: usize = 1 << 20;
+/// Recorded keys per row of `relay_loop_keys`: 64 hex digits each, half the budget.
+const KEYS_PER_CHUNK: usize = 8192;
 
 /// A transaction's messages, gathered in order.
 #[derive(Debug, Default)]
@@ -401,7 +405,7 @@ async fn apply_all(
                 Err(other) => return Err(other),
             }
         }
-        apply(context, conn, source_dc, &group).await?;
+        apply(context.loop_filter(), conn, source_dc, &group).await?;
         stats.stopped.store(false, Ordering::Relaxed);
         stats
             .applied_transactions
@@ -422,38 +426,7 @@ async fn apply_all(
 
 /// Applies consecutive source transactions with their bookkeeping in one local transaction.
 async fn apply(
-    context: &RelayContext,
-    conn: &mut Conn,
-    source_dc: &str,
-    group: &[Ready],
-) -> Result<(), RelayError> {
-    let keys: Vec<CacheKey> = match context.cache() {
-        Some(mut cache) => {
-            let now = Instant::now();
-            group
-                .iter()
-                .flat_map(|t| &t.changes)
-                .map(|c| {
-                    let key = CacheKey::of(&c.row);
-                    cache.record(key, now);
-                    key
-                })
-                .collect()
-        }
-        None => Vec::new(),
-    };
-    let result = apply_in_transaction(conn, source_dc, group).await;
-    if result.is_err()
-        && let Some(mut cache) = context.cache()
-    {
-        for key in keys {
-            cache.forget(key);
-        }
-    }
-    result
-}
-
-async fn apply_in_transaction(
+    loop_filter: LoopFilterMode,
     conn: &mut Conn,
     source_dc: &str,
     group: &[Ready],
@@ -472,11 +445,19 @@ async fn apply_in_transaction(
     // The marker and the bookkeeping first, then the changes, then COMMIT: one round trip for
     // a transaction that fits the budget. The server stops at the first failing statement, so a
     // failure never reaches COMMIT, and the connection (dropped with the error) rolls back.
-    let bookkeeping = [
+    let mut bookkeeping = vec![
         "START TRANSACTION".to_string(),
         applied_update(source_dc, last, group.len(), changes, newest.next_offset),
         gtids_update(source_dc, &newest.followed),
     ];
+    if loop_filter == LoopFilterMode::Cache {
+        let keys: Vec<CacheKey> = group
+            .iter()
+            .flat_map(|t| &t.changes)
+            .map(|c| CacheKey::of(&c.row))
+            .collect();
+        bookkeeping.extend(loop_keys_updates(source_dc, newest.next_offset, &keys));
+    }
     let commit = ["COMMIT".to_string()];
     let mut batch = String::new();
     for statement in bookkeeping
@@ -521,6 +502,30 @@ fn applied_update(
     sql.push_str(" WHERE source_dc = ");
     push_sql_string(&mut sql, source_dc);
     sql
+}
+
+/// Records the keys of the changes applied, for the `cache` loop filter: capture finds them in
+/// the binlog with the changes (see [`super::loop_filter`]). Keys go in chunks of
+/// [`KEYS_PER_CHUNK`], so that no statement outgrows the budget.
+fn loop_keys_updates(source_dc: &str, next_offset: i64, keys: &[CacheKey]) -> Vec<String> {
+    keys.chunks(KEYS_PER_CHUNK)
+        .enumerate()
+        .map(|(chunk, keys)| {
+            let mut sql = format!(
+                "INSERT INTO `{LOOP_KEYS_TABLE}` (source_dc, chunk, next_offset, cache_keys) \
+                 VALUES ("
+            );
+            push_sql_string(&mut sql, source_dc);
+            sql.push_str(&format!(", {chunk}, {next_offset}, "));
+            let bytes = keys.iter().flat_map(|k| *k.as_bytes()).collect();
+            sql::push_literal(&mut sql, Some(&Value::Bytes(bytes)));
+            sql.push_str(
+                ") ON DUPLICATE KEY UPDATE next_offset = VALUES(next_offset), \
+                 cache_keys = VALUES(cache_keys)",
+            );
+            sql
+        })
+        .collect()
 }
 
 /// Records how far the applier is in the source's stream: what recognises a transaction

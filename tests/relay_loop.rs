@@ -1,0 +1,197 @@
+//! The loop filters across restarts: a change applied here is never sent back to its origin,
+//! whether the relay process is killed or only capture's binlog connection is, in every
+//! loop-filter mode.
+
+mod support;
+
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+
+use logstamp::relay::settings::LoopFilterMode;
+use support::http::{get, sample};
+use support::relay::*;
+
+const COUNTER: &str =
+    "CREATE TABLE app.counter (id INT NOT NULL PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB";
+
+/// How capture is interrupted after it read a change applied here.
+#[derive(Debug, Clone, Copy)]
+enum Interruption {
+    /// SIGKILL of the relay process, then a new one.
+    KillRelay,
+    /// `KILL` of capture's binlog connection: capture starts again inside the process.
+    KillBinlogConnection,
+}
+
+/// B sets v=1, A applies it, A's capture is interrupted before it records its position, B sets
+/// v=2, A's capture reads the applied change again: it must drop it again, so that both end
+/// with v=2 and A's topic stays empty (A never wrote anything itself).
+async fn an_applied_change_read_again_is_not_sent_back(interruption: Interruption) {
+    let mut dcs = two_dcs(COUNTER).await;
+    // Checkpoints far apart: the interruption leaves A's checkpoint before the applied change.
+    start_relays(&mut dcs, LoopFilterMode::Cache, "1h").await;
+    let mut b = dcs[1].conn().await;
+    b.query_drop("INSERT INTO app.counter VALUES (1, 0)")
+        .await
+        .unwrap();
+    b.query_drop("UPDATE app.counter SET v = 1 WHERE id = 1")
+        .await
+        .unwrap();
+    dcs[0].wait_applied("b", 2).await;
+    // A's capture has read (and dropped) what was applied before it is interrupted.
+    wait_capture_read(&dcs[0], 2).await;
+    match interruption {
+        Interruption::KillRelay => {
+            dcs[0].kill_relay();
+            b.query_drop("UPDATE app.counter SET v = 2 WHERE id = 1")
+                .await
+                .unwrap();
+            dcs[0].start_relay();
+        }
+        Interruption::KillBinlogConnection => {
+            let before = binlog_dump_connection(&dcs[0]).await.expect("capture reads");
+            dcs[0]
+                .conn()
+                .await
+                .query_drop(format!("KILL {before}"))
+                .await
+                .unwrap();
+            b.query_drop("UPDATE app.counter SET v = 2 WHERE id = 1")
+                .await
+                .unwrap();
+            wait_until("capture of a reconnects", || async {
+                match binlog_dump_connection(&dcs[0]).await {
+                    Some(id) if id != before => Ok(()),
+                    other => Err(format!("binlog connection {other:?}")),
+                }
+            })
+            .await;
+        }
+    }
+    dcs[0].wait_applied("b", 3).await;
+    // Read again: the insert and v=1 since the checkpoint (by a new process, or the same one
+    // whose counts go on), then v=2.
+    let read = match interruption {
+        Interruption::KillRelay => 3,
+        Interruption::KillBinlogConnection => 5,
+    };
+    wait_capture_read(&dcs[0], read).await;
+    dcs[1].wait_appliers_caught_up().await;
+    assert_eq!(
+        dcs[0].published().len(),
+        0,
+        "a sent back changes it applied ({interruption:?})"
+    );
+    for dc in &dcs {
+        let v: Option<i32> = dc
+            .conn()
+            .await
+            .query_first("SELECT v FROM app.counter WHERE id = 1")
+            .await
+            .unwrap();
+        assert_eq!(v, Some(2), "v in {} ({interruption:?})", dc.name);
+    }
+}
+
+/// Waits until the running relay's capture has read `changes` relayed changes (published or
+/// dropped by the loop filter), from its own counters (an applier may have put several source
+/// transactions in one): with checkpoints an hour apart, `relay status` cannot tell.
+async fn wait_capture_read(dc: &Dc, changes: u64) {
+    let address = dc.telemetry().await;
+    wait_until(
+        &format!("capture of {} reads {changes} changes", dc.name),
+        || async {
+            let (_, metrics) = get(&address, "/metrics");
+            let count = |name: &str| {
+                let name = format!("{name}{{dc=\"{}\"}}", dc.name);
+                sample(&metrics, &name).unwrap_or(0.0) as u64
+            };
+            let read = count("logstamp_relay_published_changes_total")
+                + count("logstamp_relay_loop_dropped_changes_total");
+            if read >= changes {
+                Ok(())
+            } else {
+                Err(format!("{read} read"))
+            }
+        },
+    )
+    .await;
+}
+
+/// The id of the connection the server streams its binlog to (capture's), if there is one.
+async fn binlog_dump_connection(dc: &Dc) -> Option<u64> {
+    dc.conn()
+        .await
+        .query_first(
+            "SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND = 'Binlog Dump' \
+             ORDER BY ID DESC LIMIT 1",
+        )
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cache_filter_does_not_send_back_after_a_killed_relay() {
+    an_applied_change_read_again_is_not_sent_back(Interruption::KillRelay).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cache_filter_does_not_send_back_after_a_killed_binlog_connection() {
+    an_applied_change_read_again_is_not_sent_back(Interruption::KillBinlogConnection).await;
+}
+
+/// Both data centres write at once while A's relay is SIGKILLed, B's capture loses its binlog
+/// connection, and B's relay is SIGKILLed: each side applies exactly the transactions the
+/// other's writers committed, once, each topic holds only its own data centre's transactions,
+/// and the tables end the same.
+async fn concurrent_writers_survive_kills(mode: LoopFilterMode) {
+    let mut dcs = two_dcs(ITEMS).await;
+    // Checkpoints apart: a kill leaves a range to read again.
+    start_relays(&mut dcs, mode, "1s").await;
+    let writers: Vec<_> = dcs
+        .iter()
+        .enumerate()
+        .map(|(i, dc)| {
+            let pace = Some(Duration::from_millis(4));
+            let url = dc.server.url("app");
+            tokio::spawn(writer(url, i as u32 + 1, 400, 11 + i as u64, pace))
+        })
+        .collect();
+    // Each interruption once the other side's applied changes are flowing into it.
+    dcs[0].wait_applied("b", 50).await;
+    dcs[0].kill_relay();
+    dcs[0].start_relay();
+    dcs[1].wait_applied("a", 150).await;
+    let dump = binlog_dump_connection(&dcs[1]).await.expect("capture reads");
+    dcs[1]
+        .conn()
+        .await
+        .query_drop(format!("KILL {dump}"))
+        .await
+        .unwrap();
+    dcs[1].wait_applied("a", 250).await;
+    dcs[1].kill_relay();
+    dcs[1].start_relay();
+    let mut local = Vec::new();
+    for w in writers {
+        local.push(w.await.unwrap());
+    }
+    wait_in_sync(&dcs, &local, "app.items").await;
+    assert_exactly_once(&dcs, &local).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_survive_kills_with_the_cache_filter() {
+    concurrent_writers_survive_kills(LoopFilterMode::Cache).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_survive_kills_with_the_marker_filter() {
+    concurrent_writers_survive_kills(LoopFilterMode::Marker).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_survive_kills_with_the_skip_replication_filter() {
+    concurrent_writers_survive_kills(LoopFilterMode::SkipReplication).await;
+}
