@@ -50,23 +50,10 @@ async fn an_applied_change_read_again_is_not_sent_back(interruption: Interruptio
             dcs[0].start_relay();
         }
         Interruption::KillBinlogConnection => {
-            let before = binlog_dump_connection(&dcs[0]).await.expect("capture reads");
-            dcs[0]
-                .conn()
-                .await
-                .query_drop(format!("KILL {before}"))
-                .await
-                .unwrap();
+            kill_binlog_connection(&dcs[0]).await;
             b.query_drop("UPDATE app.counter SET v = 2 WHERE id = 1")
                 .await
                 .unwrap();
-            wait_until("capture of a reconnects", || async {
-                match binlog_dump_connection(&dcs[0]).await {
-                    Some(id) if id != before => Ok(()),
-                    other => Err(format!("binlog connection {other:?}")),
-                }
-            })
-            .await;
         }
     }
     dcs[0].wait_applied("b", 3).await;
@@ -119,6 +106,29 @@ async fn wait_capture_read(dc: &Dc, changes: u64) {
     .await;
 }
 
+/// Kills capture's binlog connection on the server and waits until capture, started again
+/// inside the same process, reads through a new one.
+async fn kill_binlog_connection(dc: &Dc) {
+    let before = binlog_dump_connection(dc).await.expect("capture reads");
+    dc.conn()
+        .await
+        .query_drop(format!("KILL {before}"))
+        .await
+        .unwrap();
+    wait_until(&format!("capture of {} reconnects", dc.name), || async {
+        match binlog_dump_connection(dc).await {
+            Some(id) if id != before => Ok(()),
+            other => Err(format!("binlog connection {other:?}")),
+        }
+    })
+    .await;
+    assert!(
+        dc.log()[dc.log_from..].contains("relay capture failed, starting again"),
+        "capture of {} did not start again inside its process",
+        dc.name
+    );
+}
+
 /// The id of the connection the server streams its binlog to (capture's), if there is one.
 async fn binlog_dump_connection(dc: &Dc) -> Option<u64> {
     dc.conn()
@@ -163,13 +173,7 @@ async fn concurrent_writers_survive_kills(mode: LoopFilterMode) {
     dcs[0].kill_relay();
     dcs[0].start_relay();
     dcs[1].wait_applied("a", 150).await;
-    let dump = binlog_dump_connection(&dcs[1]).await.expect("capture reads");
-    dcs[1]
-        .conn()
-        .await
-        .query_drop(format!("KILL {dump}"))
-        .await
-        .unwrap();
+    kill_binlog_connection(&dcs[1]).await;
     dcs[1].wait_applied("a", 250).await;
     dcs[1].kill_relay();
     dcs[1].start_relay();
