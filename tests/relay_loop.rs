@@ -1,12 +1,14 @@
 //! The loop filters across restarts: a change applied here is never sent back to its origin,
 //! whether the relay process is killed or only capture's binlog connection is, in every
-//! loop-filter mode.
+//! loop-filter mode. And a message that cannot be applied stops only its applier.
 
 mod support;
 
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
+use rdkafka::ClientConfig;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 use logstamp::relay::settings::LoopFilterMode;
 use support::http::{get, sample};
@@ -198,4 +200,165 @@ async fn concurrent_writers_survive_kills_with_the_marker_filter() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writers_survive_kills_with_the_skip_replication_filter() {
     concurrent_writers_survive_kills(LoopFilterMode::SkipReplication).await;
+}
+
+/// A message the applier of A from B cannot apply, and how B's topic comes to hold it.
+#[derive(Debug, Clone, Copy)]
+enum BadMessage {
+    /// Bytes that are no change message, produced by hand.
+    Unparseable,
+    /// A change without its primary key columns, produced by hand.
+    NoPrimaryKey,
+    /// A change of a table B relays and A does not.
+    TableNotRelayed,
+    /// A value A's table refuses (a CHECK constraint only A has).
+    RefusedByTheTable,
+}
+
+/// With `relay.on_bad_message = "stop"` (the default), a bad message from B stops A's applier
+/// of B, visibly (`relay status`, the stopped metric), and nothing of B's after it is applied;
+/// A's capture and its applier of C go on.
+async fn a_bad_message_stops_only_its_applier(bad: BadMessage) {
+    let mut dcs = vec![
+        Dc::new("a", 1, &[COUNTER]).await,
+        Dc::new("b", 2, &[COUNTER, "CREATE TABLE audit.t (id INT PRIMARY KEY)"]).await,
+        Dc::new("c", 3, &[COUNTER]).await,
+    ];
+    dcs[0]
+        .conn()
+        .await
+        .query_drop("ALTER TABLE app.counter ADD CONSTRAINT small CHECK (v < 100)")
+        .await
+        .unwrap();
+    start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
+    if let BadMessage::TableNotRelayed = bad {
+        // B relays audit.* too.
+        dcs[1].stop_relay().await;
+        let settings = dcs[1].dir.path().join("relay.toml");
+        let text = std::fs::read_to_string(&settings).unwrap();
+        std::fs::write(&settings, text.replace("[\"app.*\"]", "[\"app.*\", \"audit.*\"]"))
+            .unwrap();
+        dcs[1].start_relay();
+    }
+    let mut b = dcs[1].conn().await;
+    b.query_drop("INSERT INTO app.counter VALUES (1, 1)")
+        .await
+        .unwrap();
+    dcs[0].wait_applied("b", 1).await;
+    let reason = match bad {
+        BadMessage::Unparseable => {
+            produce(&dcs[1], b"{not a change".to_vec());
+            "offset 1"
+        }
+        BadMessage::NoPrimaryKey => {
+            let mut change: serde_json::Value =
+                serde_json::from_slice(&dcs[1].published()[0].to_json()).unwrap();
+            change["key"] = serde_json::json!({});
+            produce(&dcs[1], serde_json::to_vec(&change).unwrap());
+            "no primary key"
+        }
+        BadMessage::TableNotRelayed => {
+            b.query_drop("INSERT INTO audit.t VALUES (1)").await.unwrap();
+            "audit.t"
+        }
+        BadMessage::RefusedByTheTable => {
+            b.query_drop("UPDATE app.counter SET v = 1000 WHERE id = 1")
+                .await
+                .unwrap();
+            "small"
+        }
+    };
+    // B goes on writing; none of it reaches A past the bad message.
+    b.query_drop("INSERT INTO app.counter VALUES (2, 2)")
+        .await
+        .unwrap();
+    let a = &dcs[0];
+    wait_until(&format!("a stops applying b ({bad:?})"), || async {
+        let lines = a.status();
+        let from_b = lines
+            .iter()
+            .find(|l| l["part"] == "apply" && l["source_dc"] == "b");
+        match from_b.and_then(|l| l["last_error"].as_str()) {
+            Some(error) if error.contains(reason) => Ok(()),
+            _ => Err(format!("{lines:?}")),
+        }
+    })
+    .await;
+    let address = a.telemetry().await;
+    let (_, metrics) = get(&address, "/metrics");
+    assert_eq!(
+        sample(
+            &metrics,
+            "logstamp_relay_apply_stopped{dc=\"a\",remote=\"b\"}"
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+    // A's applier of C and A's capture go on.
+    dcs[2]
+        .conn()
+        .await
+        .query_drop("INSERT INTO app.counter VALUES (3, 3)")
+        .await
+        .unwrap();
+    a.conn()
+        .await
+        .query_drop("INSERT INTO app.counter VALUES (4, 4)")
+        .await
+        .unwrap();
+    wait_until("c's and a's rows arrive", || async {
+        let here = counter_ids(&dcs[0]).await;
+        let at_c = counter_ids(&dcs[2]).await;
+        if here.contains(&3) && at_c.contains(&4) {
+            Ok(())
+        } else {
+            Err(format!("a has {here:?}, c has {at_c:?}"))
+        }
+    })
+    .await;
+    assert_eq!(a.applied("b").await.0, 1, "a applied b's after the bad message");
+    assert!(!counter_ids(a).await.contains(&2));
+}
+
+/// The ids in `app.counter`.
+async fn counter_ids(dc: &Dc) -> Vec<i32> {
+    dc.conn()
+        .await
+        .query("SELECT id FROM app.counter ORDER BY id")
+        .await
+        .unwrap()
+}
+
+/// Produces `payload` onto the end of `dc`'s topic, as a broken producer would.
+fn produce(dc: &Dc, payload: Vec<u8>) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &dc.brokers)
+        .create()
+        .unwrap();
+    let topic = topic(&dc.name);
+    producer
+        .send(BaseRecord::<(), [u8]>::to(&topic).partition(0).payload(&payload))
+        .map_err(|(e, _)| e)
+        .unwrap();
+    producer.flush(Duration::from_secs(10)).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unparseable_message_stops_only_its_applier() {
+    a_bad_message_stops_only_its_applier(BadMessage::Unparseable).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_without_its_primary_key_stops_only_its_applier() {
+    a_bad_message_stops_only_its_applier(BadMessage::NoPrimaryKey).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_of_a_table_not_relayed_here_stops_only_its_applier() {
+    a_bad_message_stops_only_its_applier(BadMessage::TableNotRelayed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_the_local_table_refuses_stops_only_its_applier() {
+    a_bad_message_stops_only_its_applier(BadMessage::RefusedByTheTable).await;
 }

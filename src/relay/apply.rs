@@ -184,6 +184,8 @@ struct Ready {
 /// What the reading half hands the applying half.
 enum Item {
     Ready(Ready),
+    /// A message that cannot be applied: applying stops, and reading too.
+    Bad { why: String },
     /// A transaction that cannot be placed after what was applied: applying stops.
     Unordered {
         why: String,
@@ -265,14 +267,14 @@ async fn read(
             }
         };
         let offset = message.offset();
-        let change = Change::from_json(message.payload().unwrap_or_default())
-            .map_err(|e| RelayError::Refused(format!("{topic} offset {offset}: {e}")))?;
-        if change.dc != remote.dc {
-            return Err(RelayError::Refused(format!(
-                "{topic} offset {offset} holds a change from {}, not {}",
-                change.dc, remote.dc
-            )));
-        }
+        let change = match Change::from_json(message.payload().unwrap_or_default()) {
+            Ok(change) if change.dc == remote.dc => change,
+            Ok(change) => {
+                let why = format!("holds a change from {}, not {}", change.dc, remote.dc);
+                return halt(&ready, format!("{topic} offset {offset} {why}"), shutdown).await;
+            }
+            Err(e) => return halt(&ready, format!("{topic} offset {offset}: {e}"), shutdown).await,
+        };
         consumed = offset + 1;
         let Some(changes) = assembler.push(change) else {
             continue;
@@ -318,12 +320,16 @@ async fn read(
             );
         }
         let rows: Vec<&RowChange> = changes.iter().map(|c| &c.row).collect();
-        let statements = sql::statements(&rows).map_err(|e| {
-            RelayError::Refused(format!(
-                "{topic} transaction {} ({gtid}, {}:{}): {e}",
-                first.txn.seq, position.file, position.pos
-            ))
-        })?;
+        let statements = match sql::statements(&rows) {
+            Ok(statements) => statements,
+            Err(e) => {
+                let why = format!(
+                    "{topic} offset {offset}, transaction {} ({gtid}, {}:{}): {e}",
+                    first.txn.seq, position.file, position.pos
+                );
+                return halt(&ready, why, shutdown).await;
+            }
+        };
         followed = next.clone();
         let next = Ready {
             changes,
@@ -336,6 +342,20 @@ async fn read(
             return Ok(());
         }
     }
+}
+
+/// Hands on a message that cannot be applied, then reads nothing more until shutdown: the
+/// applier stops there, visibly, and capture and the other appliers go on.
+async fn halt(
+    ready: &mpsc::Sender<Item>,
+    why: String,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<(), RelayError> {
+    if ready.send(Item::Bad { why }).await.is_ok() {
+        // Ends when shutdown is set or its sender dropped.
+        let _ = shutdown.wait_for(|stop| *stop).await;
+    }
+    Ok(())
 }
 
 /// Applies the transactions handed on, in order, each once its tables match here. When more
@@ -354,6 +374,8 @@ async fn apply_all(
     let mut group: Vec<Ready> = Vec::with_capacity(most);
     // An item that ended the last group instead of joining it.
     let mut held: Option<Item> = None;
+    // Stopped at a bad message: what is still handed on is dropped, unapplied, until shutdown.
+    let mut halted = false;
     loop {
         let item = match held.take() {
             Some(item) => item,
@@ -363,14 +385,18 @@ async fn apply_all(
             },
         };
         let first = match item {
+            _ if halted => continue,
             Item::Ready(first) => first,
+            Item::Bad { why } => {
+                halted = true;
+                stop_visibly(conn, stats, source_dc, &why).await?;
+                continue;
+            }
             Item::Unordered { why, commit_ts } => {
                 // Everything before it is applied; nothing after it is until the source's
                 // stream starts anew. The transaction waiting ages in the lag.
                 stats.lag.behind_since(commit_ts);
-                stats.stopped.store(true, Ordering::Relaxed);
-                tracing::error!(source = source_dc, "{why}");
-                record_error(conn, source_dc, &why).await?;
+                stop_visibly(conn, stats, source_dc, &why).await?;
                 continue;
             }
         };
@@ -387,25 +413,26 @@ async fn apply_all(
         }
         let changes: Vec<&Change> = group.iter().flat_map(|t| &t.changes).collect();
         stats.lag.behind_since(changes[0].commit_ts);
-        loop {
-            match check_schemas(conn, &mut schemas, context, &changes, source_dc).await {
-                Ok(()) => {
-                    stats.schema_mismatch.store(false, Ordering::Relaxed);
-                    break;
-                }
-                Err(RelayError::SchemaMismatch(message)) => {
-                    stats.schema_mismatch.store(true, Ordering::Relaxed);
-                    tracing::error!(source = source_dc, "{message}");
-                    record_error(conn, source_dc, &message).await?;
-                    tokio::select! {
-                        _ = shutdown.changed() => return Ok(()),
-                        _ = tokio::time::sleep(MISMATCH_RETRY) => {}
-                    }
-                }
-                Err(other) => return Err(other),
+        let placed = match wait_for_schemas(conn, &mut schemas, context, &changes, stats, shutdown)
+            .await
+        {
+            Ok(false) => return Ok(()),
+            Ok(true) => apply(context.loop_filter(), conn, source_dc, &group).await,
+            Err(e) => Err(e),
+        };
+        match placed {
+            Ok(()) => {}
+            Err(e) if e.is_transient() => return Err(e),
+            Err(e) => {
+                // A definite failure (a table not relayed here, a value the local column
+                // cannot hold): the same transactions would fail again.
+                rollback(conn, source_dc).await?;
+                halted = true;
+                stop_visibly(conn, stats, source_dc, &e.to_string()).await?;
+                group.clear();
+                continue;
             }
         }
-        apply(context.loop_filter(), conn, source_dc, &group).await?;
         stats.stopped.store(false, Ordering::Relaxed);
         stats
             .applied_transactions
@@ -422,6 +449,37 @@ async fn apply_all(
         group.clear();
     }
     Ok(())
+}
+
+/// Waits until the tables of `changes` are the same here as at the source; `false` when
+/// shutdown came first.
+async fn wait_for_schemas(
+    conn: &mut Conn,
+    schemas: &mut SchemaCache,
+    context: &RelayContext,
+    changes: &[&Change],
+    stats: &ApplyStats,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<bool, RelayError> {
+    let source_dc = &changes[0].dc;
+    loop {
+        match check_schemas(conn, schemas, context, changes, source_dc).await {
+            Ok(()) => {
+                stats.schema_mismatch.store(false, Ordering::Relaxed);
+                return Ok(true);
+            }
+            Err(RelayError::SchemaMismatch(message)) => {
+                stats.schema_mismatch.store(true, Ordering::Relaxed);
+                tracing::error!(source = source_dc, "{message}");
+                record_error(conn, source_dc, &message).await?;
+                tokio::select! {
+                    _ = shutdown.changed() => return Ok(false),
+                    _ = tokio::time::sleep(MISMATCH_RETRY) => {}
+                }
+            }
+            Err(other) => return Err(other),
+        }
+    }
 }
 
 /// Applies consecutive source transactions with their bookkeeping in one local transaction.
@@ -588,6 +646,29 @@ async fn load_applied(
     })
 }
 
+/// Stops applying from `source_dc` where everybody sees it: the log, `relay status`, the
+/// `logstamp_relay_apply_stopped` metric and readiness.
+async fn stop_visibly(
+    conn: &mut Conn,
+    stats: &ApplyStats,
+    source_dc: &str,
+    why: &str,
+) -> Result<(), RelayError> {
+    stats.stopped.store(true, Ordering::Relaxed);
+    tracing::error!(source = source_dc, "applying from {source_dc} stopped: {why}");
+    record_error(conn, source_dc, why).await
+}
+
+/// Ends the transaction a failed apply left open.
+async fn rollback(conn: &mut Conn, source_dc: &str) -> Result<(), RelayError> {
+    conn.query_drop("ROLLBACK")
+        .await
+        .map_err(DbError::mysql(format!(
+            "rolling back a failed apply from {source_dc}"
+        )))?;
+    Ok(())
+}
+
 /// Stores why applying is stuck, for `relay status`.
 async fn record_error(conn: &mut Conn, source_dc: &str, message: &str) -> Result<(), RelayError> {
     conn.exec_drop(
@@ -614,7 +695,8 @@ struct SchemaCache {
     >,
 }
 
-/// Refuses a transaction touching a table that is not relayed here or whose columns differ.
+/// Refuses a transaction touching a table that is not relayed here (for good) or whose columns
+/// differ (until they agree).
 async fn check_schemas(
     conn: &mut Conn,
     cache: &mut SchemaCache,
@@ -632,10 +714,10 @@ async fn check_schemas(
             continue;
         }
         if !context.is_relayed(&row.schema, &row.table) {
-            return Err(RelayError::SchemaMismatch(format!(
-                "{source_dc} sends changes of {}.{}, which relay.tables does not list here; \
-                 applying from {source_dc} waits until it does",
-                row.schema, row.table
+            return Err(RelayError::Refused(format!(
+                "{source_dc} sends changes of {}.{} (transaction {}, {}:{}), which relay.tables \
+                 does not list here",
+                row.schema, row.table, change.txn.seq, change.position.file, change.position.pos
             )));
         }
         let local = local_columns(conn, &row.schema, &row.table).await?;
