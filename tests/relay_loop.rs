@@ -221,7 +221,12 @@ enum BadMessage {
 async fn a_bad_message_stops_only_its_applier(bad: BadMessage) {
     let mut dcs = vec![
         Dc::new("a", 1, &[COUNTER]).await,
-        Dc::new("b", 2, &[COUNTER, "CREATE TABLE audit.t (id INT PRIMARY KEY)"]).await,
+        Dc::new(
+            "b",
+            2,
+            &[COUNTER, "CREATE TABLE audit.t (id INT PRIMARY KEY)"],
+        )
+        .await,
         Dc::new("c", 3, &[COUNTER]).await,
     ];
     dcs[0]
@@ -236,8 +241,11 @@ async fn a_bad_message_stops_only_its_applier(bad: BadMessage) {
         dcs[1].stop_relay().await;
         let settings = dcs[1].dir.path().join("relay.toml");
         let text = std::fs::read_to_string(&settings).unwrap();
-        std::fs::write(&settings, text.replace("[\"app.*\"]", "[\"app.*\", \"audit.*\"]"))
-            .unwrap();
+        std::fs::write(
+            &settings,
+            text.replace("[\"app.*\"]", "[\"app.*\", \"audit.*\"]"),
+        )
+        .unwrap();
         dcs[1].start_relay();
     }
     let mut b = dcs[1].conn().await;
@@ -258,7 +266,9 @@ async fn a_bad_message_stops_only_its_applier(bad: BadMessage) {
             "no primary key"
         }
         BadMessage::TableNotRelayed => {
-            b.query_drop("INSERT INTO audit.t VALUES (1)").await.unwrap();
+            b.query_drop("INSERT INTO audit.t VALUES (1)")
+                .await
+                .unwrap();
             "audit.t"
         }
         BadMessage::RefusedByTheTable => {
@@ -316,7 +326,11 @@ async fn a_bad_message_stops_only_its_applier(bad: BadMessage) {
         }
     })
     .await;
-    assert_eq!(a.applied("b").await.0, 1, "a applied b's after the bad message");
+    assert_eq!(
+        a.applied("b").await.0,
+        1,
+        "a applied b's after the bad message"
+    );
     assert!(!counter_ids(a).await.contains(&2));
 }
 
@@ -337,7 +351,11 @@ fn produce(dc: &Dc, payload: Vec<u8>) {
         .unwrap();
     let topic = topic(&dc.name);
     producer
-        .send(BaseRecord::<(), [u8]>::to(&topic).partition(0).payload(&payload))
+        .send(
+            BaseRecord::<(), [u8]>::to(&topic)
+                .partition(0)
+                .payload(&payload),
+        )
         .map_err(|(e, _)| e)
         .unwrap();
     producer.flush(Duration::from_secs(10)).unwrap();

@@ -185,7 +185,9 @@ struct Ready {
 enum Item {
     Ready(Ready),
     /// A message that cannot be applied: applying stops, and reading too.
-    Bad { why: String },
+    Bad {
+        why: String,
+    },
     /// A transaction that cannot be placed after what was applied: applying stops.
     Unordered {
         why: String,
@@ -413,13 +415,12 @@ async fn apply_all(
         }
         let changes: Vec<&Change> = group.iter().flat_map(|t| &t.changes).collect();
         stats.lag.behind_since(changes[0].commit_ts);
-        let placed = match wait_for_schemas(conn, &mut schemas, context, &changes, stats, shutdown)
-            .await
-        {
-            Ok(false) => return Ok(()),
-            Ok(true) => apply(context.loop_filter(), conn, source_dc, &group).await,
-            Err(e) => Err(e),
-        };
+        let placed =
+            match wait_for_schemas(conn, &mut schemas, context, &changes, stats, shutdown).await {
+                Ok(false) => return Ok(()),
+                Ok(true) => apply(context.loop_filter(), conn, source_dc, &group).await,
+                Err(e) => Err(e),
+            };
         match placed {
             Ok(()) => {}
             Err(e) if e.is_transient() => return Err(e),
@@ -655,7 +656,10 @@ async fn stop_visibly(
     why: &str,
 ) -> Result<(), RelayError> {
     stats.stopped.store(true, Ordering::Relaxed);
-    tracing::error!(source = source_dc, "applying from {source_dc} stopped: {why}");
+    tracing::error!(
+        source = source_dc,
+        "applying from {source_dc} stopped: {why}"
+    );
     record_error(conn, source_dc, why).await
 }
 
