@@ -6,8 +6,11 @@
 //! before its checkpoint, or another server of the source data centre published it again after
 //! a failover) is recognised by its GTID and skipped. A transaction that cannot be placed after
 //! what was applied stops applying from that source, visibly, until its stream is started anew
-//! (see [`super::order`]). An applier that is behind puts up to `relay.apply_batch` consecutive
-//! source transactions in one local transaction.
+//! (see [`super::order`]); a message that cannot be applied (it does not parse, lacks its
+//! primary key, changes a table not relayed here, or fails for a definite reason) stops it
+//! until the relay starts again. Capture and the other appliers go on either way. An applier
+//! that is behind puts up to `relay.apply_batch` consecutive source transactions in one local
+//! transaction.
 //!
 //! The consumer takes the topic's single partition by `assign` at the offset stored in MySQL;
 //! no consumer-group offsets are involved.
@@ -503,7 +506,8 @@ async fn apply(
     let changes: usize = group.iter().map(|t| t.changes.len()).sum();
     // The marker and the bookkeeping first, then the changes, then COMMIT: one round trip for
     // a transaction that fits the budget. The server stops at the first failing statement, so a
-    // failure never reaches COMMIT, and the connection (dropped with the error) rolls back.
+    // failure never reaches COMMIT; the transaction is rolled back with the connection (dropped
+    // with a transient error) or by the caller (after a definite one).
     let mut bookkeeping = vec![
         "START TRANSACTION".to_string(),
         applied_update(source_dc, last, group.len(), changes, newest.next_offset),
