@@ -485,7 +485,6 @@ fn other_invalid_values() {
         ("kafka.group_id", " ", "\" \""),
         ("relay.dc", "dc 1", "\"dc 1\""),
         ("relay.loop_filter", "telepathy", "\"telepathy\""),
-        ("relay.cache_ttl", "0s", "\"0s\""),
         ("relay.checkpoint_interval", "often", "\"often\""),
         ("relay.topic_prefix", "relay/", "\"relay/\""),
         ("relay.server_id", "-1", "-1"),
@@ -1039,7 +1038,6 @@ fn sizes_counts_and_durations_have_upper_bounds() {
         ),
         ("id.lease_ttl", "365days", "366days", "at most 365 days"),
         ("id.mark_window", "365days", "366days", "at most 365 days"),
-        ("relay.cache_ttl", "365days", "366days", "at most 365 days"),
         (
             "relay.checkpoint_interval",
             "365days",

@@ -6,8 +6,11 @@
 //! before its checkpoint, or another server of the source data centre published it again after
 //! a failover) is recognised by its GTID and skipped. A transaction that cannot be placed after
 //! what was applied stops applying from that source, visibly, until its stream is started anew
-//! (see [`super::order`]). An applier that is behind puts up to `relay.apply_batch` consecutive
-//! source transactions in one local transaction.
+//! (see [`super::order`]); a message that cannot be applied (it does not parse, lacks its
+//! primary key, changes a table not relayed here, or fails for a definite reason) stops it
+//! until the relay starts again. Capture and the other appliers go on either way. An applier
+//! that is behind puts up to `relay.apply_batch` consecutive source transactions in one local
+//! transaction.
 //!
 //! The consumer takes the topic's single partition by `assign` at the offset stored in MySQL;
 //! no consumer-group offsets are involved.
@@ -31,8 +34,10 @@ use crate::mysql::rows::take;
 use crate::mysql::{self, DbError};
 use crate::relay::settings::{LoopFilterMode, RemoteDc};
 
-use super::change::{Change, RowChange};
-use super::context::{APPLIED_GTIDS_TABLE, APPLIED_TABLE, RelayContext, RelayError};
+use super::change::{Change, RowChange, Value};
+use super::context::{
+    APPLIED_GTIDS_TABLE, APPLIED_TABLE, LOOP_KEYS_TABLE, RelayContext, RelayError,
+};
 use super::loop_filter::CacheKey;
 use super::order::{Followed, Verdict, order};
 use super::sql::{self, LocalColumn};
@@ -58,6 +63,8 @@ const MISMATCH_RETRY: Duration = Duration::from_secs(5);
 const READY_AHEAD: usize = 64;
 /// Statements sent in one round trip, in bytes (well under any max_allowed_packet).
 const STATEMENT_BUDGET: usize = 1 << 20;
+/// Recorded keys per row of `relay_loop_keys`: 64 hex digits each, half the budget.
+const KEYS_PER_CHUNK: usize = 8192;
 
 /// A transaction's messages, gathered in order.
 #[derive(Debug, Default)]
@@ -180,6 +187,10 @@ struct Ready {
 /// What the reading half hands the applying half.
 enum Item {
     Ready(Ready),
+    /// A message that cannot be applied: applying stops, and reading too.
+    Bad {
+        why: String,
+    },
     /// A transaction that cannot be placed after what was applied: applying stops.
     Unordered {
         why: String,
@@ -261,14 +272,14 @@ async fn read(
             }
         };
         let offset = message.offset();
-        let change = Change::from_json(message.payload().unwrap_or_default())
-            .map_err(|e| RelayError::Refused(format!("{topic} offset {offset}: {e}")))?;
-        if change.dc != remote.dc {
-            return Err(RelayError::Refused(format!(
-                "{topic} offset {offset} holds a change from {}, not {}",
-                change.dc, remote.dc
-            )));
-        }
+        let change = match Change::from_json(message.payload().unwrap_or_default()) {
+            Ok(change) if change.dc == remote.dc => change,
+            Ok(change) => {
+                let why = format!("holds a change from {}, not {}", change.dc, remote.dc);
+                return halt(&ready, format!("{topic} offset {offset} {why}"), shutdown).await;
+            }
+            Err(e) => return halt(&ready, format!("{topic} offset {offset}: {e}"), shutdown).await,
+        };
         consumed = offset + 1;
         let Some(changes) = assembler.push(change) else {
             continue;
@@ -314,12 +325,16 @@ async fn read(
             );
         }
         let rows: Vec<&RowChange> = changes.iter().map(|c| &c.row).collect();
-        let statements = sql::statements(&rows).map_err(|e| {
-            RelayError::Refused(format!(
-                "{topic} transaction {} ({gtid}, {}:{}): {e}",
-                first.txn.seq, position.file, position.pos
-            ))
-        })?;
+        let statements = match sql::statements(&rows) {
+            Ok(statements) => statements,
+            Err(e) => {
+                let why = format!(
+                    "{topic} offset {offset}, transaction {} ({gtid}, {}:{}): {e}",
+                    first.txn.seq, position.file, position.pos
+                );
+                return halt(&ready, why, shutdown).await;
+            }
+        };
         followed = next.clone();
         let next = Ready {
             changes,
@@ -332,6 +347,20 @@ async fn read(
             return Ok(());
         }
     }
+}
+
+/// Hands on a message that cannot be applied, then reads nothing more until shutdown: the
+/// applier stops there, visibly, and capture and the other appliers go on.
+async fn halt(
+    ready: &mpsc::Sender<Item>,
+    why: String,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<(), RelayError> {
+    if ready.send(Item::Bad { why }).await.is_ok() {
+        // Ends when shutdown is set or its sender dropped.
+        let _ = shutdown.wait_for(|stop| *stop).await;
+    }
+    Ok(())
 }
 
 /// Applies the transactions handed on, in order, each once its tables match here. When more
@@ -350,6 +379,8 @@ async fn apply_all(
     let mut group: Vec<Ready> = Vec::with_capacity(most);
     // An item that ended the last group instead of joining it.
     let mut held: Option<Item> = None;
+    // Stopped at a bad message: what is still handed on is dropped, unapplied, until shutdown.
+    let mut halted = false;
     loop {
         let item = match held.take() {
             Some(item) => item,
@@ -359,14 +390,18 @@ async fn apply_all(
             },
         };
         let first = match item {
+            _ if halted => continue,
             Item::Ready(first) => first,
+            Item::Bad { why } => {
+                halted = true;
+                stop_visibly(conn, stats, source_dc, &why).await?;
+                continue;
+            }
             Item::Unordered { why, commit_ts } => {
                 // Everything before it is applied; nothing after it is until the source's
                 // stream starts anew. The transaction waiting ages in the lag.
                 stats.lag.behind_since(commit_ts);
-                stats.stopped.store(true, Ordering::Relaxed);
-                tracing::error!(source = source_dc, "{why}");
-                record_error(conn, source_dc, &why).await?;
+                stop_visibly(conn, stats, source_dc, &why).await?;
                 continue;
             }
         };
@@ -383,25 +418,25 @@ async fn apply_all(
         }
         let changes: Vec<&Change> = group.iter().flat_map(|t| &t.changes).collect();
         stats.lag.behind_since(changes[0].commit_ts);
-        loop {
-            match check_schemas(conn, &mut schemas, context, &changes, source_dc).await {
-                Ok(()) => {
-                    stats.schema_mismatch.store(false, Ordering::Relaxed);
-                    break;
-                }
-                Err(RelayError::SchemaMismatch(message)) => {
-                    stats.schema_mismatch.store(true, Ordering::Relaxed);
-                    tracing::error!(source = source_dc, "{message}");
-                    record_error(conn, source_dc, &message).await?;
-                    tokio::select! {
-                        _ = shutdown.changed() => return Ok(()),
-                        _ = tokio::time::sleep(MISMATCH_RETRY) => {}
-                    }
-                }
-                Err(other) => return Err(other),
+        let placed =
+            match wait_for_schemas(conn, &mut schemas, context, &changes, stats, shutdown).await {
+                Ok(false) => return Ok(()),
+                Ok(true) => apply(context.loop_filter(), conn, source_dc, &group).await,
+                Err(e) => Err(e),
+            };
+        match placed {
+            Ok(()) => {}
+            Err(e) if e.is_transient() => return Err(e),
+            Err(e) => {
+                // A definite failure (a table not relayed here, a value the local column
+                // cannot hold): the same transactions would fail again.
+                rollback(conn, source_dc).await?;
+                halted = true;
+                stop_visibly(conn, stats, source_dc, &e.to_string()).await?;
+                group.clear();
+                continue;
             }
         }
-        apply(context, conn, source_dc, &group).await?;
         stats.stopped.store(false, Ordering::Relaxed);
         stats
             .applied_transactions
@@ -420,40 +455,40 @@ async fn apply_all(
     Ok(())
 }
 
-/// Applies consecutive source transactions with their bookkeeping in one local transaction.
-async fn apply(
-    context: &RelayContext,
+/// Waits until the tables of `changes` are the same here as at the source; `false` when
+/// shutdown came first.
+async fn wait_for_schemas(
     conn: &mut Conn,
-    source_dc: &str,
-    group: &[Ready],
-) -> Result<(), RelayError> {
-    let keys: Vec<CacheKey> = match context.cache() {
-        Some(mut cache) => {
-            let now = Instant::now();
-            group
-                .iter()
-                .flat_map(|t| &t.changes)
-                .map(|c| {
-                    let key = CacheKey::of(&c.row);
-                    cache.record(key, now);
-                    key
-                })
-                .collect()
-        }
-        None => Vec::new(),
-    };
-    let result = apply_in_transaction(conn, source_dc, group).await;
-    if result.is_err()
-        && let Some(mut cache) = context.cache()
-    {
-        for key in keys {
-            cache.forget(key);
+    schemas: &mut SchemaCache,
+    context: &RelayContext,
+    changes: &[&Change],
+    stats: &ApplyStats,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<bool, RelayError> {
+    let source_dc = &changes[0].dc;
+    loop {
+        match check_schemas(conn, schemas, context, changes, source_dc).await {
+            Ok(()) => {
+                stats.schema_mismatch.store(false, Ordering::Relaxed);
+                return Ok(true);
+            }
+            Err(RelayError::SchemaMismatch(message)) => {
+                stats.schema_mismatch.store(true, Ordering::Relaxed);
+                tracing::error!(source = source_dc, "{message}");
+                record_error(conn, source_dc, &message).await?;
+                tokio::select! {
+                    _ = shutdown.changed() => return Ok(false),
+                    _ = tokio::time::sleep(MISMATCH_RETRY) => {}
+                }
+            }
+            Err(other) => return Err(other),
         }
     }
-    result
 }
 
-async fn apply_in_transaction(
+/// Applies consecutive source transactions with their bookkeeping in one local transaction.
+async fn apply(
+    loop_filter: LoopFilterMode,
     conn: &mut Conn,
     source_dc: &str,
     group: &[Ready],
@@ -471,12 +506,21 @@ async fn apply_in_transaction(
     let changes: usize = group.iter().map(|t| t.changes.len()).sum();
     // The marker and the bookkeeping first, then the changes, then COMMIT: one round trip for
     // a transaction that fits the budget. The server stops at the first failing statement, so a
-    // failure never reaches COMMIT, and the connection (dropped with the error) rolls back.
-    let bookkeeping = [
+    // failure never reaches COMMIT; the transaction is rolled back with the connection (dropped
+    // with a transient error) or by the caller (after a definite one).
+    let mut bookkeeping = vec![
         "START TRANSACTION".to_string(),
         applied_update(source_dc, last, group.len(), changes, newest.next_offset),
         gtids_update(source_dc, &newest.followed),
     ];
+    if loop_filter == LoopFilterMode::Cache {
+        let keys: Vec<CacheKey> = group
+            .iter()
+            .flat_map(|t| &t.changes)
+            .map(|c| CacheKey::of(&c.row))
+            .collect();
+        bookkeeping.extend(loop_keys_updates(source_dc, newest.next_offset, &keys));
+    }
     let commit = ["COMMIT".to_string()];
     let mut batch = String::new();
     for statement in bookkeeping
@@ -521,6 +565,30 @@ fn applied_update(
     sql.push_str(" WHERE source_dc = ");
     push_sql_string(&mut sql, source_dc);
     sql
+}
+
+/// Records the keys of the changes applied, for the `cache` loop filter: capture finds them in
+/// the binlog with the changes (see [`super::loop_filter`]). Keys go in chunks of
+/// [`KEYS_PER_CHUNK`], so that no statement outgrows the budget.
+fn loop_keys_updates(source_dc: &str, next_offset: i64, keys: &[CacheKey]) -> Vec<String> {
+    keys.chunks(KEYS_PER_CHUNK)
+        .enumerate()
+        .map(|(chunk, keys)| {
+            let mut sql = format!(
+                "INSERT INTO `{LOOP_KEYS_TABLE}` (source_dc, chunk, next_offset, cache_keys) \
+                 VALUES ("
+            );
+            push_sql_string(&mut sql, source_dc);
+            sql.push_str(&format!(", {chunk}, {next_offset}, "));
+            let bytes = keys.iter().flat_map(|k| *k.as_bytes()).collect();
+            sql::push_literal(&mut sql, Some(&Value::Bytes(bytes)));
+            sql.push_str(
+                ") ON DUPLICATE KEY UPDATE next_offset = VALUES(next_offset), \
+                 cache_keys = VALUES(cache_keys)",
+            );
+            sql
+        })
+        .collect()
 }
 
 /// Records how far the applier is in the source's stream: what recognises a transaction
@@ -583,6 +651,32 @@ async fn load_applied(
     })
 }
 
+/// Stops applying from `source_dc` where everybody sees it: the log, `relay status`, the
+/// `logstamp_relay_apply_stopped` metric and readiness.
+async fn stop_visibly(
+    conn: &mut Conn,
+    stats: &ApplyStats,
+    source_dc: &str,
+    why: &str,
+) -> Result<(), RelayError> {
+    stats.stopped.store(true, Ordering::Relaxed);
+    tracing::error!(
+        source = source_dc,
+        "applying from {source_dc} stopped: {why}"
+    );
+    record_error(conn, source_dc, why).await
+}
+
+/// Ends the transaction a failed apply left open.
+async fn rollback(conn: &mut Conn, source_dc: &str) -> Result<(), RelayError> {
+    conn.query_drop("ROLLBACK")
+        .await
+        .map_err(DbError::mysql(format!(
+            "rolling back a failed apply from {source_dc}"
+        )))?;
+    Ok(())
+}
+
 /// Stores why applying is stuck, for `relay status`.
 async fn record_error(conn: &mut Conn, source_dc: &str, message: &str) -> Result<(), RelayError> {
     conn.exec_drop(
@@ -609,7 +703,8 @@ struct SchemaCache {
     >,
 }
 
-/// Refuses a transaction touching a table that is not relayed here or whose columns differ.
+/// Refuses a transaction touching a table that is not relayed here (for good) or whose columns
+/// differ (until they agree).
 async fn check_schemas(
     conn: &mut Conn,
     cache: &mut SchemaCache,
@@ -627,10 +722,10 @@ async fn check_schemas(
             continue;
         }
         if !context.is_relayed(&row.schema, &row.table) {
-            return Err(RelayError::SchemaMismatch(format!(
-                "{source_dc} sends changes of {}.{}, which relay.tables does not list here; \
-                 applying from {source_dc} waits until it does",
-                row.schema, row.table
+            return Err(RelayError::Refused(format!(
+                "{source_dc} sends changes of {}.{} (transaction {}, {}:{}), which relay.tables \
+                 does not list here",
+                row.schema, row.table, change.txn.seq, change.position.file, change.position.pos
             )));
         }
         let local = local_columns(conn, &row.schema, &row.table).await?;

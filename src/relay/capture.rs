@@ -29,7 +29,7 @@ use super::checkpoint::{self, Checkpoint};
 use super::context::{RelayContext, RelayError};
 use super::events::{EventHandler, Step, Transaction};
 use super::gtid::{Gtid, GtidState};
-use super::loop_filter::CacheKey;
+use super::loop_filter;
 use super::resume::{self, Start};
 use super::stats::{CaptureStats, RelayStats, Running};
 use super::table::Charsets;
@@ -323,16 +323,7 @@ async fn publish(
     let changes: Vec<_> = match context.loop_filter() {
         LoopFilterMode::Marker if txn.has_marker => Vec::new(),
         LoopFilterMode::SkipReplication if txn.skip_flagged => Vec::new(),
-        LoopFilterMode::Cache if !txn.changes.is_empty() => match context.cache() {
-            Some(mut cache) => {
-                let now = Instant::now();
-                txn.changes
-                    .into_iter()
-                    .filter(|c| !cache.take(CacheKey::of(c), now))
-                    .collect()
-            }
-            None => txn.changes,
-        },
+        LoopFilterMode::Cache => loop_filter::unrecorded(&txn.loop_keys, txn.changes),
         _ => txn.changes,
     };
     if changes.len() < read {

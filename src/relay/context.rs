@@ -1,7 +1,7 @@
-//! What capture and the appliers of one relay share: its settings, the relayed tables, the loop
-//! cache, what they count, the errors they raise and the Kafka clients they use.
+//! What capture and the appliers of one relay share: its settings, the relayed tables, what
+//! they count, the errors they raise and the Kafka clients they use.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -10,7 +10,6 @@ use super::settings::{LoopFilterMode, RelaySettings, TablePattern};
 use crate::kafka::KafkaSettings;
 use crate::mysql::{DbError, MysqlSettings, MysqlUrl};
 
-use super::loop_filter::LoopCache;
 use super::stats::RelayStats;
 
 /// The table the appliers record their progress in; in `marker` mode it is also the marker.
@@ -21,6 +20,8 @@ pub const CHECKPOINT_TABLE: &str = "relay_checkpoints";
 pub const PUBLISHED_TABLE: &str = "relay_published_gtids";
 /// Where each applier records, per replication domain, the last GTID it applied.
 pub const APPLIED_GTIDS_TABLE: &str = "relay_applied_gtids";
+/// Where the appliers record the keys of what they apply, for the `cache` loop filter.
+pub const LOOP_KEYS_TABLE: &str = "relay_loop_keys";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
@@ -81,15 +82,12 @@ pub struct RelayContext {
     pub state_database: String,
     /// What capture and the appliers count, read by the metrics.
     pub stats: Arc<RelayStats>,
-    cache: Option<Arc<Mutex<LoopCache>>>,
 }
 
 impl RelayContext {
     /// The relay of `relay`, keeping its state in the database of `mysql.url` and reaching
     /// Kafka with `kafka`.
     pub fn new(mysql: MysqlSettings, kafka: KafkaSettings, relay: RelaySettings) -> RelayContext {
-        let cache = (relay.loop_filter == LoopFilterMode::Cache)
-            .then(|| Arc::new(Mutex::new(LoopCache::new(relay.cache_ttl))));
         let stats = RelayStats::new(relay.remotes.iter().map(|r| r.dc.clone()));
         RelayContext {
             stats: Arc::new(stats),
@@ -98,7 +96,6 @@ impl RelayContext {
             relay: Arc::new(relay),
             kafka: Arc::new(kafka),
             mysql: Arc::new(mysql),
-            cache,
         }
     }
 
@@ -116,15 +113,6 @@ impl RelayContext {
 
     pub fn is_relayed(&self, schema: &str, table: &str) -> bool {
         self.tables.iter().any(|p| p.matches(schema, table))
-    }
-
-    /// The loop cache, in `cache` mode.
-    pub fn cache(&self) -> Option<MutexGuard<'_, LoopCache>> {
-        // A panic while holding the lock leaves a cache that is still consistent (every
-        // method finishes its update before it could panic), so a poisoned lock is used as is.
-        self.cache
-            .as_ref()
-            .map(|c| c.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
     }
 
     /// Kafka settings common to the producer and the consumers, for `brokers`: the shared

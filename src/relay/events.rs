@@ -12,10 +12,11 @@ use std::sync::atomic::Ordering;
 use mysql_async::binlog::EventType;
 use mysql_async::binlog::events::{Event, EventData, RowsEventData, TableMapEvent};
 
-use super::change::{ChangeKind, Position, Row, RowChange};
-use super::context::{APPLIED_TABLE, RelayContext, RelayError};
+use super::change::{ChangeKind, Position, Row, RowChange, Value};
+use super::context::{APPLIED_TABLE, LOOP_KEYS_TABLE, RelayContext, RelayError};
 use super::decode::{Image, decode_images};
 use super::gtid::{self, GtidEvent, GtidState};
+use super::loop_filter::CacheKey;
 use super::table::{Charsets, TableSchema};
 
 /// Header flag MariaDB sets on the events of a session with `skip_replication=1`.
@@ -38,6 +39,8 @@ pub struct Transaction {
     pub has_marker: bool,
     /// Events of the group carried the skip_replication flag.
     pub skip_flagged: bool,
+    /// The keys of the changes an applier recorded in the group (`cache` filter).
+    pub loop_keys: Vec<CacheKey>,
 }
 
 /// What an event tells capture.
@@ -55,6 +58,8 @@ pub enum Step {
 enum TableEntry {
     Relayed(Arc<TableSchema>),
     Marker,
+    /// Where the appliers record the keys of what they apply.
+    LoopKeys(Arc<TableSchema>),
     Other,
 }
 
@@ -66,6 +71,7 @@ struct OpenGroup {
     changes: Vec<RowChange>,
     has_marker: bool,
     skip_flagged: bool,
+    loop_keys: Vec<CacheKey>,
 }
 
 /// Turns the event stream of one binlog connection into transactions.
@@ -204,6 +210,7 @@ impl EventHandler {
             changes: Vec::new(),
             has_marker: false,
             skip_flagged: event.header().flags_raw() & SKIP_REPLICATION_FLAG != 0,
+            loop_keys: Vec::new(),
         });
         Ok(())
     }
@@ -219,12 +226,18 @@ impl EventHandler {
 
     fn on_table_map(&mut self, tme: &TableMapEvent<'_>) -> Result<(), RelayError> {
         let (schema, table) = (tme.database_name(), tme.table_name());
-        let entry = if schema == self.context.state_database.as_str() && table == APPLIED_TABLE {
+        let parse = || {
+            TableSchema::from_table_map(tme, &self.charsets)
+                .map(Arc::new)
+                .map_err(RelayError::Refused)
+        };
+        let state = schema == self.context.state_database.as_str();
+        let entry = if state && table == APPLIED_TABLE {
             TableEntry::Marker
+        } else if state && table == LOOP_KEYS_TABLE {
+            TableEntry::LoopKeys(parse()?)
         } else if self.context.is_relayed(&schema, &table) {
-            let parsed =
-                TableSchema::from_table_map(tme, &self.charsets).map_err(RelayError::Refused)?;
-            TableEntry::Relayed(Arc::new(parsed))
+            TableEntry::Relayed(parse()?)
         } else {
             TableEntry::Other
         };
@@ -234,6 +247,7 @@ impl EventHandler {
 
     fn on_rows(&mut self, rows: &RowsEventData<'_>) -> Result<(), RelayError> {
         let entry = self.tables.get(&rows.table_id()).cloned();
+        let records_keys = matches!(entry, Some(TableEntry::LoopKeys(_)));
         let Some(open) = &mut self.open else {
             return Err(RelayError::Refused(
                 "a rows event outside an event group: the binlog reader lost its place".into(),
@@ -245,6 +259,7 @@ impl EventHandler {
                 open.has_marker = true;
                 return Ok(());
             }
+            Some(TableEntry::LoopKeys(table)) => table,
             Some(TableEntry::Other) => return Ok(()),
             None => {
                 return Err(RelayError::Refused(format!(
@@ -286,6 +301,18 @@ impl EventHandler {
         };
         let images = decode_images(&table, &present, rows.rows_data())
             .map_err(|e| RelayError::Refused(e.to_string()))?;
+        if records_keys {
+            // The images the applier wrote: an insert's, an update's second one.
+            let written: Vec<&Image> = match kind {
+                ChangeKind::Insert => images.iter().collect(),
+                ChangeKind::Update => images.iter().skip(1).step_by(2).collect(),
+                ChangeKind::Delete => Vec::new(),
+            };
+            for image in written {
+                open.loop_keys.extend(recorded_keys(&table, image)?);
+            }
+            return Ok(());
+        }
         match kind {
             ChangeKind::Insert => {
                 for image in images {
@@ -399,7 +426,20 @@ impl EventHandler {
             changes: open.changes,
             has_marker: open.has_marker,
             skip_flagged: open.skip_flagged,
+            loop_keys: open.loop_keys,
         }))
+    }
+}
+
+/// The keys an applier recorded in one row of `relay_loop_keys`.
+fn recorded_keys(table: &TableSchema, image: &Image) -> Result<Vec<CacheKey>, RelayError> {
+    let column = table.columns.iter().position(|c| c.name == "cache_keys");
+    match column.and_then(|i| image.get(i)) {
+        Some(Some(Value::Bytes(bytes))) => CacheKey::split(bytes)
+            .map_err(|e| RelayError::Refused(format!("{LOOP_KEYS_TABLE}.cache_keys: {e}"))),
+        other => Err(RelayError::Refused(format!(
+            "{LOOP_KEYS_TABLE} has no cache_keys bytes (found {other:?}): run `logstamp migrate`"
+        ))),
     }
 }
 

@@ -6,14 +6,15 @@
 //! - `skip_replication`: the applier's session sets `skip_replication=1`, so MariaDB flags its
 //!   events (header flag 0x8000); capture's own binlog connection sets it too, which makes the
 //!   server leave flagged events out, and capture drops any that still arrive.
-//! - `cache`: before applying, the applier records a key for each change; capture looks up the
-//!   key of each captured change and drops it (once per recorded count) when found. Keys
-//!   expire after `relay.cache_ttl`. The cache lives in the relay process, so a restart
-//!   forgets it: changes applied but not yet captured before the restart come back to their
-//!   origin once (harmless only while nobody changes those rows in between).
+//! - `cache`: inside every transaction it applies, the applier records the key of each change
+//!   it applies in `relay_loop_keys`; the row images in the binlog bring those keys to capture
+//!   in the same transaction as the changes, and capture drops each captured change whose key
+//!   was recorded there (once per recorded count) and forwards the rest. The record is durable
+//!   exactly when the changes are and travels with them, so capture reading a range again
+//!   (after a crash, or a lost binlog connection) decides exactly as the first time, and a key
+//!   whose apply changed nothing dies with its transaction instead of waiting for a local change.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
@@ -47,104 +48,50 @@ impl CacheKey {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Entry {
-    count: u32,
-    expires: Instant,
-}
-
-/// What the cache did, for logs and status.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CacheStats {
-    /// Captured changes dropped because the applier had recorded them.
-    pub dropped: u64,
-    /// Recorded changes that expired before capture saw them (each may have looped once).
-    pub expired: u64,
-}
-
-/// Applied changes capture has not seen yet, counted, each expiring `ttl` after it was last
-/// recorded.
-#[derive(Debug)]
-pub struct LoopCache {
-    ttl: Duration,
-    entries: HashMap<CacheKey, Entry>,
-    last_purge: Option<Instant>,
-    stats: CacheStats,
-}
-
-impl LoopCache {
-    pub fn new(ttl: Duration) -> LoopCache {
-        LoopCache {
-            ttl,
-            entries: HashMap::new(),
-            last_purge: None,
-            stats: CacheStats::default(),
+impl CacheKey {
+    /// The keys an applier recorded, as stored: 32-byte hashes one after another.
+    pub fn split(bytes: &[u8]) -> Result<Vec<CacheKey>, String> {
+        let chunks = bytes.chunks_exact(32);
+        if !chunks.remainder().is_empty() {
+            return Err(format!(
+                "{} bytes of recorded keys, not a multiple of 32",
+                bytes.len()
+            ));
         }
+        Ok(chunks
+            .map(|chunk| {
+                let mut key = [0; 32];
+                key.copy_from_slice(chunk);
+                CacheKey(key)
+            })
+            .collect())
     }
 
-    /// The applier is about to apply a change with this key.
-    pub fn record(&mut self, key: CacheKey, now: Instant) {
-        self.purge(now);
-        let expires = now + self.ttl;
-        let entry = self
-            .entries
-            .entry(key)
-            .or_insert(Entry { count: 0, expires });
-        entry.count += 1;
-        entry.expires = expires;
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
     }
+}
 
-    /// The applier's transaction failed: the change will not reach the binlog.
-    pub fn forget(&mut self, key: CacheKey) {
-        if let Some(entry) = self.entries.get_mut(&key) {
-            entry.count -= 1;
-            if entry.count == 0 {
-                self.entries.remove(&key);
+/// The changes of a transaction that were not recorded by an applier in it: each recorded key
+/// drops one change with that key.
+pub fn unrecorded(recorded: &[CacheKey], changes: Vec<RowChange>) -> Vec<RowChange> {
+    if recorded.is_empty() {
+        return changes;
+    }
+    let mut counts: HashMap<CacheKey, u32> = HashMap::new();
+    for key in recorded {
+        *counts.entry(*key).or_default() += 1;
+    }
+    changes
+        .into_iter()
+        .filter(|change| match counts.get_mut(&CacheKey::of(change)) {
+            Some(count) if *count > 0 => {
+                *count -= 1;
+                false
             }
-        }
-    }
-
-    /// Capture saw a change with this key: `true` (and one count fewer) if it was applied here.
-    pub fn take(&mut self, key: CacheKey, now: Instant) -> bool {
-        match self.entries.get_mut(&key) {
-            Some(entry) if entry.expires > now => {
-                entry.count -= 1;
-                if entry.count == 0 {
-                    self.entries.remove(&key);
-                }
-                self.stats.dropped += 1;
-                true
-            }
-            _ => false,
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    pub fn stats(&self) -> CacheStats {
-        self.stats
-    }
-
-    /// Drops expired entries, at most a few times per time-to-live.
-    fn purge(&mut self, now: Instant) {
-        if self
-            .last_purge
-            .is_some_and(|last| now.duration_since(last) < self.ttl / 8)
-        {
-            return;
-        }
-        self.last_purge = Some(now);
-        let before: u64 = self.entries.values().map(|e| u64::from(e.count)).sum();
-        self.entries.retain(|_, e| e.expires > now);
-        let after: u64 = self.entries.values().map(|e| u64::from(e.count)).sum();
-        self.stats.expired += before - after;
-    }
+            _ => true,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -204,44 +151,28 @@ mod tests {
     }
 
     #[test]
-    fn counts_each_recorded_change_once() {
-        let now = Instant::now();
-        let key = CacheKey::of(&change(ChangeKind::Delete, 1, &[]));
-        let mut cache = LoopCache::new(Duration::from_secs(60));
-        assert!(!cache.take(key, now), "a local change is forwarded");
-        cache.record(key, now);
-        cache.record(key, now);
-        assert!(cache.take(key, now));
-        assert!(cache.take(key, now));
-        assert!(!cache.take(key, now), "a third, local, change is forwarded");
-        assert!(cache.is_empty());
-        assert_eq!(cache.stats().dropped, 2);
+    fn each_recorded_key_drops_one_change() {
+        let delete = change(ChangeKind::Delete, 1, &[]);
+        let key = CacheKey::of(&delete);
+        let local = change(ChangeKind::Delete, 2, &[]);
+        let three = vec![delete.clone(), local.clone(), delete.clone(), delete];
+        // Two recorded: the third identical change, and the local one, are forwarded.
+        let left = unrecorded(&[key, key], three);
+        assert_eq!(left.len(), 2);
+        assert_eq!(CacheKey::of(&left[0]), CacheKey::of(&local));
+        assert_eq!(CacheKey::of(&left[1]), key);
+        assert_eq!(unrecorded(&[], vec![local.clone()]).len(), 1);
     }
 
     #[test]
-    fn a_rolled_back_apply_is_forgotten() {
-        let now = Instant::now();
-        let key = CacheKey::of(&change(ChangeKind::Delete, 1, &[]));
-        let mut cache = LoopCache::new(Duration::from_secs(60));
-        cache.record(key, now);
-        cache.forget(key);
-        assert!(!cache.take(key, now));
-        assert_eq!(cache.len(), 0);
-    }
-
-    #[test]
-    fn entries_expire_after_the_ttl() {
-        let start = Instant::now();
-        let ttl = Duration::from_secs(60);
-        let key = CacheKey::of(&change(ChangeKind::Delete, 1, &[]));
-        let mut cache = LoopCache::new(ttl);
-        cache.record(key, start);
-        assert!(!cache.take(key, start + ttl), "expired");
-        // Recording again refreshes the time to live; a purge counts what expired unseen.
-        let other = CacheKey::of(&change(ChangeKind::Delete, 2, &[]));
-        cache.record(other, start + 2 * ttl);
-        assert_eq!(cache.stats().expired, 1);
-        assert_eq!(cache.len(), 1);
-        assert!(cache.take(other, start + 2 * ttl + ttl / 2));
+    fn recorded_keys_are_read_back_as_written() {
+        let keys = [
+            CacheKey::of(&change(ChangeKind::Delete, 1, &[])),
+            CacheKey::of(&change(ChangeKind::Delete, 2, &[])),
+        ];
+        let bytes: Vec<u8> = keys.iter().flat_map(|k| *k.as_bytes()).collect();
+        assert_eq!(CacheKey::split(&bytes).unwrap(), keys);
+        assert!(CacheKey::split(&bytes[1..]).is_err());
+        assert!(CacheKey::split(&[]).unwrap().is_empty());
     }
 }

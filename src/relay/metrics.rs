@@ -134,7 +134,8 @@ impl Source for RelaySource {
             if apply.stopped.load(Ordering::Relaxed) {
                 return Err(format!(
                     "applying from {remote} stopped at a transaction that cannot be placed after \
-                     what was applied (relay status and the log say why)"
+                     what was applied, or at a message that cannot be applied (relay status and \
+                     the log say why)"
                 ));
             }
         }
@@ -221,6 +222,6 @@ fn describe() {
     );
     describe_gauge!(
         "logstamp_relay_apply_stopped",
-        "1 while applying from the remote data centre is stopped at a transaction that cannot be placed after what was applied (until its stream is started anew)."
+        "1 while applying from the remote data centre is stopped: at a transaction that cannot be placed after what was applied (until its stream is started anew), or at a message that cannot be applied (until the relay starts again)."
     );
 }

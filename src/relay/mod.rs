@@ -38,7 +38,9 @@ pub use settings::TablePattern;
 
 use crate::mysql::retry::RetryPolicy;
 use crate::mysql::{self, DbError};
-use context::{APPLIED_GTIDS_TABLE, APPLIED_TABLE, CHECKPOINT_TABLE, PUBLISHED_TABLE};
+use context::{
+    APPLIED_GTIDS_TABLE, APPLIED_TABLE, CHECKPOINT_TABLE, LOOP_KEYS_TABLE, PUBLISHED_TABLE,
+};
 
 /// A part that ran this long before failing starts again after the shortest wait.
 const HEALTHY_RUN: Duration = Duration::from_secs(60);
@@ -146,19 +148,21 @@ async fn check_migrated(context: &RelayContext) -> Result<(), RelayError> {
         APPLIED_TABLE,
         PUBLISHED_TABLE,
         APPLIED_GTIDS_TABLE,
+        LOOP_KEYS_TABLE,
     ];
+    let marks = vec!["?"; tables.len()].join(", ");
+    let params: Vec<mysql_async::Value> = std::iter::once(context.state_database.as_str())
+        .chain(tables)
+        .map(mysql_async::Value::from)
+        .collect();
     // Rows, not strings: a name is counted whatever form the server sends it in.
     let found: Vec<mysql_async::Row> = conn
         .exec(
-            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? \
-             AND TABLE_NAME IN (?, ?, ?, ?)",
-            (
-                &context.state_database,
-                tables[0],
-                tables[1],
-                tables[2],
-                tables[3],
+            format!(
+                "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? \
+                 AND TABLE_NAME IN ({marks})"
             ),
+            params,
         )
         .await
         .map_err(DbError::mysql("looking for the relay tables"))?;

@@ -24,8 +24,6 @@ pub struct RelaySettings {
     pub topic_prefix: String,
     pub loop_filter: LoopFilterMode,
     #[serde(with = "duration_text")]
-    pub cache_ttl: Duration,
-    #[serde(with = "duration_text")]
     pub checkpoint_interval: Duration,
     /// Source transactions an applier that is behind may commit together.
     pub apply_batch: usize,
@@ -71,16 +69,9 @@ impl RelaySettings {
                 "use ASCII letters, digits, ., _ and -, at most 185 characters",
             ));
         }
-        at_most_a_year("relay.cache_ttl", self.cache_ttl)?;
         at_most_a_year("relay.checkpoint_interval", self.checkpoint_interval)?;
         // It sizes a buffer.
         at_most("relay.apply_batch", self.apply_batch, 100_000)?;
-        if self.cache_ttl.is_zero() {
-            return Err(SettingError::new(
-                "relay.cache_ttl",
-                "must be longer than 0",
-            ));
-        }
         if self.checkpoint_interval.is_zero() {
             return Err(SettingError::new(
                 "relay.checkpoint_interval",

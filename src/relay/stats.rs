@@ -85,8 +85,9 @@ pub struct ApplyStats {
     pub schema_mismatch: AtomicBool,
     /// Transactions read that were applied already (published again), and skipped.
     pub skipped_transactions: AtomicU64,
-    /// Applying stopped at a transaction that cannot be placed after what was applied, until
-    /// the source's stream starts anew.
+    /// Applying stopped: at a transaction that cannot be placed after what was applied, until
+    /// the source's stream starts anew; or at a message that cannot be applied, until the
+    /// relay starts again.
     pub stopped: AtomicBool,
     /// The applier is connected to MySQL and reads its topic.
     pub running: AtomicBool,

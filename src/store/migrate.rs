@@ -63,6 +63,10 @@ const BUILTIN: &[(&str, &str)] = &[
         "0009_service_leases_telemetry.sql",
         include_str!("../../migrations/0009_service_leases_telemetry.sql"),
     ),
+    (
+        "0010_relay_loop_keys.sql",
+        include_str!("../../migrations/0010_relay_loop_keys.sql"),
+    ),
 ];
 
 /// logstamp's own tables in the database of `mysql.url`: the migrations' and the runner's.
