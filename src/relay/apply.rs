@@ -690,7 +690,8 @@ mod tests {
             pos: 100 + seq,
             gtid: None,
         };
-        Change::test_delete(position, TxnRef { seq, index, count }, Default::default())
+        let last = index + 1 == count;
+        Change::test_delete(position, TxnRef { seq, index, last }, Default::default())
     }
 
     #[test]
