@@ -1,5 +1,9 @@
 //! Binlog events to transactions: one handler per event kind, no I/O.
 //!
+//! A transaction's row changes are handed on one rows event at a time, as they are decoded, and
+//! its end comes after them: capture holds no more of a transaction than one rows event, whatever
+//! its size.
+//!
 //! MariaDB writes every event group (transaction or DDL statement) as a GTID event, the group's
 //! events, and an end: an XID event for a transactional engine, a QUERY `COMMIT` otherwise, or
 //! nothing for a standalone group (the GTID's `FL_STANDALONE`), whose single QUERY is the whole
@@ -13,7 +17,7 @@ use mysql_async::binlog::EventType;
 use mysql_async::binlog::events::{Event, EventData, RowsEventData, TableMapEvent};
 
 use super::change::{ChangeKind, Position, Row, RowChange};
-use super::context::{APPLIED_TABLE, RelayContext, RelayError};
+use super::context::{APPLIED_GTIDS_TABLE, APPLIED_TABLE, RelayContext, RelayError};
 use super::decode::{Image, decode_images};
 use super::gtid::{self, GtidEvent, GtidState};
 use super::table::{Charsets, TableSchema};
@@ -21,7 +25,7 @@ use super::table::{Charsets, TableSchema};
 /// Header flag MariaDB sets on the events of a session with `skip_replication=1`.
 pub const SKIP_REPLICATION_FLAG: u16 = 0x8000;
 
-/// A committed event group, with the relayed changes it made.
+/// The end of a committed event group, after its changes were handed on (see [`Rows`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Transaction {
     /// Where the group ends in the binlog, and its GTID.
@@ -33,17 +37,35 @@ pub struct Transaction {
     pub gtid_state: GtidState,
     /// The source's commit time, Unix seconds.
     pub commit_ts: u32,
-    pub changes: Vec<RowChange>,
-    /// The group wrote to the relay's marker table (`relay_applied`).
+    /// The group wrote to the relay's marker tables.
     pub has_marker: bool,
     /// Events of the group carried the skip_replication flag.
+    pub skip_flagged: bool,
+}
+
+/// The relayed changes of one rows event of an open event group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rows {
+    /// How far the group is read, and its GTID.
+    pub at: Position,
+    pub gtid: gtid::Gtid,
+    /// The GTID state before the group.
+    pub gtid_before: GtidState,
+    /// The event's time, Unix seconds.
+    pub timestamp: u32,
+    pub changes: Vec<RowChange>,
+    /// The group wrote to the relay's marker tables before these changes.
+    pub has_marker: bool,
+    /// Events of the group up to these carried the skip_replication flag.
     pub skip_flagged: bool,
 }
 
 /// What an event tells capture.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
-    /// A committed event group.
+    /// Changes of the open event group.
+    Rows(Rows),
+    /// The end of a committed event group.
     Transaction(Transaction),
     /// The server has sent everything up to this position and waits for more (a heartbeat).
     /// Groups it left out (flagged skip_replication) lie before it.
@@ -63,7 +85,6 @@ struct OpenGroup {
     gtid: gtid::Gtid,
     standalone: bool,
     xa: bool,
-    changes: Vec<RowChange>,
     has_marker: bool,
     skip_flagged: bool,
 }
@@ -103,26 +124,23 @@ impl EventHandler {
         }
     }
 
-    /// Handles one event; returns the transaction it completed, or the position a heartbeat
-    /// vouches for.
+    /// Handles one event; returns the changes it made, the transaction it completed, or the
+    /// position a heartbeat vouches for.
     pub fn handle(&mut self, event: &Event) -> Result<Option<Step>, RelayError> {
-        Ok(self
-            .handle_event(event)?
-            .map(Step::Transaction)
-            .or_else(|| {
+        Ok(self.handle_event(event)?.or_else(|| {
                 let heartbeat = event.header().event_type_raw() == EventType::HEARTBEAT_EVENT as u8;
                 // The server sends heartbeats only between event groups, but be sure.
-                (heartbeat && self.open.is_none()).then(|| {
-                    Step::Idle(Position {
-                        file: self.file.clone(),
-                        pos: u64::from(event.header().log_pos()),
-                        gtid: None,
-                    })
+            (heartbeat && self.open.is_none()).then(|| {
+                Step::Idle(Position {
+                    file: self.file.clone(),
+                    pos: u64::from(event.header().log_pos()),
+                    gtid: None,
                 })
-            }))
+            })
+        }))
     }
 
-    fn handle_event(&mut self, event: &Event) -> Result<Option<Transaction>, RelayError> {
+    fn handle_event(&mut self, event: &Event) -> Result<Option<Step>, RelayError> {
         let header = event.header();
         if header.flags_raw() & SKIP_REPLICATION_FLAG != 0
             && let Some(open) = &mut self.open
@@ -150,20 +168,28 @@ impl EventHandler {
         match data {
             Some(EventData::RotateEvent(rotate)) => self.on_rotate(rotate.name_raw()),
             Some(EventData::TableMapEvent(tme)) => self.on_table_map(&tme),
-            Some(EventData::RowsEvent(rows)) => self.on_rows(&rows),
+            Some(EventData::RowsEvent(rows)) => {
+                return self.on_rows(&rows, header.log_pos(), header.timestamp());
+            }
             Some(EventData::XidEvent(_)) => {
-                return self.close(header.log_pos(), header.timestamp());
+                return Ok(self
+                    .close(header.log_pos(), header.timestamp())
+                    .map(Step::Transaction));
             }
             Some(EventData::QueryEvent(query)) => {
-                return self.on_query(
-                    &query.schema(),
-                    &query.query(),
-                    header.log_pos(),
-                    header.timestamp(),
-                );
+                return Ok(self
+                    .on_query(
+                        &query.schema(),
+                        &query.query(),
+                        header.log_pos(),
+                        header.timestamp(),
+                    )
+                    .map(Step::Transaction));
             }
             Some(EventData::XaPrepareLogEvent(_)) => {
-                return self.close(header.log_pos(), header.timestamp());
+                return Ok(self
+                    .close(header.log_pos(), header.timestamp())
+                    .map(Step::Transaction));
             }
             Some(EventData::IncidentEvent(incident)) => Err(RelayError::Refused(format!(
                 "the source logged an incident ({:?}): its binlog may miss changes, so the relay \
@@ -201,7 +227,6 @@ impl EventHandler {
             gtid: parsed.gtid(event.header().server_id()),
             standalone: parsed.is_standalone(),
             xa: parsed.is_xa(),
-            changes: Vec::new(),
             has_marker: false,
             skip_flagged: event.header().flags_raw() & SKIP_REPLICATION_FLAG != 0,
         });
@@ -219,7 +244,9 @@ impl EventHandler {
 
     fn on_table_map(&mut self, tme: &TableMapEvent<'_>) -> Result<(), RelayError> {
         let (schema, table) = (tme.database_name(), tme.table_name());
-        let entry = if schema == self.context.state_database.as_str() && table == APPLIED_TABLE {
+        let entry = if schema == self.context.state_database.as_str()
+            && (table == APPLIED_TABLE || table == APPLIED_GTIDS_TABLE)
+        {
             TableEntry::Marker
         } else if self.context.is_relayed(&schema, &table) {
             let parsed =
@@ -232,7 +259,13 @@ impl EventHandler {
         Ok(())
     }
 
-    fn on_rows(&mut self, rows: &RowsEventData<'_>) -> Result<(), RelayError> {
+    /// The relayed changes of a rows event, handed on at once.
+    fn on_rows(
+        &mut self,
+        rows: &RowsEventData<'_>,
+        end: u32,
+        timestamp: u32,
+    ) -> Result<Option<Step>, RelayError> {
         let entry = self.tables.get(&rows.table_id()).cloned();
         let Some(open) = &mut self.open else {
             return Err(RelayError::Refused(
@@ -243,9 +276,9 @@ impl EventHandler {
             Some(TableEntry::Relayed(table)) => table,
             Some(TableEntry::Marker) => {
                 open.has_marker = true;
-                return Ok(());
+                return Ok(None);
             }
-            Some(TableEntry::Other) => return Ok(()),
+            Some(TableEntry::Other) => return Ok(None),
             None => {
                 return Err(RelayError::Refused(format!(
                     "a rows event for table ID {} without its TABLE_MAP event",
@@ -253,6 +286,14 @@ impl EventHandler {
                 )));
             }
         };
+        // A prepared XA group is logged at XA PREPARE and committed or rolled back by a later
+        // group: its changes cannot be relayed in order with the rest.
+        if open.xa {
+            return Err(RelayError::Refused(format!(
+                "the XA transaction {} changed relayed tables: the relay does not follow XA",
+                open.gtid
+            )));
+        }
         let kind = match rows {
             RowsEventData::WriteRowsEventV1(_) | RowsEventData::WriteRowsEvent(_) => {
                 ChangeKind::Insert
@@ -286,10 +327,11 @@ impl EventHandler {
         };
         let images = decode_images(&table, &present, rows.rows_data())
             .map_err(|e| RelayError::Refused(e.to_string()))?;
+        let mut changes = Vec::with_capacity(images.len());
         match kind {
             ChangeKind::Insert => {
                 for image in images {
-                    open.changes.push(row_change(
+                    changes.push(row_change(
                         &table,
                         kind,
                         &image,
@@ -301,8 +343,7 @@ impl EventHandler {
             ChangeKind::Delete => {
                 for image in images {
                     let before = named(&table, image.clone());
-                    open.changes
-                        .push(row_change(&table, kind, &image, Row::new(), Some(before)));
+                    changes.push(row_change(&table, kind, &image, Row::new(), Some(before)));
                 }
             }
             ChangeKind::Update => {
@@ -318,13 +359,27 @@ impl EventHandler {
                     // The server logs matched rows that did not change, too: nothing to relay.
                     if !changed.is_empty() {
                         let before = named(&table, old.clone());
-                        open.changes
-                            .push(row_change(&table, kind, &old, changed, Some(before)));
+                        changes.push(row_change(&table, kind, &old, changed, Some(before)));
                     }
                 }
             }
         }
-        Ok(())
+        if changes.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Step::Rows(Rows {
+            at: Position {
+                file: self.file.clone(),
+                pos: u64::from(end),
+                gtid: Some(open.gtid.to_string()),
+            },
+            gtid: open.gtid,
+            gtid_before: self.gtid_state.clone(),
+            timestamp,
+            changes,
+            has_marker: open.has_marker,
+            skip_flagged: open.skip_flagged,
+        })))
     }
 
     fn on_query(
@@ -333,7 +388,7 @@ impl EventHandler {
         query: &str,
         end: u32,
         timestamp: u32,
-    ) -> Result<Option<Transaction>, RelayError> {
+    ) -> Option<Transaction> {
         let statement = query.trim_start();
         let word = statement
             .split(|c: char| c.is_whitespace() || c == ';')
@@ -341,13 +396,13 @@ impl EventHandler {
             .unwrap_or_default()
             .to_ascii_uppercase();
         match word.as_str() {
-            "BEGIN" | "SAVEPOINT" => return Ok(None),
+            "BEGIN" | "SAVEPOINT" => return None,
             // A group that changed non-transactional tables ends with COMMIT; one rolled back
             // still changed them, so it is relayed the same way.
             "COMMIT" | "ROLLBACK" if !statement.to_ascii_uppercase().starts_with("ROLLBACK TO") => {
                 return self.close(end, timestamp);
             }
-            "ROLLBACK" => return Ok(None),
+            "ROLLBACK" => return None,
             // XA START/END inside a prepared group; XA COMMIT/ROLLBACK is a standalone group.
             "XA" => {}
             _ => {
@@ -367,26 +422,16 @@ impl EventHandler {
         if standalone {
             self.close(end, timestamp)
         } else {
-            Ok(None)
+            None
         }
     }
 
     /// Ends the open group at `end`; a group without a GTID (none was open) ends nothing.
-    fn close(&mut self, end: u32, timestamp: u32) -> Result<Option<Transaction>, RelayError> {
-        let Some(open) = self.open.take() else {
-            return Ok(None);
-        };
-        // A prepared XA group is logged at XA PREPARE and committed or rolled back by a later
-        // group: its changes cannot be relayed in order with the rest.
-        if open.xa && !open.changes.is_empty() {
-            return Err(RelayError::Refused(format!(
-                "the XA transaction {} changed relayed tables: the relay does not follow XA",
-                open.gtid
-            )));
-        }
+    fn close(&mut self, end: u32, timestamp: u32) -> Option<Transaction> {
+        let open = self.open.take()?;
         let gtid_before = self.gtid_state.clone();
         self.gtid_state.update(open.gtid);
-        Ok(Some(Transaction {
+        Some(Transaction {
             end: Position {
                 file: self.file.clone(),
                 pos: u64::from(end),
@@ -396,10 +441,9 @@ impl EventHandler {
             gtid_before,
             gtid_state: self.gtid_state.clone(),
             commit_ts: timestamp,
-            changes: open.changes,
             has_marker: open.has_marker,
             skip_flagged: open.skip_flagged,
-        }))
+        })
     }
 }
 
@@ -517,7 +561,7 @@ mod tests {
         assert_eq!(t.gtid_state.to_string(), "0-11-5");
         assert!(t.gtid_before.is_empty());
         assert_eq!(t.commit_ts, 1_700_000_000);
-        assert!(!t.has_marker && !t.skip_flagged && t.changes.is_empty());
+        assert!(!t.has_marker && !t.skip_flagged);
     }
 
     #[test]
@@ -537,7 +581,6 @@ mod tests {
             h.handle(&query("ALTER TABLE app.t ADD c INT", 300))
                 .unwrap(),
         );
-        assert!(t.changes.is_empty());
         assert_eq!(t.gtid_before.to_string(), "0-11-1");
         assert_eq!(t.gtid_state.to_string(), "0-11-2");
         assert_eq!(ddl_skipped(&h), 1);
