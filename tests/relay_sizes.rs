@@ -237,7 +237,7 @@ async fn relays_killed_in_the_middle_of_a_transaction_apply_it_once() {
         let mut conn = b.conn().await;
         let modified: Option<u64> = conn
             .query_first(
-                "SELECT MAX(trx_rows_modified) FROM information_schema.INNODB_TRX",
+                "SELECT COALESCE(MAX(trx_rows_modified), 0) FROM information_schema.INNODB_TRX",
             )
             .await
             .unwrap();

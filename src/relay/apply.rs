@@ -182,11 +182,11 @@ impl Limits {
 
     fn of(memory: usize, max_allowed_packet: usize) -> Limits {
         let packet_bytes = max_allowed_packet.saturating_sub(PACKET_OVERHEAD);
-        // A sixteenth for the part being gathered (its decoded changes take a few times its
-        // bytes), half for the parts waiting, an eighth for the consumer's fetch queue (see
-        // `consumer`), the rest for what is being sent.
+        // A 64th for the messages of the part being gathered (decoded, they take several
+        // times their bytes), half for the parts waiting, an eighth for the consumer's fetch
+        // queue (see `consumer`), the rest for what is being sent.
         Limits {
-            part_bytes: memory / 16,
+            part_bytes: memory / 64,
             held_bytes: (memory / 2).min(Semaphore::MAX_PERMITS),
             statement_bytes: (memory / 16).min(STATEMENT_BUDGET).min(packet_bytes),
             packet_bytes,
@@ -315,9 +315,9 @@ impl Reader<'_> {
     /// Reads the topic from the stored offset, skips the transactions already applied, and
     /// hands the rest on in parts with their SQL. After a transaction that cannot be placed it
     /// hands on nothing more until the source's stream starts anew (a new epoch). Ends at
-    /// shutdown, or when nobody applies.
+    /// shutdown, or when nobody applies; its end (dropping `ready`) ends the applying half.
     async fn read(
-        &self,
+        self,
         consumer: &StreamConsumer,
         applied: Applied,
         shutdown: &mut watch::Receiver<bool>,
@@ -1013,7 +1013,7 @@ mod tests {
         let settings = crate::config::Settings::defaults().unwrap();
         let memory = settings.relay.apply_memory_bytes;
         let limits = Limits::of(memory, 16 << 20);
-        assert_eq!(limits.part_bytes, memory / 16);
+        assert_eq!(limits.part_bytes, memory / 64);
         assert_eq!(limits.held_bytes, memory / 2);
         assert_eq!(limits.statement_bytes, STATEMENT_BUDGET);
         // A small max_allowed_packet caps statements.
