@@ -298,11 +298,16 @@ async fn a_row_larger_than_a_message_stops_capture_until_the_limit_is_raised() {
     }
     assert_eq!(count(&b, "app.blobs").await, 1);
 
-    // Raised, the row goes through whole.
-    let remotes = [("b", b.brokers.clone())];
-    a.configure(&remotes, LoopFilterMode::Marker, "1s");
-    set_relay(&a, "max_message_bytes = 8388608\napply_memory_bytes = 67108864");
+    // Raised here, and the applier's memory in b with it, the row goes through whole.
+    let raised = "max_message_bytes = 8388608\napply_memory_bytes = 67108864";
+    let mut b = b;
+    b.stop_relay().await;
+    for (dc, remote) in [(&a, &b), (&b, &a)] {
+        dc.configure(&[(&remote.name, remote.brokers.clone())], LoopFilterMode::Marker, "1s");
+        set_relay(dc, raised);
+    }
     a.start_relay();
+    b.start_relay();
     wait_whole(&b, "app.blobs", 1, 2).await;
     let mut conn = b.conn().await;
     let size: Option<u64> = conn

@@ -35,7 +35,7 @@ use crate::mysql::encode::push_sql_string;
 use crate::mysql::lock::{lock_name, try_lock};
 use crate::mysql::rows::take;
 use crate::mysql::{self, DbError};
-use crate::relay::settings::{LoopFilterMode, RemoteDc};
+use crate::relay::settings::{LoopFilterMode, MIN_MESSAGE_BYTES, RemoteDc};
 
 use super::change::{Change, Kind, Position, RowChange};
 use super::context::{APPLIED_GTIDS_TABLE, APPLIED_TABLE, RelayContext, RelayError};
@@ -64,6 +64,8 @@ const MISMATCH_RETRY: Duration = Duration::from_secs(5);
 const READY_AHEAD: usize = 64;
 /// Statements sent in one round trip, in bytes, at most.
 const STATEMENT_BUDGET: usize = 1 << 20;
+/// librdkafka's default `fetch.max.bytes`: what one fetch from a partition may take, at most.
+const MOST_FETCH_BYTES: usize = 52_428_800;
 /// `max_allowed_packet` less this is what a statement may take (the packet's own framing).
 const PACKET_OVERHEAD: usize = 1024;
 /// The savepoint before each source transaction in a local transaction: a transaction cut off
@@ -247,7 +249,9 @@ fn consumer(
     offset: i64,
 ) -> Result<StreamConsumer, RelayError> {
     let brokers = remote.brokers_or(&context.kafka.brokers);
-    let fetch_queue_kbytes = (context.relay.apply_memory_bytes / 8 / 1024).clamp(1, 2_097_151);
+    // An eighth of relay.apply_memory_bytes for what librdkafka fetches ahead; one fetch (of
+    // the same size, at most) may go over it, and takes a message as large.
+    let fetch_bytes = (context.relay.apply_memory_bytes / 8).clamp(MIN_MESSAGE_BYTES, MOST_FETCH_BYTES);
     let consumer: StreamConsumer = context
         .kafka_config(brokers)
         .set(
@@ -261,9 +265,8 @@ fn consumer(
         // Caught up, a fetch waits this long for new messages; brokers answer as soon as one
         // arrives, but a short wait bounds the delay where they do not.
         .set("fetch.wait.max.ms", "100")
-        // An eighth of relay.apply_memory_bytes for what librdkafka fetches ahead (it may go
-        // over by one fetch, `max.partition.fetch.bytes`).
-        .set("queued.max.messages.kbytes", fetch_queue_kbytes.to_string())
+        .set("queued.max.messages.kbytes", (fetch_bytes / 1024).to_string())
+        .set("max.partition.fetch.bytes", fetch_bytes.to_string())
         .create_redacted()
         .map_err(RelayError::kafka("creating the Kafka consumer"))?;
     let mut assignment = TopicPartitionList::new();
@@ -543,9 +546,10 @@ impl Reader<'_> {
     }
 }
 
-/// The local transaction an applier has open.
+/// The local transaction an applier has open (started, with its marker, by its first part).
 #[derive(Default)]
 struct Open {
+    begun: bool,
     /// The source transactions applied in it, and their changes.
     transactions: usize,
     changes: u64,
@@ -664,9 +668,12 @@ impl Applier<'_> {
         part: &Part,
     ) -> Result<(), RelayError> {
         let mut first = Vec::new();
-        if open.end.is_none() && open.changes == 0 && open.keys.is_empty() {
+        if !open.begun {
+            // The marker first: it changes the row (the transaction is not applied yet), so it
+            // is logged, before any change capture could send back.
             first.push("START TRANSACTION".to_string());
             first.push(gtids_update(self.source_dc, &part.followed));
+            open.begun = true;
         }
         if part.starts {
             first.push(SOURCE_SAVEPOINT.to_string());
