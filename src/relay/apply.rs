@@ -27,8 +27,8 @@ use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use std::sync::Arc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::kafka::CreateRedacted;
 use crate::mysql::encode::push_sql_string;
@@ -239,7 +239,10 @@ enum Item {
     /// restarted while publishing it and publishes it again whole): undo them.
     CutOff,
     /// A transaction that cannot be placed after what was applied: applying stops.
-    Unordered { why: String, commit_ts: u32 },
+    Unordered {
+        why: String,
+        commit_ts: u32,
+    },
 }
 
 fn consumer(
@@ -251,7 +254,8 @@ fn consumer(
     let brokers = remote.brokers_or(&context.kafka.brokers);
     // An eighth of relay.apply_memory_bytes for what librdkafka fetches ahead; one fetch (of
     // the same size, at most) may go over it, and takes a message as large.
-    let fetch_bytes = (context.relay.apply_memory_bytes / 8).clamp(MIN_MESSAGE_BYTES, MOST_FETCH_BYTES);
+    let fetch_bytes =
+        (context.relay.apply_memory_bytes / 8).clamp(MIN_MESSAGE_BYTES, MOST_FETCH_BYTES);
     let consumer: StreamConsumer = context
         .kafka_config(brokers)
         .set(
@@ -265,7 +269,10 @@ fn consumer(
         // Caught up, a fetch waits this long for new messages; brokers answer as soon as one
         // arrives, but a short wait bounds the delay where they do not.
         .set("fetch.wait.max.ms", "100")
-        .set("queued.max.messages.kbytes", (fetch_bytes / 1024).to_string())
+        .set(
+            "queued.max.messages.kbytes",
+            (fetch_bytes / 1024).to_string(),
+        )
         .set("max.partition.fetch.bytes", fetch_bytes.to_string())
         .create_redacted()
         .map_err(RelayError::kafka("creating the Kafka consumer"))?;
@@ -340,8 +347,7 @@ impl Reader<'_> {
             let message = match message {
                 Ok(message) => message,
                 Err(KafkaError::MessageConsumption(
-                    code @ (RDKafkaErrorCode::OffsetOutOfRange
-                    | RDKafkaErrorCode::AutoOffsetReset),
+                    code @ (RDKafkaErrorCode::OffsetOutOfRange | RDKafkaErrorCode::AutoOffsetReset),
                 )) => {
                     return Err(RelayError::Refused(format!(
                         "{topic} no longer has offset {consumed} ({code}): changes from {} were \
@@ -717,7 +723,12 @@ impl Applier<'_> {
     }
 
     /// Records the source transactions applied and commits them.
-    async fn finish(&self, conn: &mut Conn, open: Open, stats: &ApplyStats) -> Result<(), RelayError> {
+    async fn finish(
+        &self,
+        conn: &mut Conn,
+        open: Open,
+        stats: &ApplyStats,
+    ) -> Result<(), RelayError> {
         let Some((end, followed)) = &open.end else {
             // Only parts that were undone: nothing to record.
             return self.abandon(conn, open).await;
@@ -751,9 +762,9 @@ impl Applier<'_> {
     /// Rolls the open local transaction back.
     async fn abandon(&self, conn: &mut Conn, open: Open) -> Result<(), RelayError> {
         self.forget(open.keys);
-        conn.query_drop("ROLLBACK")
-            .await
-            .map_err(DbError::mysql("rolling back a transaction not applied whole"))?;
+        conn.query_drop("ROLLBACK").await.map_err(DbError::mysql(
+            "rolling back a transaction not applied whole",
+        ))?;
         Ok(())
     }
 
@@ -890,13 +901,7 @@ async fn record_error(conn: &mut Conn, source_dc: &str, message: &str) -> Result
 /// change.
 #[derive(Debug, Default)]
 struct SchemaCache {
-    checked: HashMap<
-        (String, String),
-        (
-            Instant,
-            std::collections::BTreeMap<String, Kind>,
-        ),
-    >,
+    checked: HashMap<(String, String), (Instant, std::collections::BTreeMap<String, Kind>)>,
 }
 
 /// Refuses a part touching a table that is not relayed here or whose columns differ.

@@ -404,14 +404,21 @@ impl Publisher<'_> {
         let mut deliveries = Vec::with_capacity(changes.len());
         for row in changes {
             if let Some(held) = self.current.as_mut().and_then(|c| c.held.replace(row)) {
-                deliveries.push(self.send_change(held, &rows.at, rows.timestamp, false).await?);
+                deliveries.push(
+                    self.send_change(held, &rows.at, rows.timestamp, false)
+                        .await?,
+                );
             }
         }
         Ok(deliveries)
     }
 
     /// Ends the open transaction: sends its last message and returns the checkpoint after it.
-    async fn end(&mut self, txn: Transaction, last: &mut Checkpoint) -> Result<Pending, RelayError> {
+    async fn end(
+        &mut self,
+        txn: Transaction,
+        last: &mut Checkpoint,
+    ) -> Result<Pending, RelayError> {
         let mut checkpoint = Checkpoint {
             file: txn.end.file.clone(),
             pos: txn.end.pos,
@@ -422,7 +429,10 @@ impl Publisher<'_> {
         };
         let mut deliveries = Vec::new();
         if let Some(held) = self.current.as_mut().and_then(|c| c.held.take()) {
-            deliveries.push(self.send_change(held, &txn.end, txn.commit_ts, true).await?);
+            deliveries.push(
+                self.send_change(held, &txn.end, txn.commit_ts, true)
+                    .await?,
+            );
         }
         if let Some(done) = self.current.take() {
             self.count_dropped(&done);

@@ -213,10 +213,7 @@ impl TryFrom<TxnWire> for TxnRef {
             (Some(last), _) => last,
             (None, Some(count)) if wire.index < count => wire.index + 1 == count,
             (None, Some(count)) => {
-                return Err(format!(
-                    "change {} of a transaction of {count}",
-                    wire.index
-                ));
+                return Err(format!("change {} of a transaction of {count}", wire.index));
             }
             (None, None) => return Err("txn has neither last nor count".into()),
         };

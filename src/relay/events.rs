@@ -128,8 +128,8 @@ impl EventHandler {
     /// position a heartbeat vouches for.
     pub fn handle(&mut self, event: &Event) -> Result<Option<Step>, RelayError> {
         Ok(self.handle_event(event)?.or_else(|| {
-                let heartbeat = event.header().event_type_raw() == EventType::HEARTBEAT_EVENT as u8;
-                // The server sends heartbeats only between event groups, but be sure.
+            let heartbeat = event.header().event_type_raw() == EventType::HEARTBEAT_EVENT as u8;
+            // The server sends heartbeats only between event groups, but be sure.
             (heartbeat && self.open.is_none()).then(|| {
                 Step::Idle(Position {
                     file: self.file.clone(),

@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::settings::{
-    SettingError, TIB, at_least_one, at_most, at_most_a_year, duration_text,
-};
+use crate::settings::{SettingError, TIB, at_least_one, at_most, at_most_a_year, duration_text};
 
 /// The smallest `relay.max_message_bytes`: a change message of a narrow row is a few hundred
 /// bytes.

@@ -418,7 +418,10 @@ mod tests {
         let limit = 1000;
         let statements = statements(&refs, limit).unwrap();
         assert!(statements.len() > 1, "{statements:?}");
-        assert!(statements.iter().all(|s| s.len() <= limit), "{statements:?}");
+        assert!(
+            statements.iter().all(|s| s.len() <= limit),
+            "{statements:?}"
+        );
         // Every row once, in order.
         let values: String = statements
             .iter()
