@@ -11,6 +11,7 @@ use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use logstamp::relay::settings::LoopFilterMode;
+use support::http::{get, sample};
 use support::relay::*;
 
 const TABLE: &str = "CREATE TABLE app.t (id INT UNSIGNED NOT NULL PRIMARY KEY, v INT NOT NULL) \
@@ -169,6 +170,13 @@ async fn a_200000_row_transaction_is_applied_whole_within_the_memory_bound() {
     // Published in several parts, and applied as one local transaction, once.
     assert!(topic_end(a) > 10 + rows as i64 - 1);
     assert_eq!(b.applied("a").await, (2, 10 + rows));
+    // Every part applied gave its bytes back.
+    let (_, metrics) = get(&b.telemetry().await, "/metrics");
+    let held = sample(
+        &metrics,
+        "logstamp_relay_apply_held_bytes{dc=\"b\",remote=\"a\"}",
+    );
+    assert_eq!(held, Some(0.0), "{metrics}");
 
     // The marker: b's capture read the 200,000 rows b applied and sent none back.
     b.wait_capture_caught_up().await;

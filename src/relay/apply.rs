@@ -18,7 +18,7 @@
 //! no consumer-group offsets are involved.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use mysql_async::Conn;
@@ -215,7 +215,7 @@ struct End {
 }
 
 /// Consecutive changes of a source transaction, turned into SQL, waiting to be applied.
-struct Part {
+struct Part<'a> {
     /// The first part of its source transaction.
     starts: bool,
     /// Set on the last part of its source transaction.
@@ -229,12 +229,38 @@ struct Part {
     changes: u64,
     commit_ts: u32,
     /// Its share of `relay.apply_memory_bytes`, given back once it is applied.
-    _held: OwnedSemaphorePermit,
+    _held: Held<'a>,
+}
+
+/// A part's share of `relay.apply_memory_bytes`, shown in `logstamp_relay_apply_held_bytes`
+/// while it lives.
+struct Held<'a> {
+    _permit: OwnedSemaphorePermit,
+    bytes: u64,
+    gauge: &'a AtomicU64,
+}
+
+impl<'a> Held<'a> {
+    fn new(permit: OwnedSemaphorePermit, bytes: u32, gauge: &'a AtomicU64) -> Held<'a> {
+        let bytes = u64::from(bytes);
+        gauge.fetch_add(bytes, Ordering::Relaxed);
+        Held {
+            _permit: permit,
+            bytes,
+            gauge,
+        }
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.gauge.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
 }
 
 /// What the reading half hands the applying half.
-enum Item {
-    Part(Part),
+enum Item<'a> {
+    Part(Box<Part<'a>>),
     /// The source transaction whose parts were handed on stops short in the topic (capture
     /// restarted while publishing it and publishes it again whole): undo them.
     CutOff,
@@ -318,10 +344,10 @@ struct Reader<'a> {
     cache: bool,
     /// What parts waiting to be applied may hold.
     held: Arc<Semaphore>,
-    ready: mpsc::Sender<Item>,
+    ready: mpsc::Sender<Item<'a>>,
 }
 
-impl Reader<'_> {
+impl<'a> Reader<'a> {
     /// Reads the topic from the stored offset, skips the transactions already applied, and
     /// hands the rest on in parts with their SQL. After a transaction that cannot be placed it
     /// hands on nothing more until the source's stream starts anew (a new epoch). Ends at
@@ -464,7 +490,7 @@ impl Reader<'_> {
                 followed = next;
                 reading = None;
             }
-            if self.ready.send(Item::Part(part)).await.is_err() {
+            if self.ready.send(Item::Part(Box::new(part))).await.is_err() {
                 // The applying half stopped; its result says why.
                 return Ok(());
             }
@@ -478,7 +504,7 @@ impl Reader<'_> {
         followed: Followed,
         last: bool,
         next_offset: i64,
-    ) -> Result<Part, RelayError> {
+    ) -> Result<Part<'a>, RelayError> {
         let changes = std::mem::take(&mut current.gathered);
         current.gathered_bytes = 0;
         let (first, newest) = match (changes.first(), changes.last()) {
@@ -547,7 +573,7 @@ impl Reader<'_> {
             keys,
             changes: changes.len() as u64,
             commit_ts: first.commit_ts,
-            _held: held,
+            _held: Held::new(held, share, &self.stats.held_bytes),
         })
     }
 }
@@ -577,7 +603,7 @@ async fn apply_all(
     source_dc: &str,
     stats: &ApplyStats,
     limits: &Limits,
-    mut ready: mpsc::Receiver<Item>,
+    mut ready: mpsc::Receiver<Item<'_>>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), RelayError> {
     let mut schemas = SchemaCache::default();
@@ -619,12 +645,17 @@ async fn apply_all(
                 Err(RelayError::SchemaMismatch(message)) => {
                     stats.schema_mismatch.store(true, Ordering::Relaxed);
                     tracing::error!(source = source_dc, "{message}");
-                    if let Some(partial) = open.take() {
-                        // Waiting with a transaction open would hold its locks: undo it, and
-                        // read again from the stored offset (its first part).
-                        applier.abandon(conn, partial).await?;
-                        record_error(conn, source_dc, &message).await?;
-                        return Err(RelayError::Interrupted(message));
+                    // Waiting with a transaction open would hold its locks: what it holds of
+                    // whole source transactions is committed; part of one is undone, and read
+                    // again from the stored offset (its first part).
+                    if let Some(before) = open.take() {
+                        if part.starts {
+                            applier.finish(conn, before, stats).await?;
+                        } else {
+                            applier.abandon(conn, before).await?;
+                            record_error(conn, source_dc, &message).await?;
+                            return Err(RelayError::Interrupted(message));
+                        }
                     }
                     record_error(conn, source_dc, &message).await?;
                     tokio::select! {
@@ -671,7 +702,7 @@ impl Applier<'_> {
         &self,
         conn: &mut Conn,
         open: &mut Open,
-        part: &Part,
+        part: &Part<'_>,
     ) -> Result<(), RelayError> {
         let mut first = Vec::new();
         if !open.begun {
