@@ -490,6 +490,9 @@ fn other_invalid_values() {
         ("relay.topic_prefix", "relay/", "\"relay/\""),
         ("relay.server_id", "-1", "-1"),
         ("relay.apply_batch", "0", "0"),
+        ("relay.max_message_bytes", "4095", "4095"),
+        // Less than 8 times relay.max_message_bytes (1 MiB).
+        ("relay.apply_memory_bytes", "8388607", "8388607"),
     ] {
         check_bad_in_every_layer(key, value, toml_value);
     }
