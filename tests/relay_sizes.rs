@@ -20,37 +20,6 @@ const BLOBS: &str = "CREATE TABLE app.blobs (id INT UNSIGNED NOT NULL PRIMARY KE
                      doc LONGBLOB NOT NULL) ENGINE=InnoDB";
 const MIB: u64 = 1 << 20;
 
-/// Writes both data centres' settings with `relay` lines added to their `[relay]` sections,
-/// and starts their relays.
-async fn start_sized(dcs: &mut [Dc], mode: LoopFilterMode, relay: &str) {
-    let all: Vec<(String, String)> = dcs
-        .iter()
-        .map(|d| (d.name.clone(), d.brokers.clone()))
-        .collect();
-    for dc in dcs.iter_mut() {
-        let remotes: Vec<(&str, String)> = all
-            .iter()
-            .filter(|(name, _)| *name != dc.name)
-            .map(|(name, brokers)| (name.as_str(), brokers.clone()))
-            .collect();
-        dc.configure(&remotes, mode, "1s");
-        set_relay(dc, relay);
-        dc.start_relay();
-    }
-    for dc in dcs.iter() {
-        dc.wait_capture_started().await;
-    }
-}
-
-/// Adds `lines` to the `[relay]` section of the settings `configure` wrote.
-fn set_relay(dc: &Dc, lines: &str) {
-    let path = dc.dir.path().join("relay.toml");
-    let text = std::fs::read_to_string(&path).unwrap();
-    assert!(text.contains("[relay]\n"), "{text}");
-    let text = text.replacen("[relay]\n", &format!("[relay]\n{lines}\n"), 1);
-    std::fs::write(path, text).unwrap();
-}
-
 /// The peak resident memory of a running relay, from the kernel (`VmHWM`), in bytes.
 fn peak_memory(dc: &Dc) -> u64 {
     let pid = dc.relay.as_ref().expect("a running relay").id();
@@ -139,9 +108,10 @@ fn looped(b: &Dc) -> usize {
 async fn a_200000_row_transaction_is_applied_whole_within_the_memory_bound() {
     let memory = 16 * MIB;
     let mut dcs = two_dcs(TABLE).await;
-    start_sized(
+    start_relays_with(
         &mut dcs,
         LoopFilterMode::Marker,
+        "1s",
         &format!("apply_memory_bytes = {memory}"),
     )
     .await;
@@ -194,9 +164,10 @@ async fn a_200000_row_transaction_is_applied_whole_within_the_memory_bound() {
 async fn a_split_transaction_does_not_loop(mode: LoopFilterMode) {
     let mut dcs = two_dcs(TABLE).await;
     // Parts of a sixteenth of this, 128 KiB of messages: a few hundred rows each.
-    start_sized(
+    start_relays_with(
         &mut dcs,
         mode,
+        "1s",
         "apply_memory_bytes = 2097152\nmax_message_bytes = 65536",
     )
     .await;
@@ -228,7 +199,7 @@ async fn a_split_transaction_does_not_loop_with_the_cache_filter() {
 async fn relays_killed_in_the_middle_of_a_transaction_apply_it_once() {
     let mut dcs = two_dcs(TABLE).await;
     let relay = "apply_memory_bytes = 2097152\nmax_message_bytes = 65536";
-    start_sized(&mut dcs, LoopFilterMode::Marker, relay).await;
+    start_relays_with(&mut dcs, LoopFilterMode::Marker, "1s", relay).await;
     let rows = 50_000;
     insert_rows(&dcs[0], 0, rows).await;
     // a's capture killed while it publishes: its checkpoint is before the transaction, so it
@@ -278,9 +249,10 @@ async fn relays_killed_in_the_middle_of_a_transaction_apply_it_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_larger_than_a_message_stops_capture_until_the_limit_is_raised() {
     let mut dcs = two_dcs(BLOBS).await;
-    start_sized(
+    start_relays_with(
         &mut dcs,
         LoopFilterMode::Marker,
+        "1s",
         "max_message_bytes = 1048576",
     )
     .await;
@@ -322,7 +294,7 @@ async fn a_row_larger_than_a_message_stops_capture_until_the_limit_is_raised() {
             LoopFilterMode::Marker,
             "1s",
         );
-        set_relay(dc, raised);
+        add_relay_settings(dc, raised);
     }
     a.start_relay();
     b.start_relay();
