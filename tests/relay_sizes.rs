@@ -200,7 +200,7 @@ async fn relays_killed_in_the_middle_of_a_transaction_apply_it_once() {
     let mut dcs = two_dcs(TABLE).await;
     let relay = "apply_memory_bytes = 2097152\nmax_message_bytes = 65536";
     start_relays_with(&mut dcs, LoopFilterMode::Marker, "1s", relay).await;
-    let rows = 50_000;
+    let rows = 20_000;
     insert_rows(&dcs[0], 0, rows).await;
     // a's capture killed while it publishes: its checkpoint is before the transaction, so it
     // publishes it again from its first message.
