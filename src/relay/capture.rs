@@ -1,8 +1,11 @@
 //! Capture: reads the local server's binlog as a replica, turns the relayed tables' committed
 //! changes into change messages and publishes them, in binlog order, to this data centre's
-//! topic (one partition, idempotent producer, `acks=all`). The position is checkpointed only
-//! once Kafka acknowledged everything up to it (see [`super::checkpoint`]); where capture
-//! resumes is the later of that and the topic's last message (see [`super::resume`]).
+//! topic (one partition, idempotent producer, `acks=all`). A transaction's changes are published
+//! as they are read, so capture holds one rows event of it, not the whole. The position is
+//! checkpointed only once Kafka acknowledged everything up to it, a whole transaction (see
+//! [`super::checkpoint`]); where capture resumes is the later of that and the topic's last
+//! message (see [`super::resume`]), which republishes a transaction cut off in the topic from its
+//! start.
 
 use std::collections::HashMap;
 use std::sync::Arc;
