@@ -993,6 +993,24 @@ fn ingest_settings_are_checked() {
 /// arithmetic done with them could overflow (`ingest.max_message_bytes` at `usize::MAX` once
 /// wrapped to 0): the bound itself loads, one more is refused naming the key and the bound.
 #[test]
+fn the_relay_message_size_has_an_upper_bound() {
+    // The applier's memory holds 8 of the largest messages.
+    let memory = ("relay.apply_memory_bytes", "7992000000");
+    load(
+        None,
+        &[],
+        &[("relay.max_message_bytes", "999000000"), memory],
+    );
+    let e = load_err(
+        None,
+        &[],
+        &[("relay.max_message_bytes", "999000001"), memory],
+    );
+    assert_names(&e, "relay.max_message_bytes", "the command line");
+    assert!(e.to_string().contains("at most 999000000"), "{e}");
+}
+
+#[test]
 fn sizes_counts_and_durations_have_upper_bounds() {
     for (key, bound, over, says) in [
         (

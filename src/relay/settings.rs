@@ -12,6 +12,8 @@ use crate::settings::{SettingError, TIB, at_least_one, at_most, at_most_a_year, 
 /// The smallest `relay.max_message_bytes`: a change message of a narrow row is a few hundred
 /// bytes.
 pub const MIN_MESSAGE_BYTES: usize = 4096;
+/// The largest `relay.max_message_bytes`.
+pub const MAX_MESSAGE_BYTES: u64 = 999_000_000;
 /// `relay.apply_memory_bytes` holds at least this many of the largest messages.
 pub const APPLY_MEMORY_MESSAGES: usize = 8;
 
@@ -99,8 +101,12 @@ impl RelaySettings {
             ));
         }
         at_least_one("relay.apply_batch", self.apply_batch as u64)?;
-        // Kafka brokers take at most 2 GiB in one request.
-        at_most("relay.max_message_bytes", self.max_message_bytes, 1 << 30)?;
+        // librdkafka's message.max.bytes is at most 1,000,000,000, framing included.
+        at_most(
+            "relay.max_message_bytes",
+            self.max_message_bytes,
+            MAX_MESSAGE_BYTES,
+        )?;
         at_most("relay.apply_memory_bytes", self.apply_memory_bytes, TIB)?;
         if self.max_message_bytes < MIN_MESSAGE_BYTES {
             return Err(SettingError::new(
