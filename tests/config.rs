@@ -489,6 +489,9 @@ fn other_invalid_values() {
         ("relay.topic_prefix", "relay/", "\"relay/\""),
         ("relay.server_id", "-1", "-1"),
         ("relay.apply_batch", "0", "0"),
+        ("relay.max_message_bytes", "4095", "4095"),
+        // Less than 8 times relay.max_message_bytes (1 MiB).
+        ("relay.apply_memory_bytes", "8388607", "8388607"),
     ] {
         check_bad_in_every_layer(key, value, toml_value);
     }
@@ -988,6 +991,24 @@ fn ingest_settings_are_checked() {
 /// Sizes, counts and durations have upper bounds far above any sane value, below where the
 /// arithmetic done with them could overflow (`ingest.max_message_bytes` at `usize::MAX` once
 /// wrapped to 0): the bound itself loads, one more is refused naming the key and the bound.
+#[test]
+fn the_relay_message_size_has_an_upper_bound() {
+    // The applier's memory holds 8 of the largest messages.
+    let memory = ("relay.apply_memory_bytes", "7992000000");
+    load(
+        None,
+        &[],
+        &[("relay.max_message_bytes", "999000000"), memory],
+    );
+    let e = load_err(
+        None,
+        &[],
+        &[("relay.max_message_bytes", "999000001"), memory],
+    );
+    assert_names(&e, "relay.max_message_bytes", "the command line");
+    assert!(e.to_string().contains("at most 999000000"), "{e}");
+}
+
 #[test]
 fn sizes_counts_and_durations_have_upper_bounds() {
     for (key, bound, over, says) in [

@@ -1,22 +1,29 @@
 //! Apply: consumes a remote data centre's topic in order and applies each of its transactions
 //! whole, in a local transaction that also records the consumed offset and the source position
 //! in `relay_applied`, and the last GTID applied per replication domain in
-//! `relay_applied_gtids`. A crash loses either the whole transaction and its offset or neither,
+//! `relay_applied_gtids`. A source transaction is applied part by part as its messages arrive,
+//! inside that one local transaction, so neither its size nor the applier's memory depend on
+//! each other: what is read ahead and prepared is bounded by `relay.apply_memory_bytes`, and each
+//! statement by a sixteenth of it and the server's `max_allowed_packet`. The loop marker (the row
+//! of `relay_applied_gtids`) is the local transaction's first write, so capture drops the whole
+//! of it. A crash loses either the whole transaction and its offset or neither,
 //! so the replay after a restart is exact; a transaction published twice (capture restarted
 //! before its checkpoint, or another server of the source data centre published it again after
 //! a failover) is recognised by its GTID and skipped. A transaction that cannot be placed after
 //! what was applied stops applying from that source, visibly, until its stream is started anew
 //! (see [`super::order`]); a message that cannot be applied (it does not parse, lacks its
-//! primary key, changes a table not relayed here, or fails for a definite reason) stops it
-//! until the relay starts again. Capture and the other appliers go on either way. An applier
-//! that is behind puts up to `relay.apply_batch` consecutive source transactions in one local
-//! transaction.
+//! primary key, changes a table not relayed here, or fails for a definite reason) rolls the open
+//! local transaction back and stops it until the relay starts again. Capture and the other
+//! appliers go on either way. An applier that is behind puts up to `relay.apply_batch`
+//! consecutive source transactions in one local transaction. With the `cache` loop filter each
+//! part records its changes' keys in `relay_loop_keys` before its changes, inside the same local
+//! transaction (see [`super::loop_filter`]).
 //!
 //! The consumer takes the topic's single partition by `assign` at the offset stored in MySQL;
 //! no consumer-group offsets are involved.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use mysql_async::Conn;
@@ -25,16 +32,17 @@ use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
-use tokio::sync::{mpsc, watch};
+use std::sync::Arc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::kafka::CreateRedacted;
 use crate::mysql::encode::push_sql_string;
 use crate::mysql::lock::{lock_name, try_lock};
 use crate::mysql::rows::take;
 use crate::mysql::{self, DbError};
-use crate::relay::settings::{LoopFilterMode, RemoteDc};
+use crate::relay::settings::{LoopFilterMode, MIN_MESSAGE_BYTES, RemoteDc};
 
-use super::change::{Change, RowChange, Value};
+use super::change::{Change, Kind, Position, RowChange, Value};
 use super::context::{
     APPLIED_GTIDS_TABLE, APPLIED_TABLE, LOOP_KEYS_TABLE, RelayContext, RelayError,
 };
@@ -59,46 +67,18 @@ const SESSION_SETUP: &[&str] = &[
 const SCHEMA_RECHECK: Duration = Duration::from_secs(5);
 /// How long applying waits before checking a mismatched table again.
 const MISMATCH_RETRY: Duration = Duration::from_secs(5);
-/// Transactions read and prepared ahead of the one being applied.
+/// Parts read and prepared ahead of the one being applied (their bytes are bounded, too).
 const READY_AHEAD: usize = 64;
-/// Statements sent in one round trip, in bytes (well under any max_allowed_packet).
+/// Statements sent in one round trip, in bytes, at most.
 const STATEMENT_BUDGET: usize = 1 << 20;
-/// Recorded keys per row of `relay_loop_keys`: 64 hex digits each, half the budget.
-const KEYS_PER_CHUNK: usize = 8192;
-
-/// A transaction's messages, gathered in order.
-#[derive(Debug, Default)]
-struct Assembler {
-    changes: Vec<Change>,
-}
-
-impl Assembler {
-    /// Adds a message; returns the transaction it completes. A transaction that was cut off
-    /// (capture died while publishing it, and published it again whole after restarting) is
-    /// dropped when the next transaction starts.
-    fn push(&mut self, change: Change) -> Option<Vec<Change>> {
-        let expected = self.changes.len() as u32;
-        let continues = self.changes.first().is_some_and(|first| {
-            first.txn.seq == change.txn.seq && first.position == change.position
-        });
-        if change.txn.index == 0 {
-            if !self.changes.is_empty() {
-                tracing::warn!(
-                    seq = self.changes[0].txn.seq,
-                    "a transaction's messages stopped short; it was published again"
-                );
-            }
-            self.changes.clear();
-        } else if !(continues && change.txn.index == expected) {
-            // The rest of a transaction whose start was not read: it comes again whole.
-            self.changes.clear();
-            return None;
-        }
-        let complete = change.txn.is_last();
-        self.changes.push(change);
-        complete.then(|| std::mem::take(&mut self.changes))
-    }
-}
+/// librdkafka's default `fetch.max.bytes`: what one fetch from a partition may take, at most.
+const MOST_FETCH_BYTES: usize = 52_428_800;
+/// `max_allowed_packet` less this is what a statement may take (the packet's own framing).
+const PACKET_OVERHEAD: usize = 1024;
+/// The savepoint before each source transaction in a local transaction: a transaction cut off
+/// in the topic is undone to it.
+const SOURCE_SAVEPOINT: &str = "SAVEPOINT relay_source";
+const UNDO_SOURCE: &str = "ROLLBACK TO SAVEPOINT relay_source";
 
 /// What is stored for a source in `relay_applied` and `relay_applied_gtids`.
 #[derive(Debug, Clone)]
@@ -140,6 +120,7 @@ pub async fn run_once(
             remote.dc
         )));
     }
+    let limits = Limits::new(context, &mut conn).await?;
     let applied = load_applied(&mut conn, &remote.dc, &topic).await?;
     let consumer = consumer(context, remote, &topic, applied.next_offset)?;
     stats
@@ -153,19 +134,27 @@ pub async fn run_once(
         offset = applied.next_offset,
         "apply started"
     );
-    // Reading, decoding and writing the SQL of the next transactions overlaps with applying
-    // the current one.
+    // Reading, decoding and writing the SQL of the next parts overlaps with applying the
+    // current one.
     let (ready_tx, ready_rx) = mpsc::channel(READY_AHEAD);
     let mut stop_applying = shutdown.clone();
+    let reader = Reader {
+        topic: &topic,
+        remote,
+        stats,
+        limits: &limits,
+        cache: context.loop_filter() == LoopFilterMode::Cache,
+        held: Arc::new(Semaphore::new(limits.held_bytes)),
+        ready: ready_tx,
+    };
     tokio::try_join!(
-        read(
-            &consumer, &topic, remote, applied, stats, shutdown, ready_tx
-        ),
+        reader.read(&consumer, applied, shutdown),
         apply_all(
             context,
             &mut conn,
             &remote.dc,
             stats,
+            &limits,
             ready_rx,
             &mut stop_applying
         ),
@@ -174,23 +163,127 @@ pub async fn run_once(
     Ok(())
 }
 
-/// A transaction read and turned into SQL, waiting to be applied.
-struct Ready {
-    changes: Vec<Change>,
-    statements: Vec<String>,
-    /// The offset after its last message (and after any already applied ones before it).
+/// The sizes an applier keeps to, from `relay.apply_memory_bytes` and the server's
+/// `max_allowed_packet`.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    /// Bytes of messages gathered into one part.
+    part_bytes: usize,
+    /// Bytes of SQL parts waiting to be applied may hold together.
+    held_bytes: usize,
+    /// Bytes of one statement of several rows, and of statements sent in one round trip.
+    statement_bytes: usize,
+    /// Bytes of any one statement (one row's).
+    packet_bytes: usize,
+    /// Recorded keys per row of `relay_loop_keys`: 64 hex digits each, half a statement.
+    keys_per_chunk: usize,
+}
+
+impl Limits {
+    async fn new(context: &RelayContext, conn: &mut Conn) -> Result<Limits, RelayError> {
+        let packet: Option<u64> = conn
+            .query_first("SELECT @@max_allowed_packet")
+            .await
+            .map_err(DbError::mysql("reading max_allowed_packet"))?;
+        let packet = packet
+            .and_then(|p| usize::try_from(p).ok())
+            .unwrap_or(usize::MAX);
+        Ok(Limits::of(context.relay.apply_memory_bytes, packet))
+    }
+
+    fn of(memory: usize, max_allowed_packet: usize) -> Limits {
+        let packet_bytes = max_allowed_packet.saturating_sub(PACKET_OVERHEAD);
+        // A 64th for the messages of the part being gathered (decoded, they take several
+        // times their bytes), half for the parts waiting, an eighth for the consumer's fetch
+        // queue (see `consumer`), the rest for what is being sent.
+        let statement_bytes = (memory / 16).min(STATEMENT_BUDGET).min(packet_bytes);
+        Limits {
+            part_bytes: memory / 64,
+            held_bytes: (memory / 2).min(Semaphore::MAX_PERMITS),
+            statement_bytes,
+            packet_bytes,
+            keys_per_chunk: (statement_bytes / 128).max(1),
+        }
+    }
+}
+
+/// A table a part changes, with the columns its messages give it.
+#[derive(Debug, Clone, PartialEq)]
+struct TableRef {
+    schema: String,
+    table: String,
+    columns: std::collections::BTreeMap<String, Kind>,
+}
+
+/// The end of a source transaction, read from its last message.
+#[derive(Debug, Clone)]
+struct End {
+    position: Position,
+    seq: u64,
+    commit_ts: u32,
+    /// The offset after its last message.
     next_offset: i64,
-    /// How far the applier is in the source's stream once it is applied.
+}
+
+/// Consecutive changes of a source transaction, turned into SQL, waiting to be applied.
+struct Part<'a> {
+    /// Its source transaction's sequence number in the topic, and where its first change is.
+    seq: u64,
+    position: Position,
+    /// The offset after its last message.
+    next_offset: i64,
+    /// The first part of its source transaction.
+    starts: bool,
+    /// Set on the last part of its source transaction.
+    end: Option<End>,
+    /// How far the applier is in the source's stream once the transaction is applied.
     followed: Followed,
+    statements: Vec<String>,
+    tables: Vec<TableRef>,
+    /// The changes' keys, for the cache loop filter: recorded in `relay_loop_keys`.
+    keys: Vec<CacheKey>,
+    changes: u64,
+    commit_ts: u32,
+    /// Its share of `relay.apply_memory_bytes`, given back once it is applied.
+    _held: Held<'a>,
+}
+
+/// A part's share of `relay.apply_memory_bytes`, shown in `logstamp_relay_apply_held_bytes`
+/// while it lives.
+struct Held<'a> {
+    _permit: OwnedSemaphorePermit,
+    bytes: u64,
+    gauge: &'a AtomicU64,
+}
+
+impl<'a> Held<'a> {
+    fn new(permit: OwnedSemaphorePermit, bytes: u32, gauge: &'a AtomicU64) -> Held<'a> {
+        let bytes = u64::from(bytes);
+        gauge.fetch_add(bytes, Ordering::Relaxed);
+        Held {
+            _permit: permit,
+            bytes,
+            gauge,
+        }
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.gauge.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
 }
 
 /// What the reading half hands the applying half.
-enum Item {
-    Ready(Ready),
+enum Item<'a> {
+    Part(Box<Part<'a>>),
     /// A message that cannot be applied: applying stops, and reading too.
     Bad {
         why: String,
     },
+    /// The source transaction whose parts were handed on stops short in the topic (capture
+    /// restarted while publishing it and publishes it again whole): undo them.
+    CutOff,
     /// A transaction that cannot be placed after what was applied: applying stops.
     Unordered {
         why: String,
@@ -205,6 +298,10 @@ fn consumer(
     offset: i64,
 ) -> Result<StreamConsumer, RelayError> {
     let brokers = remote.brokers_or(&context.kafka.brokers);
+    // An eighth of relay.apply_memory_bytes for what librdkafka fetches ahead; one fetch (of
+    // the same size, at most) may go over it, and takes a message as large.
+    let fetch_bytes =
+        (context.relay.apply_memory_bytes / 8).clamp(MIN_MESSAGE_BYTES, MOST_FETCH_BYTES);
     let consumer: StreamConsumer = context
         .kafka_config(brokers)
         .set(
@@ -218,6 +315,11 @@ fn consumer(
         // Caught up, a fetch waits this long for new messages; brokers answer as soon as one
         // arrives, but a short wait bounds the delay where they do not.
         .set("fetch.wait.max.ms", "100")
+        .set(
+            "queued.max.messages.kbytes",
+            (fetch_bytes / 1024).to_string(),
+        )
+        .set("max.partition.fetch.bytes", fetch_bytes.to_string())
         .create_redacted()
         .map_err(RelayError::kafka("creating the Kafka consumer"))?;
     let mut assignment = TopicPartitionList::new();
@@ -230,129 +332,296 @@ fn consumer(
     Ok(consumer)
 }
 
-/// Reads the topic from the stored offset, gathers each transaction, skips those already
-/// applied, and hands the rest on with their SQL. After a transaction that cannot be placed it
-/// hands on nothing more until the source's stream starts anew (a new epoch). Ends at shutdown,
-/// or when nobody applies.
-async fn read(
-    consumer: &StreamConsumer,
-    topic: &str,
-    remote: &RemoteDc,
-    applied: Applied,
-    stats: &ApplyStats,
-    shutdown: &mut watch::Receiver<bool>,
-    ready: mpsc::Sender<Item>,
-) -> Result<(), RelayError> {
-    let mut assembler = Assembler::default();
-    // How far the transactions handed on go, and the offset after the last message read.
-    let mut followed = applied.followed;
-    let mut consumed = applied.next_offset;
-    let mut stopped = false;
-    loop {
-        let message = tokio::select! {
-            _ = shutdown.changed() => return Ok(()),
-            message = consumer.recv() => message,
-        };
-        let message = match message {
-            Ok(message) => message,
-            Err(KafkaError::MessageConsumption(
-                code @ (RDKafkaErrorCode::OffsetOutOfRange | RDKafkaErrorCode::AutoOffsetReset),
-            )) => {
-                return Err(RelayError::Refused(format!(
-                    "{topic} no longer has offset {consumed} ({code}): changes from {} were \
-                     deleted before they were applied; copy the relayed tables anew and reset \
-                     its row in relay_applied",
-                    remote.dc
-                )));
-            }
-            Err(e) => {
-                // librdkafka reconnects by itself; say why it is slow.
-                tracing::warn!(topic, "reading from Kafka: {e}");
-                continue;
-            }
-        };
-        let offset = message.offset();
-        let change = match Change::from_json(message.payload().unwrap_or_default()) {
-            Ok(change) if change.dc == remote.dc => change,
-            Ok(change) => {
-                let why = format!("holds a change from {}, not {}", change.dc, remote.dc);
-                return halt(&ready, format!("{topic} offset {offset} {why}"), shutdown).await;
-            }
-            Err(e) => return halt(&ready, format!("{topic} offset {offset}: {e}"), shutdown).await,
-        };
-        consumed = offset + 1;
-        let Some(changes) = assembler.push(change) else {
-            continue;
-        };
-        let first = &changes[0];
-        let position = &first.position;
-        let gtid = position.gtid.as_deref().unwrap_or("none");
-        let next = match order(&followed, &remote.dc, position.gtid(), &first.stream) {
-            Verdict::Apply(next) if !stopped || next.epoch > followed.epoch => next,
-            // Stopped: only a new epoch goes on.
-            Verdict::Apply(_) => continue,
-            Verdict::Applied => {
-                // Published again by a capture that restarted before its checkpoint, or by
-                // another server of the source after a failover.
-                stats.skipped_transactions.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(gtid, seq = first.txn.seq, "already applied");
-                continue;
-            }
-            Verdict::Unordered(why) => {
-                if !stopped {
-                    stopped = true;
-                    let item = Item::Unordered {
-                        why: format!(
-                            "{topic} offset {offset}, transaction {} ({gtid}): {why}",
-                            first.txn.seq
-                        ),
-                        commit_ts: first.commit_ts,
-                    };
-                    if ready.send(item).await.is_err() {
+/// The source transaction being read.
+struct Reading {
+    seq: u64,
+    gtid: Option<String>,
+    next_index: u32,
+    /// Where the source's stream is once it is applied; `None` when it is skipped.
+    apply: Option<Followed>,
+    /// Some of its parts were handed on.
+    handed_on: bool,
+    /// Its messages not handed on yet, and their bytes.
+    gathered: Vec<Change>,
+    gathered_bytes: usize,
+}
+
+impl Reading {
+    fn continued_by(&self, change: &Change) -> bool {
+        change.txn.index == self.next_index
+            && change.txn.seq == self.seq
+            && change.position.gtid == self.gtid
+    }
+}
+
+/// The reading half of an applier.
+struct Reader<'a> {
+    topic: &'a str,
+    remote: &'a RemoteDc,
+    stats: &'a ApplyStats,
+    limits: &'a Limits,
+    /// The cache loop filter is on: parts carry their changes' keys.
+    cache: bool,
+    /// What parts waiting to be applied may hold.
+    held: Arc<Semaphore>,
+    ready: mpsc::Sender<Item<'a>>,
+}
+
+impl<'a> Reader<'a> {
+    /// Reads the topic from the stored offset, skips the transactions already applied, and
+    /// hands the rest on in parts with their SQL. After a transaction that cannot be placed it
+    /// hands on nothing more until the source's stream starts anew (a new epoch). Ends at
+    /// shutdown, or when nobody applies; its end (dropping `ready`) ends the applying half.
+    async fn read(
+        self,
+        consumer: &StreamConsumer,
+        applied: Applied,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<(), RelayError> {
+        let (topic, remote) = (self.topic, self.remote);
+        // How far the transactions handed on whole go, and the offset after the last message
+        // read.
+        let mut followed = applied.followed;
+        let mut consumed = applied.next_offset;
+        let mut stopped = false;
+        let mut reading: Option<Reading> = None;
+        loop {
+            let message = tokio::select! {
+                _ = shutdown.changed() => return Ok(()),
+                message = consumer.recv() => message,
+            };
+            let message = match message {
+                Ok(message) => message,
+                Err(KafkaError::MessageConsumption(
+                    code @ (RDKafkaErrorCode::OffsetOutOfRange | RDKafkaErrorCode::AutoOffsetReset),
+                )) => {
+                    return Err(RelayError::Refused(format!(
+                        "{topic} no longer has offset {consumed} ({code}): changes from {} were \
+                         deleted before they were applied; copy the relayed tables anew and \
+                         reset its row in relay_applied",
+                        remote.dc
+                    )));
+                }
+                Err(e) => {
+                    // librdkafka reconnects by itself; say why it is slow.
+                    tracing::warn!(topic, "reading from Kafka: {e}");
+                    continue;
+                }
+            };
+            let offset = message.offset();
+            let payload = message.payload().unwrap_or_default();
+            let change = match Change::from_json(payload) {
+                Ok(change) if change.dc == remote.dc => change,
+                Ok(change) => {
+                    let why = format!("holds a change from {}, not {}", change.dc, remote.dc);
+                    return halt(
+                        &self.ready,
+                        format!("{topic} offset {offset} {why}"),
+                        shutdown,
+                    )
+                    .await;
+                }
+                Err(e) => {
+                    return halt(
+                        &self.ready,
+                        format!("{topic} offset {offset}: {e}"),
+                        shutdown,
+                    )
+                    .await;
+                }
+            };
+            consumed = offset + 1;
+            let continues = reading.as_ref().is_some_and(|r| r.continued_by(&change));
+            if !continues && let Some(cut) = reading.take() {
+                // The rest of it comes again, whole, from its first message.
+                if cut.handed_on {
+                    tracing::warn!(
+                        seq = cut.seq,
+                        "a transaction's messages stopped short; it was published again"
+                    );
+                    if self.ready.send(Item::CutOff).await.is_err() {
                         return Ok(());
                     }
                 }
+            }
+            if change.txn.index == 0 {
+                let first = &change;
+                let gtid = first.position.gtid.as_deref().unwrap_or("none");
+                let apply = match order(&followed, &remote.dc, first.position.gtid(), &first.stream)
+                {
+                    Verdict::Apply(next) if !stopped || next.epoch > followed.epoch => {
+                        if stopped {
+                            stopped = false;
+                            tracing::info!(
+                                source = remote.dc,
+                                epoch = next.epoch,
+                                "the stream of {} was started anew: applying goes on",
+                                remote.dc
+                            );
+                        }
+                        Some(next)
+                    }
+                    // Stopped: only a new epoch goes on.
+                    Verdict::Apply(_) => None,
+                    Verdict::Applied => {
+                        // Published again by a capture that restarted before its checkpoint,
+                        // or by another server of the source after a failover.
+                        self.stats
+                            .skipped_transactions
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(gtid, seq = first.txn.seq, "already applied");
+                        None
+                    }
+                    Verdict::Unordered(why) => {
+                        if !stopped {
+                            stopped = true;
+                            let item = Item::Unordered {
+                                why: format!(
+                                    "{topic} offset {offset}, transaction {} ({gtid}): {why}",
+                                    first.txn.seq
+                                ),
+                                commit_ts: first.commit_ts,
+                            };
+                            if self.ready.send(item).await.is_err() {
+                                return Ok(());
+                            }
+                        }
+                        None
+                    }
+                };
+                reading = Some(Reading {
+                    seq: first.txn.seq,
+                    gtid: first.position.gtid.clone(),
+                    next_index: 0,
+                    apply,
+                    handed_on: false,
+                    gathered: Vec::new(),
+                    gathered_bytes: 0,
+                });
+            }
+            // The rest of a transaction whose start was not read: it comes again whole.
+            let Some(current) = reading.as_mut() else {
+                continue;
+            };
+            current.next_index += 1;
+            let last = change.txn.is_last();
+            let Some(next) = current.apply.clone() else {
+                if last {
+                    reading = None;
+                }
+                continue;
+            };
+            current.gathered_bytes += payload.len();
+            current.gathered.push(change);
+            if !last && current.gathered_bytes < self.limits.part_bytes {
                 continue;
             }
-        };
-        if stopped {
-            stopped = false;
-            tracing::info!(
-                source = remote.dc,
-                epoch = next.epoch,
-                "the stream of {} was started anew: applying goes on",
-                remote.dc
-            );
-        }
-        let rows: Vec<&RowChange> = changes.iter().map(|c| &c.row).collect();
-        let statements = match sql::statements(&rows) {
-            Ok(statements) => statements,
-            Err(e) => {
-                let why = format!(
-                    "{topic} offset {offset}, transaction {} ({gtid}, {}:{}): {e}",
-                    first.txn.seq, position.file, position.pos
-                );
-                return halt(&ready, why, shutdown).await;
+            let part = match self.part(current, next.clone(), last, consumed).await {
+                Ok(part) => part,
+                Err(e) if e.is_transient() => return Err(e),
+                // A statement that cannot be written or sent: the same messages fail again.
+                Err(e) => return halt(&self.ready, e.to_string(), shutdown).await,
+            };
+            current.handed_on = true;
+            if last {
+                followed = next;
+                reading = None;
             }
-        };
-        followed = next.clone();
-        let next = Ready {
-            changes,
-            statements,
-            next_offset: consumed,
-            followed: next,
-        };
-        if ready.send(Item::Ready(next)).await.is_err() {
-            // The applying half stopped; its result says why.
-            return Ok(());
+            if self.ready.send(Item::Part(Box::new(part))).await.is_err() {
+                // The applying half stopped; its result says why.
+                return Ok(());
+            }
         }
+    }
+
+    /// Turns the messages gathered into a part, once parts waiting leave room for it.
+    async fn part(
+        &self,
+        current: &mut Reading,
+        followed: Followed,
+        last: bool,
+        next_offset: i64,
+    ) -> Result<Part<'a>, RelayError> {
+        let changes = std::mem::take(&mut current.gathered);
+        current.gathered_bytes = 0;
+        let (first, newest) = match (changes.first(), changes.last()) {
+            (Some(first), Some(newest)) => (first, newest),
+            _ => return Err(RelayError::Refused("an empty part".into())),
+        };
+        let refused = |e: String| {
+            RelayError::Refused(format!(
+                "{} transaction {} ({}, {}:{}): {e}",
+                self.topic,
+                newest.txn.seq,
+                newest.position.gtid.as_deref().unwrap_or("none"),
+                newest.position.file,
+                newest.position.pos
+            ))
+        };
+        let rows: Vec<&RowChange> = changes.iter().map(|c| &c.row).collect();
+        let statements = sql::statements(&rows, self.limits.statement_bytes).map_err(refused)?;
+        if let Some(large) = statements
+            .iter()
+            .find(|s| s.len() > self.limits.packet_bytes)
+        {
+            return Err(refused(format!(
+                "a statement of {} bytes does not fit the server's max_allowed_packet; raise \
+                 max_allowed_packet here above {}",
+                large.len(),
+                large.len() + PACKET_OVERHEAD
+            )));
+        }
+        let mut tables: Vec<TableRef> = Vec::new();
+        for row in &rows {
+            let table = TableRef {
+                schema: row.schema.clone(),
+                table: row.table.clone(),
+                columns: row.columns.clone(),
+            };
+            if !tables.contains(&table) {
+                tables.push(table);
+            }
+        }
+        let keys: Vec<CacheKey> = if self.cache {
+            rows.iter().map(|row| CacheKey::of(row)).collect()
+        } else {
+            Vec::new()
+        };
+        let bytes: usize = statements.iter().map(String::len).sum::<usize>()
+            + keys.len() * std::mem::size_of::<CacheKey>();
+        let share = u32::try_from(bytes.clamp(1, self.limits.held_bytes)).unwrap_or(u32::MAX);
+        let held = self
+            .held
+            .clone()
+            .acquire_many_owned(share)
+            .await
+            .map_err(|_| RelayError::Refused("the applier's memory budget was closed".into()))?;
+        Ok(Part {
+            seq: first.txn.seq,
+            position: first.position.clone(),
+            next_offset,
+            starts: first.txn.index == 0,
+            end: last.then(|| End {
+                position: newest.position.clone(),
+                seq: newest.txn.seq,
+                commit_ts: newest.commit_ts,
+                next_offset,
+            }),
+            followed,
+            statements,
+            tables,
+            keys,
+            changes: changes.len() as u64,
+            commit_ts: first.commit_ts,
+            _held: Held::new(held, share, &self.stats.held_bytes),
+        })
     }
 }
 
 /// Hands on a message that cannot be applied, then reads nothing more until shutdown: the
 /// applier stops there, visibly, and capture and the other appliers go on.
 async fn halt(
-    ready: &mpsc::Sender<Item>,
+    ready: &mpsc::Sender<Item<'_>>,
     why: String,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), RelayError> {
@@ -363,232 +632,338 @@ async fn halt(
     Ok(())
 }
 
-/// Applies the transactions handed on, in order, each once its tables match here. When more
-/// are waiting, up to `relay.apply_batch` go into one local transaction: each source
-/// transaction stays whole, and one commit serves them all.
+/// The local transaction an applier has open (started, with its marker, by its first part).
+#[derive(Default)]
+struct Open {
+    begun: bool,
+    /// The source transactions applied in it, and their changes.
+    transactions: usize,
+    changes: u64,
+    /// The end of the latest of them, and how far the source's stream is after it.
+    end: Option<(End, Followed)>,
+    /// The rows of `relay_loop_keys` written in it (`cache` loop filter).
+    chunks: usize,
+    /// What the open transaction held at its latest savepoint.
+    changes_at_savepoint: u64,
+    chunks_at_savepoint: usize,
+}
+
+/// Applies the parts handed on, in order, each once its tables match here. A source
+/// transaction's parts go into one local transaction; when more are waiting, up to
+/// `relay.apply_batch` whole source transactions share it, and one commit serves them all.
 async fn apply_all(
     context: &RelayContext,
     conn: &mut Conn,
     source_dc: &str,
     stats: &ApplyStats,
-    mut ready: mpsc::Receiver<Item>,
+    limits: &Limits,
+    mut ready: mpsc::Receiver<Item<'_>>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), RelayError> {
     let mut schemas = SchemaCache::default();
-    let most = context.relay.apply_batch;
-    let mut group: Vec<Ready> = Vec::with_capacity(most);
-    // An item that ended the last group instead of joining it.
-    let mut held: Option<Item> = None;
+    let mut open: Option<Open> = None;
+    let applier = Applier {
+        context,
+        source_dc,
+        limits,
+    };
     // Stopped at a bad message: what is still handed on is dropped, unapplied, until shutdown.
     let mut halted = false;
-    loop {
-        let item = match held.take() {
-            Some(item) => item,
-            None => match ready.recv().await {
-                Some(item) => item,
-                None => break,
-            },
-        };
-        let first = match item {
+    while let Some(item) = ready.recv().await {
+        let part = match item {
             _ if halted => continue,
-            Item::Ready(first) => first,
+            Item::Part(part) => part,
             Item::Bad { why } => {
                 halted = true;
-                stop_visibly(conn, stats, source_dc, &why).await?;
+                applier.halt(conn, &mut open, stats, &why).await?;
+                continue;
+            }
+            Item::CutOff => {
+                if let Some(open) = open.as_mut() {
+                    applier.undo_to_savepoint(conn, open).await?;
+                }
                 continue;
             }
             Item::Unordered { why, commit_ts } => {
                 // Everything before it is applied; nothing after it is until the source's
                 // stream starts anew. The transaction waiting ages in the lag.
+                if let Some(done) = open.take() {
+                    applier.finish(conn, done, stats).await?;
+                }
                 stats.lag.behind_since(commit_ts);
                 stop_visibly(conn, stats, source_dc, &why).await?;
                 continue;
             }
         };
-        group.push(first);
-        while group.len() < most {
-            match ready.try_recv() {
-                Ok(Item::Ready(next)) => group.push(next),
-                Ok(other) => {
-                    held = Some(other);
-                    break;
-                }
-                Err(_) => break,
-            }
-        }
-        let changes: Vec<&Change> = group.iter().flat_map(|t| &t.changes).collect();
-        stats.lag.behind_since(changes[0].commit_ts);
-        let placed =
-            match wait_for_schemas(conn, &mut schemas, context, &changes, stats, shutdown).await {
-                Ok(false) => return Ok(()),
-                Ok(true) => apply(context.loop_filter(), conn, source_dc, &group).await,
-                Err(e) => Err(e),
-            };
+        stats.lag.behind_since(part.commit_ts);
+        let placed = match applier
+            .wait_for_schemas(conn, &mut schemas, &mut open, &part, stats, shutdown)
+            .await
+        {
+            Ok(false) => return Ok(()),
+            Ok(true) => applier.place(conn, &mut open, &part, &ready, stats).await,
+            Err(e) => Err(e),
+        };
         match placed {
             Ok(()) => {}
             Err(e) if e.is_transient() => return Err(e),
             Err(e) => {
                 // A definite failure (a table not relayed here, a value the local column
-                // cannot hold): the same transactions would fail again.
-                rollback(conn, source_dc).await?;
+                // cannot hold): the same transaction would fail again.
                 halted = true;
-                stop_visibly(conn, stats, source_dc, &e.to_string()).await?;
-                group.clear();
-                continue;
+                applier.halt(conn, &mut open, stats, &e.to_string()).await?;
             }
         }
+    }
+    Ok(())
+}
+
+/// The applying half of an applier.
+struct Applier<'a> {
+    context: &'a RelayContext,
+    source_dc: &'a str,
+    limits: &'a Limits,
+}
+
+impl Applier<'_> {
+    /// Waits until the tables of `part` are the same here as at the source; `false` when
+    /// shutdown came first. Waiting with a transaction open would hold its locks: what it holds
+    /// of whole source transactions is committed first; part of one is undone, and read again
+    /// from the stored offset (its first part).
+    async fn wait_for_schemas(
+        &self,
+        conn: &mut Conn,
+        schemas: &mut SchemaCache,
+        open: &mut Option<Open>,
+        part: &Part<'_>,
+        stats: &ApplyStats,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<bool, RelayError> {
+        let source_dc = self.source_dc;
+        loop {
+            match check_schemas(conn, schemas, self.context, part, source_dc).await {
+                Ok(()) => {
+                    stats.schema_mismatch.store(false, Ordering::Relaxed);
+                    return Ok(true);
+                }
+                Err(RelayError::SchemaMismatch(message)) => {
+                    stats.schema_mismatch.store(true, Ordering::Relaxed);
+                    tracing::error!(source = source_dc, "{message}");
+                    if let Some(before) = open.take() {
+                        if part.starts {
+                            self.finish(conn, before, stats).await?;
+                        } else {
+                            rollback(conn, source_dc).await?;
+                            record_error(conn, source_dc, &message).await?;
+                            return Err(RelayError::Interrupted(message));
+                        }
+                    }
+                    record_error(conn, source_dc, &message).await?;
+                    tokio::select! {
+                        _ = shutdown.changed() => return Ok(false),
+                        _ = tokio::time::sleep(MISMATCH_RETRY) => {}
+                    }
+                }
+                Err(other) => return Err(other),
+            }
+        }
+    }
+
+    /// Applies a part in the open local transaction, and commits it once its source
+    /// transaction is whole and nothing more is waiting (or the batch is full).
+    async fn place(
+        &self,
+        conn: &mut Conn,
+        open: &mut Option<Open>,
+        part: &Part<'_>,
+        ready: &mpsc::Receiver<Item<'_>>,
+        stats: &ApplyStats,
+    ) -> Result<(), RelayError> {
+        let current = open.get_or_insert_with(Open::default);
+        self.apply_part(conn, current, part).await?;
+        let batch_full = current.transactions >= self.context.relay.apply_batch;
+        if part.end.is_some()
+            && (batch_full || ready.is_empty())
+            && let Some(done) = open.take()
+        {
+            self.finish(conn, done, stats).await?;
+            if ready.is_empty() {
+                stats.lag.caught_up();
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops applying from the source after a bad message or a definite failure: the open
+    /// local transaction is rolled back whole.
+    async fn halt(
+        &self,
+        conn: &mut Conn,
+        open: &mut Option<Open>,
+        stats: &ApplyStats,
+        why: &str,
+    ) -> Result<(), RelayError> {
+        // Also when a failed commit took it already.
+        open.take();
+        rollback(conn, self.source_dc).await?;
+        stop_visibly(conn, stats, self.source_dc, why).await
+    }
+
+    /// Applies a part in the open local transaction, starting it (with the loop marker first)
+    /// if it is not yet.
+    async fn apply_part(
+        &self,
+        conn: &mut Conn,
+        open: &mut Open,
+        part: &Part<'_>,
+    ) -> Result<(), RelayError> {
+        let mut first = Vec::new();
+        if !open.begun {
+            // The marker first: it changes the row (the transaction is not applied yet), so it
+            // is logged, before any change capture could send back.
+            first.push("START TRANSACTION".to_string());
+            first.push(gtids_update(self.source_dc, &part.followed));
+            open.begun = true;
+        }
+        if part.starts {
+            first.push(SOURCE_SAVEPOINT.to_string());
+            open.changes_at_savepoint = open.changes;
+            open.chunks_at_savepoint = open.chunks;
+        }
+        // The keys before the changes they cover: capture reading the binlog meets them first.
+        let keys = self.loop_keys_updates(open.chunks, part.next_offset, &part.keys);
+        open.chunks += keys.len();
+        first.extend(keys);
+        open.changes += part.changes;
+        let what = || {
+            format!(
+                "applying a part of transaction {} from {} ({} changes, {}:{})",
+                part.seq, self.source_dc, part.changes, part.position.file, part.position.pos
+            )
+        };
+        self.send(conn, first.iter().chain(&part.statements), what)
+            .await?;
+        if let Some(end) = &part.end {
+            open.transactions += 1;
+            open.end = Some((end.clone(), part.followed.clone()));
+        }
+        Ok(())
+    }
+
+    /// Undoes the parts of a source transaction that stopped short.
+    async fn undo_to_savepoint(&self, conn: &mut Conn, open: &mut Open) -> Result<(), RelayError> {
+        conn.query_drop(UNDO_SOURCE)
+            .await
+            .map_err(DbError::mysql("undoing a transaction that stopped short"))?;
+        open.changes = open.changes_at_savepoint;
+        open.chunks = open.chunks_at_savepoint;
+        Ok(())
+    }
+
+    /// Records the source transactions applied and commits them.
+    async fn finish(
+        &self,
+        conn: &mut Conn,
+        open: Open,
+        stats: &ApplyStats,
+    ) -> Result<(), RelayError> {
+        let Some((end, followed)) = &open.end else {
+            // Only parts that were undone: nothing to record.
+            return rollback(conn, self.source_dc).await;
+        };
+        let statements = [
+            applied_update(self.source_dc, end, open.transactions, open.changes),
+            gtids_update(self.source_dc, followed),
+            "COMMIT".to_string(),
+        ];
+        let what = || {
+            format!(
+                "committing transactions up to {} from {} ({}:{})",
+                end.seq, self.source_dc, end.position.file, end.position.pos
+            )
+        };
+        self.send(conn, statements.iter(), what).await?;
         stats.stopped.store(false, Ordering::Relaxed);
         stats
             .applied_transactions
-            .fetch_add(group.len() as u64, Ordering::Relaxed);
+            .fetch_add(open.transactions as u64, Ordering::Relaxed);
         stats
             .applied_changes
-            .fetch_add(changes.len() as u64, Ordering::Relaxed);
-        if let Some(last) = group.last() {
-            stats.next_offset.store(last.next_offset, Ordering::Relaxed);
-        }
-        if ready.is_empty() && held.is_none() {
-            stats.lag.caught_up();
-        }
-        group.clear();
+            .fetch_add(open.changes, Ordering::Relaxed);
+        stats.next_offset.store(end.next_offset, Ordering::Relaxed);
+        Ok(())
     }
-    Ok(())
-}
 
-/// Waits until the tables of `changes` are the same here as at the source; `false` when
-/// shutdown came first.
-async fn wait_for_schemas(
-    conn: &mut Conn,
-    schemas: &mut SchemaCache,
-    context: &RelayContext,
-    changes: &[&Change],
-    stats: &ApplyStats,
-    shutdown: &mut watch::Receiver<bool>,
-) -> Result<bool, RelayError> {
-    let source_dc = &changes[0].dc;
-    loop {
-        match check_schemas(conn, schemas, context, changes, source_dc).await {
-            Ok(()) => {
-                stats.schema_mismatch.store(false, Ordering::Relaxed);
-                return Ok(true);
-            }
-            Err(RelayError::SchemaMismatch(message)) => {
-                stats.schema_mismatch.store(true, Ordering::Relaxed);
-                tracing::error!(source = source_dc, "{message}");
-                record_error(conn, source_dc, &message).await?;
-                tokio::select! {
-                    _ = shutdown.changed() => return Ok(false),
-                    _ = tokio::time::sleep(MISMATCH_RETRY) => {}
-                }
-            }
-            Err(other) => return Err(other),
-        }
+    /// Records the keys of a part's changes for the `cache` loop filter, in rows of
+    /// `relay_loop_keys` numbered on from `chunk`: capture finds them in the binlog with the
+    /// changes (see [`super::loop_filter`]). `next_offset` makes every write change its row.
+    fn loop_keys_updates(&self, chunk: usize, next_offset: i64, keys: &[CacheKey]) -> Vec<String> {
+        keys.chunks(self.limits.keys_per_chunk)
+            .zip(chunk..)
+            .map(|(keys, chunk)| {
+                let mut sql = format!(
+                    "INSERT INTO `{LOOP_KEYS_TABLE}` (source_dc, chunk, next_offset, cache_keys) \
+                     VALUES ("
+                );
+                push_sql_string(&mut sql, self.source_dc);
+                sql.push_str(&format!(", {chunk}, {next_offset}, "));
+                let bytes = keys.iter().flat_map(|k| *k.as_bytes()).collect();
+                sql::push_literal(&mut sql, Some(&Value::Bytes(bytes)));
+                sql.push_str(
+                    ") ON DUPLICATE KEY UPDATE next_offset = VALUES(next_offset), \
+                     cache_keys = VALUES(cache_keys)",
+                );
+                sql
+            })
+            .collect()
     }
-}
 
-/// Applies consecutive source transactions with their bookkeeping in one local transaction.
-async fn apply(
-    loop_filter: LoopFilterMode,
-    conn: &mut Conn,
-    source_dc: &str,
-    group: &[Ready],
-) -> Result<(), RelayError> {
-    let Some(newest) = group.last() else {
-        return Ok(());
-    };
-    let last = &newest.changes[newest.changes.len() - 1];
-    let context = || {
-        format!(
-            "applying transactions {} to {} from {source_dc} (up to {}:{})",
-            group[0].changes[0].txn.seq, last.txn.seq, last.position.file, last.position.pos
-        )
-    };
-    let changes: usize = group.iter().map(|t| t.changes.len()).sum();
-    // The marker and the bookkeeping first, then the changes, then COMMIT: one round trip for
-    // a transaction that fits the budget. The server stops at the first failing statement, so a
-    // failure never reaches COMMIT; the transaction is rolled back with the connection (dropped
-    // with a transient error) or by the caller (after a definite one).
-    let mut bookkeeping = vec![
-        "START TRANSACTION".to_string(),
-        applied_update(source_dc, last, group.len(), changes, newest.next_offset),
-        gtids_update(source_dc, &newest.followed),
-    ];
-    if loop_filter == LoopFilterMode::Cache {
-        let keys: Vec<CacheKey> = group
-            .iter()
-            .flat_map(|t| &t.changes)
-            .map(|c| CacheKey::of(&c.row))
-            .collect();
-        bookkeeping.extend(loop_keys_updates(source_dc, newest.next_offset, &keys));
-    }
-    let commit = ["COMMIT".to_string()];
-    let mut batch = String::new();
-    for statement in bookkeeping
-        .iter()
-        .chain(group.iter().flat_map(|t| &t.statements))
-        .chain(&commit)
-    {
-        if !batch.is_empty() && batch.len() + statement.len() > STATEMENT_BUDGET {
-            conn.query_drop(std::mem::take(&mut batch))
-                .await
-                .map_err(DbError::mysql(context()))?;
+    /// Sends statements in round trips of at most the statement limit. The server stops at the
+    /// first failing statement, so a failure never reaches COMMIT; the transaction is rolled
+    /// back with the connection (dropped with a transient error) or by the caller (after a
+    /// definite one).
+    async fn send<'s>(
+        &self,
+        conn: &mut Conn,
+        statements: impl Iterator<Item = &'s String>,
+        what: impl Fn() -> String,
+    ) -> Result<(), RelayError> {
+        let mut batch = String::new();
+        for statement in statements {
+            if !batch.is_empty() && batch.len() + statement.len() > self.limits.statement_bytes {
+                conn.query_drop(std::mem::take(&mut batch))
+                    .await
+                    .map_err(DbError::mysql(what()))?;
+            }
+            if !batch.is_empty() {
+                batch.push_str(";\n");
+            }
+            batch.push_str(statement);
         }
         if !batch.is_empty() {
-            batch.push_str(";\n");
+            conn.query_drop(batch)
+                .await
+                .map_err(DbError::mysql(what()))?;
         }
-        batch.push_str(statement);
+        Ok(())
     }
-    conn.query_drop(batch)
-        .await
-        .map_err(DbError::mysql(context()))?;
-    Ok(())
 }
 
-/// Records the transaction in `relay_applied`: the marker, and where a restart resumes.
-fn applied_update(
-    source_dc: &str,
-    last: &Change,
-    transactions: usize,
-    changes: usize,
-    next_offset: i64,
-) -> String {
+/// Records the transactions in `relay_applied`: where a restart resumes.
+fn applied_update(source_dc: &str, end: &End, transactions: usize, changes: u64) -> String {
     let mut sql = format!(
-        "UPDATE `{APPLIED_TABLE}` SET next_offset = {next_offset}, source_pos = {}, \
+        "UPDATE `{APPLIED_TABLE}` SET next_offset = {}, source_pos = {}, \
          source_seq = {}, source_commit_ts = {}, \
          applied_transactions = applied_transactions + {transactions}, \
          applied_changes = applied_changes + {changes}, last_error = NULL, source_file = ",
-        last.position.pos, last.txn.seq, last.commit_ts
+        end.next_offset, end.position.pos, end.seq, end.commit_ts
     );
-    push_sql_string(&mut sql, &last.position.file);
+    push_sql_string(&mut sql, &end.position.file);
     sql.push_str(", source_gtid = ");
-    push_sql_string(&mut sql, last.position.gtid.as_deref().unwrap_or_default());
+    push_sql_string(&mut sql, end.position.gtid.as_deref().unwrap_or_default());
     sql.push_str(" WHERE source_dc = ");
     push_sql_string(&mut sql, source_dc);
     sql
-}
-
-/// Records the keys of the changes applied, for the `cache` loop filter: capture finds them in
-/// the binlog with the changes (see [`super::loop_filter`]). Keys go in chunks of
-/// [`KEYS_PER_CHUNK`], so that no statement outgrows the budget.
-fn loop_keys_updates(source_dc: &str, next_offset: i64, keys: &[CacheKey]) -> Vec<String> {
-    keys.chunks(KEYS_PER_CHUNK)
-        .enumerate()
-        .map(|(chunk, keys)| {
-            let mut sql = format!(
-                "INSERT INTO `{LOOP_KEYS_TABLE}` (source_dc, chunk, next_offset, cache_keys) \
-                 VALUES ("
-            );
-            push_sql_string(&mut sql, source_dc);
-            sql.push_str(&format!(", {chunk}, {next_offset}, "));
-            let bytes = keys.iter().flat_map(|k| *k.as_bytes()).collect();
-            sql::push_literal(&mut sql, Some(&Value::Bytes(bytes)));
-            sql.push_str(
-                ") ON DUPLICATE KEY UPDATE next_offset = VALUES(next_offset), \
-                 cache_keys = VALUES(cache_keys)",
-            );
-            sql
-        })
-        .collect()
 }
 
 /// Records how far the applier is in the source's stream: what recognises a transaction
@@ -667,12 +1042,12 @@ async fn stop_visibly(
     record_error(conn, source_dc, why).await
 }
 
-/// Ends the transaction a failed apply left open.
+/// Ends the local transaction a failed or cut-short apply left open.
 async fn rollback(conn: &mut Conn, source_dc: &str) -> Result<(), RelayError> {
     conn.query_drop("ROLLBACK")
         .await
         .map_err(DbError::mysql(format!(
-            "rolling back a failed apply from {source_dc}"
+            "rolling back a transaction from {source_dc} not applied whole"
         )))?;
     Ok(())
 }
@@ -694,54 +1069,47 @@ async fn record_error(conn: &mut Conn, source_dc: &str, message: &str) -> Result
 /// change.
 #[derive(Debug, Default)]
 struct SchemaCache {
-    checked: HashMap<
-        (String, String),
-        (
-            Instant,
-            std::collections::BTreeMap<String, super::change::Kind>,
-        ),
-    >,
+    checked: HashMap<(String, String), (Instant, std::collections::BTreeMap<String, Kind>)>,
 }
 
-/// Refuses a transaction touching a table that is not relayed here (for good) or whose columns
+/// Refuses a part touching a table that is not relayed here (for good) or whose columns
 /// differ (until they agree).
 async fn check_schemas(
     conn: &mut Conn,
     cache: &mut SchemaCache,
     context: &RelayContext,
-    changes: &[&Change],
+    part: &Part<'_>,
     source_dc: &str,
 ) -> Result<(), RelayError> {
-    for change in changes {
-        let row = &change.row;
-        let name = (row.schema.clone(), row.table.clone());
+    for table in &part.tables {
+        let name = (table.schema.clone(), table.table.clone());
         if let Some((at, columns)) = cache.checked.get(&name)
             && at.elapsed() < SCHEMA_RECHECK
-            && *columns == row.columns
+            && *columns == table.columns
         {
             continue;
         }
-        if !context.is_relayed(&row.schema, &row.table) {
+        if !context.is_relayed(&table.schema, &table.table) {
             return Err(RelayError::Refused(format!(
                 "{source_dc} sends changes of {}.{} (transaction {}, {}:{}), which relay.tables \
                  does not list here",
-                row.schema, row.table, change.txn.seq, change.position.file, change.position.pos
+                table.schema, table.table, part.seq, part.position.file, part.position.pos
             )));
         }
-        let local = local_columns(conn, &row.schema, &row.table).await?;
-        let differences = sql::column_differences(&row.columns, &local, source_dc);
+        let local = local_columns(conn, &table.schema, &table.table).await?;
+        let differences = sql::column_differences(&table.columns, &local, source_dc);
         if !differences.is_empty() {
             return Err(RelayError::SchemaMismatch(format!(
                 "table {}.{} differs between {source_dc} and here: {}; applying from \
                  {source_dc} waits until the table is the same in both (DDL is not relayed)",
-                row.schema,
-                row.table,
+                table.schema,
+                table.table,
                 differences.join("; ")
             )));
         }
         cache
             .checked
-            .insert(name, (Instant::now(), row.columns.clone()));
+            .insert(name, (Instant::now(), table.columns.clone()));
     }
     Ok(())
 }
@@ -777,45 +1145,61 @@ async fn local_columns(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::relay::change::{Position, TxnRef};
+    use crate::relay::change::TxnRef;
 
-    fn message(seq: u64, index: u32, count: u32) -> Change {
+    fn message(seq: u64, index: u32, gtid: &str) -> Change {
         let position = Position {
             file: "bin.000001".into(),
-            pos: 100 + seq,
-            gtid: None,
+            pos: 100 + u64::from(index),
+            gtid: Some(gtid.into()),
         };
-        Change::test_delete(position, TxnRef { seq, index, count }, Default::default())
+        let txn = TxnRef {
+            seq,
+            index,
+            last: false,
+        };
+        Change::test_delete(position, txn, Default::default())
+    }
+
+    fn reading(seq: u64, next_index: u32, gtid: &str) -> Reading {
+        Reading {
+            seq,
+            gtid: Some(gtid.into()),
+            next_index,
+            apply: None,
+            handed_on: true,
+            gathered: Vec::new(),
+            gathered_bytes: 0,
+        }
     }
 
     #[test]
-    fn transactions_complete_at_their_last_message() {
-        let mut a = Assembler::default();
-        assert!(a.push(message(1, 0, 2)).is_none());
-        let txn = a.push(message(1, 1, 2)).unwrap();
-        assert_eq!(txn.len(), 2);
-        assert_eq!(a.push(message(2, 0, 1)).unwrap().len(), 1);
+    fn a_transaction_goes_on_with_its_next_message_only() {
+        let r = reading(4, 2, "0-1-9");
+        // Positions differ between messages: capture publishes as it reads.
+        assert!(r.continued_by(&message(4, 2, "0-1-9")));
+        // Published again from its start, a gap, another transaction, another GTID.
+        for other in [
+            message(4, 0, "0-1-9"),
+            message(4, 3, "0-1-9"),
+            message(5, 2, "0-1-9"),
+            message(4, 2, "0-2-9"),
+        ] {
+            assert!(!r.continued_by(&other), "{:?}", other.txn);
+        }
     }
 
     #[test]
-    fn a_cut_off_transaction_is_dropped_for_its_republished_whole() {
-        let mut a = Assembler::default();
-        assert!(a.push(message(1, 0, 3)).is_none());
-        assert!(a.push(message(1, 1, 3)).is_none());
-        // Capture restarted: the transaction again, from its start.
-        assert!(a.push(message(1, 0, 3)).is_none());
-        assert!(a.push(message(1, 1, 3)).is_none());
-        assert_eq!(a.push(message(1, 2, 3)).unwrap().len(), 3);
-    }
-
-    #[test]
-    fn the_tail_of_a_transaction_without_its_start_is_ignored() {
-        let mut a = Assembler::default();
-        assert!(a.push(message(4, 1, 3)).is_none());
-        assert!(a.push(message(4, 2, 3)).is_none());
-        assert!(a.push(message(5, 0, 1)).is_some());
-        // A message of another transaction in the middle is a break, too.
-        assert!(a.push(message(6, 0, 2)).is_none());
-        assert!(a.push(message(7, 1, 2)).is_none());
+    fn limits_divide_the_memory_setting() {
+        let settings = crate::config::Settings::defaults().unwrap();
+        let memory = settings.relay.apply_memory_bytes;
+        let limits = Limits::of(memory, 16 << 20);
+        assert_eq!(limits.part_bytes, memory / 64);
+        assert_eq!(limits.held_bytes, memory / 2);
+        assert_eq!(limits.statement_bytes, STATEMENT_BUDGET);
+        // A small max_allowed_packet caps statements.
+        let small = Limits::of(memory, 64 << 10);
+        assert_eq!(small.statement_bytes, (64 << 10) - PACKET_OVERHEAD);
+        assert_eq!(small.packet_bytes, (64 << 10) - PACKET_OVERHEAD);
     }
 }

@@ -1,8 +1,11 @@
 //! Capture: reads the local server's binlog as a replica, turns the relayed tables' committed
 //! changes into change messages and publishes them, in binlog order, to this data centre's
-//! topic (one partition, idempotent producer, `acks=all`). The position is checkpointed only
-//! once Kafka acknowledged everything up to it (see [`super::checkpoint`]); where capture
-//! resumes is the later of that and the topic's last message (see [`super::resume`]).
+//! topic (one partition, idempotent producer, `acks=all`). A transaction's changes are published
+//! as they are read, so capture holds one rows event of it, not the whole. The position is
+//! checkpointed only once Kafka acknowledged everything up to it, a whole transaction (see
+//! [`super::checkpoint`]); where capture resumes is the later of that and the topic's last
+//! message (see [`super::resume`]), which republishes a transaction cut off in the topic from its
+//! start.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,12 +27,14 @@ use crate::mysql::rows::take;
 use crate::mysql::{self, DbError};
 use crate::relay::settings::LoopFilterMode;
 
-use super::change::{Change, Stream, TxnRef, binlog_file_number};
+use super::change::{
+    Change, Position, RowChange, Stream, TxnRef, binlog_file_number, value_to_json,
+};
 use super::checkpoint::{self, Checkpoint};
 use super::context::{RelayContext, RelayError};
-use super::events::{EventHandler, Step, Transaction};
+use super::events::{EventHandler, Rows, Step, Transaction};
 use super::gtid::{Gtid, GtidState};
-use super::loop_filter;
+use super::loop_filter::RecordedKeys;
 use super::resume::{self, Start};
 use super::stats::{CaptureStats, RelayStats, Running};
 use super::table::Charsets;
@@ -42,6 +47,12 @@ const SILENCE_LIMIT: Duration = Duration::from_secs(10);
 const IN_FLIGHT: usize = 4096;
 /// How long a producer may retry a message before it counts as failed.
 const DELIVERY_TIMEOUT: &str = "120000";
+/// Bytes of a produce request around its messages' own bytes.
+const REQUEST_OVERHEAD: usize = 4096;
+/// librdkafka's default `batch.size`, kept unless a request must be smaller.
+const BATCH_BYTES: usize = 1_000_000;
+/// The producer's queue holds this many of the largest messages.
+const QUEUED_MESSAGES: usize = 16;
 
 /// The server settings capture needs, read from `SHOW GLOBAL VARIABLES`.
 const SOURCE_VARIABLES: &[&str] = &[
@@ -107,6 +118,8 @@ pub fn check_source(
 struct Pending {
     deliveries: Vec<DeliveryFuture>,
     checkpoint: Checkpoint,
+    /// The last messages of a transaction (the checkpoint moves only then).
+    ends_transaction: bool,
 }
 
 /// Runs capture until `shutdown` is set; returns on the first error.
@@ -215,6 +228,13 @@ pub async fn run_once(
         context.stats.clone(),
     ));
     let mut last = start;
+    let mut publisher = Publisher {
+        context,
+        producer: &producer,
+        topic: &topic,
+        source_server_id,
+        current: None,
+    };
     let outcome: Result<(), RelayError> = async {
         loop {
             let next = tokio::select! {
@@ -245,9 +265,17 @@ pub async fn run_once(
             };
             let pending = match handler.handle(&event)? {
                 None => continue,
+                Some(Step::Rows(rows)) => {
+                    stats.read_lag.behind_since(rows.timestamp);
+                    Pending {
+                        deliveries: publisher.rows(rows, &last).await?,
+                        checkpoint: last.clone(),
+                        ends_transaction: false,
+                    }
+                }
                 Some(Step::Transaction(txn)) => {
                     stats.read_lag.behind_since(txn.commit_ts);
-                    publish(context, &producer, &topic, source_server_id, txn, &mut last).await?
+                    publisher.end(txn, &mut last).await?
                 }
                 Some(Step::Idle(position)) => {
                     // The server has sent all it wrote.
@@ -267,6 +295,7 @@ pub async fn run_once(
                     Pending {
                         deliveries: Vec::new(),
                         checkpoint: last.clone(),
+                        ends_transaction: false,
                     }
                 }
             };
@@ -310,81 +339,216 @@ fn ended_early(acked: Result<Result<(), RelayError>, tokio::task::JoinError>) ->
     }
 }
 
-/// Applies the loop filter to a transaction and sends what is left to Kafka.
-async fn publish(
-    context: &RelayContext,
-    producer: &FutureProducer,
-    topic: &str,
+/// The transaction being published: its changes go out as capture reads them, each message
+/// held back until the next one, so that the last can say it is the last.
+struct Publishing {
+    seq: u64,
+    gtid: Gtid,
+    stream: Stream,
+    /// The loop filter drops the whole transaction (marker or skip_replication flag).
+    dropped: bool,
+    next_index: u32,
+    held: Option<RowChange>,
+    /// The `cache` filter's keys recorded in the transaction, and the changes it holds.
+    keys: RecordedKeys,
+    read: u64,
+    kept: u64,
+}
+
+/// Publishes transactions as their changes are read, in order, to the data centre's topic.
+struct Publisher<'a> {
+    context: &'a RelayContext,
+    producer: &'a FutureProducer,
+    topic: &'a str,
     source_server_id: u32,
-    txn: Transaction,
-    last: &mut Checkpoint,
-) -> Result<Pending, RelayError> {
-    let read = txn.changes.len();
-    let changes: Vec<_> = match context.loop_filter() {
-        LoopFilterMode::Marker if txn.has_marker => Vec::new(),
-        LoopFilterMode::SkipReplication if txn.skip_flagged => Vec::new(),
-        LoopFilterMode::Cache => loop_filter::unrecorded(&txn.loop_keys, txn.changes),
-        _ => txn.changes,
-    };
-    if changes.len() < read {
-        let stats = &context.stats.capture;
-        let dropped = (read - changes.len()) as u64;
-        stats
-            .loop_dropped_changes
-            .fetch_add(dropped, Ordering::Relaxed);
-        if changes.is_empty() {
-            stats
-                .loop_dropped_transactions
-                .fetch_add(1, Ordering::Relaxed);
+    current: Option<Publishing>,
+}
+
+impl Publisher<'_> {
+    /// Applies the loop filter to changes of the open transaction and sends what is left,
+    /// holding back the latest.
+    async fn rows(
+        &mut self,
+        rows: Rows,
+        last: &Checkpoint,
+    ) -> Result<Vec<DeliveryFuture>, RelayError> {
+        let context = self.context;
+        // The applier writes its marker before its changes, so it is known from the first ones.
+        let current = self.current.get_or_insert_with(|| Publishing {
+            seq: last.next_seq,
+            gtid: rows.gtid,
+            stream: Stream {
+                epoch: last.epoch,
+                published: last.published.clone(),
+                binlog: rows.gtid_before.clone(),
+            },
+            dropped: match context.loop_filter() {
+                LoopFilterMode::Marker => rows.has_marker,
+                LoopFilterMode::SkipReplication => rows.skip_flagged,
+                LoopFilterMode::Cache => false,
+            },
+            next_index: 0,
+            held: None,
+            keys: RecordedKeys::default(),
+            read: 0,
+            kept: 0,
+        });
+        current.read += rows.changes.len() as u64;
+        if current.dropped {
+            return Ok(Vec::new());
         }
-    }
-    let mut deliveries = Vec::with_capacity(changes.len());
-    let mut checkpoint = Checkpoint {
-        file: txn.end.file.clone(),
-        pos: txn.end.pos,
-        gtid_state: txn.gtid_state,
-        gtid_from_position: false,
-        commit_ts: txn.commit_ts,
-        ..last.clone()
-    };
-    if !changes.is_empty() {
-        let count = u32::try_from(changes.len()).map_err(|_| {
-            RelayError::Refused(format!("a transaction of {} changes", changes.len()))
-        })?;
-        let seq = checkpoint.next_seq;
-        let gtid = txn.gtid;
-        goes_forward(&last.published, gtid)?;
-        let stream = Stream {
-            epoch: last.epoch,
-            published: last.published.clone(),
-            binlog: txn.gtid_before,
+        let changes = if context.loop_filter() == LoopFilterMode::Cache {
+            current.keys.record(rows.loop_keys);
+            // The applier writes its marker first: what follows it is the applier's.
+            current.keys.pass(rows.changes, rows.has_marker)
+        } else {
+            rows.changes
         };
-        for (index, row) in changes.into_iter().enumerate() {
-            let change = Change {
-                dc: context.dc().to_string(),
-                server_id: source_server_id,
-                row,
-                position: txn.end.clone(),
-                commit_ts: txn.commit_ts,
-                txn: TxnRef {
-                    seq,
-                    index: index as u32,
-                    count,
-                },
-                stream: stream.clone(),
-            };
-            deliveries.push(send(producer, topic, &change.to_json()).await?);
-        }
-        checkpoint.published.update(gtid);
-        checkpoint.next_seq += 1;
-        checkpoint.published_transactions += 1;
-        checkpoint.published_changes += u64::from(count);
+        self.send_held(changes, &rows.at, rows.timestamp).await
     }
-    *last = checkpoint.clone();
-    Ok(Pending {
-        deliveries,
-        checkpoint,
-    })
+
+    /// Sends the change held back and all of `changes` but the last, which is held back.
+    async fn send_held(
+        &mut self,
+        changes: Vec<RowChange>,
+        at: &Position,
+        commit_ts: u32,
+    ) -> Result<Vec<DeliveryFuture>, RelayError> {
+        let mut deliveries = Vec::with_capacity(changes.len());
+        for row in changes {
+            if let Some(held) = self.current.as_mut().and_then(|c| c.held.replace(row)) {
+                deliveries.push(self.send_change(held, at, commit_ts, false).await?);
+            }
+        }
+        Ok(deliveries)
+    }
+
+    /// Ends the open transaction: sends its last message and returns the checkpoint after it.
+    async fn end(
+        &mut self,
+        txn: Transaction,
+        last: &mut Checkpoint,
+    ) -> Result<Pending, RelayError> {
+        let mut checkpoint = Checkpoint {
+            file: txn.end.file.clone(),
+            pos: txn.end.pos,
+            gtid_state: txn.gtid_state,
+            gtid_from_position: false,
+            commit_ts: txn.commit_ts,
+            ..last.clone()
+        };
+        // What the cache filter held that no key recorded in the transaction dropped.
+        let unrecorded = self
+            .current
+            .as_mut()
+            .map(|c| std::mem::take(&mut c.keys).unrecorded())
+            .unwrap_or_default();
+        let mut deliveries = self.send_held(unrecorded, &txn.end, txn.commit_ts).await?;
+        if let Some(held) = self.current.as_mut().and_then(|c| c.held.take()) {
+            deliveries.push(
+                self.send_change(held, &txn.end, txn.commit_ts, true)
+                    .await?,
+            );
+        }
+        if let Some(done) = self.current.take() {
+            self.count_dropped(&done);
+            if done.kept > 0 {
+                checkpoint.published.update(done.gtid);
+                checkpoint.next_seq += 1;
+                checkpoint.published_transactions += 1;
+                checkpoint.published_changes += done.kept;
+            }
+        }
+        *last = checkpoint.clone();
+        Ok(Pending {
+            deliveries,
+            checkpoint,
+            ends_transaction: true,
+        })
+    }
+
+    fn count_dropped(&self, done: &Publishing) {
+        if done.kept < done.read {
+            let stats = &self.context.stats.capture;
+            stats
+                .loop_dropped_changes
+                .fetch_add(done.read - done.kept, Ordering::Relaxed);
+            if done.kept == 0 {
+                stats
+                    .loop_dropped_transactions
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Sends one change of the open transaction, refusing one larger than
+    /// `relay.max_message_bytes`.
+    async fn send_change(
+        &mut self,
+        row: RowChange,
+        at: &Position,
+        commit_ts: u32,
+        last: bool,
+    ) -> Result<DeliveryFuture, RelayError> {
+        let context = self.context;
+        let Some(current) = self.current.as_mut() else {
+            return Err(RelayError::Refused(
+                "a change outside a transaction: capture lost its place".into(),
+            ));
+        };
+        if current.next_index == 0 {
+            goes_forward(&current.stream.published, current.gtid)?;
+        }
+        let change = Change {
+            dc: context.dc().to_string(),
+            server_id: self.source_server_id,
+            row,
+            position: at.clone(),
+            commit_ts,
+            txn: TxnRef {
+                seq: current.seq,
+                index: current.next_index,
+                last,
+            },
+            stream: current.stream.clone(),
+        };
+        let payload = change.to_json();
+        let most = context.relay.max_message_bytes;
+        if payload.len() > most {
+            return Err(too_large(&change, payload.len(), most));
+        }
+        current.next_index = current.next_index.checked_add(1).ok_or_else(|| {
+            RelayError::Refused(format!(
+                "transaction {} has more than {} relayed changes",
+                current.gtid,
+                u32::MAX
+            ))
+        })?;
+        current.kept += 1;
+        send(self.producer, self.topic, &payload).await
+    }
+}
+
+/// Why a change cannot be published: skipping it would lose it, so capture stops.
+fn too_large(change: &Change, size: usize, most: usize) -> RelayError {
+    let row = &change.row;
+    let key: serde_json::Map<String, serde_json::Value> = row
+        .key
+        .iter()
+        .map(|(name, value)| (name.clone(), value_to_json(value.as_ref())))
+        .collect();
+    RelayError::Refused(format!(
+        "the {} of {}.{} key {} in transaction {} makes a message of {size} bytes, more than \
+         relay.max_message_bytes ({most}): capture stops rather than lose it; raise \
+         relay.max_message_bytes above {size} here, the brokers' message.max.bytes (or the \
+         topic's max.message.bytes) and the remote appliers' relay.apply_memory_bytes with it, \
+         and start the relay again",
+        row.kind,
+        row.schema,
+        row.table,
+        serde_json::Value::Object(key),
+        change.position.gtid.as_deref().unwrap_or("without GTID"),
+    ))
 }
 
 /// Refuses to publish `gtid` unless its sequence number is above the last one published in its
@@ -442,7 +606,10 @@ async fn acknowledge(
             next = pending.recv() => {
                 let Some(next) = next else { break };
                 let messages = next.deliveries.len() as u64;
-                if messages > 0 {
+                // A transaction published part by part counts once, at its end.
+                let published = next.ends_transaction
+                    && next.checkpoint.published_transactions > acked.published_transactions;
+                if published {
                     stats.publish_lag.behind_since(next.checkpoint.commit_ts);
                 }
                 for delivery in next.deliveries {
@@ -456,9 +623,9 @@ async fn acknowledge(
                         }
                     }
                 }
-                if messages > 0 {
+                stats.published_changes.fetch_add(messages, Ordering::Relaxed);
+                if published {
                     stats.published_transactions.fetch_add(1, Ordering::Relaxed);
-                    stats.published_changes.fetch_add(messages, Ordering::Relaxed);
                     stats.publish_lag.caught_up();
                 }
                 acked = next.checkpoint;
@@ -506,6 +673,10 @@ async fn save(
 
 /// The producer: idempotent, `acks=all`, so retries neither duplicate nor reorder.
 fn producer(context: &RelayContext) -> Result<FutureProducer, RelayError> {
+    let most = context.relay.max_message_bytes;
+    // A request carries a message with the record batch's framing around it.
+    let request_bytes = most + REQUEST_OVERHEAD;
+    let queued_kbytes = most.saturating_mul(QUEUED_MESSAGES) / 1024;
     context
         .kafka_config(&context.kafka.brokers)
         .set("enable.idempotence", "true")
@@ -515,6 +686,10 @@ fn producer(context: &RelayContext) -> Result<FutureProducer, RelayError> {
         // matters for topics read across data centres.
         .set("compression.type", "lz4")
         .set("message.timeout.ms", DELIVERY_TIMEOUT)
+        .set("message.max.bytes", request_bytes.to_string())
+        .set("batch.size", request_bytes.min(BATCH_BYTES).to_string())
+        // What waits for Kafka is bounded too, not only what capture holds of a transaction.
+        .set("queue.buffering.max.kbytes", queued_kbytes.to_string())
         .create_redacted()
         .map_err(RelayError::kafka("creating the Kafka producer"))
 }

@@ -8,7 +8,7 @@
 //!  "values":{"price":"12.3400"},
 //!  "before":{"id":18446744073709551615,"price":"9.9900","seen":"2024-05-01 10:00:00.250000"},
 //!  "file":"mariadb-bin.000002","pos":643,"gtid":"0-11-9","commit_ts":1714557600,
-//!  "txn":{"seq":17,"index":0,"count":1},
+//!  "txn":{"seq":17,"index":0,"last":true},
 //!  "stream":{"epoch":0,"published":"0-11-7","binlog":"0-11-8"}}
 //! ```
 //!
@@ -23,8 +23,10 @@
 //! `values` holds every column for an insert and the changed columns for an update; `before`
 //! the whole row before an update or delete. `txn` places the change in its transaction
 //! (`seq` numbers the transactions capture published, one after the other; `relay reset` jumps
-//! ahead); `file`/`pos` is the end of the
-//! transaction in the source's binlog and `gtid` its MariaDB GTID.
+//! ahead; `index` counts the transaction's messages from 0; `last` marks its last one). `gtid`
+//! is the transaction's MariaDB GTID; `file`/`pos` is the end of the transaction in the source's
+//! binlog on its last message, and how far capture had read it on the others (capture publishes
+//! a large transaction while it reads it).
 //!
 //! `stream` is what keeps the data centre's stream exactly once across restarts and failovers
 //! (see [`super::order`]): `epoch` is the `seq` of the first transaction published since the
@@ -176,17 +178,50 @@ pub fn binlog_file_number(file: &str) -> Option<u64> {
     number.parse().ok()
 }
 
-/// Where a change sits in its transaction.
+/// Where a change sits in its transaction: capture publishes a transaction as it reads it, so
+/// a message says whether it is the last, not how many there are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "TxnWire")]
 pub struct TxnRef {
     pub seq: u64,
     pub index: u32,
-    pub count: u32,
+    pub last: bool,
 }
 
 impl TxnRef {
     pub fn is_last(&self) -> bool {
-        self.index + 1 == self.count
+        self.last
+    }
+}
+
+/// `txn` as read: messages of earlier versions give the transaction's `count` instead of `last`.
+#[derive(Deserialize)]
+struct TxnWire {
+    seq: u64,
+    index: u32,
+    #[serde(default)]
+    last: Option<bool>,
+    #[serde(default)]
+    count: Option<u32>,
+}
+
+impl TryFrom<TxnWire> for TxnRef {
+    type Error = String;
+
+    fn try_from(wire: TxnWire) -> Result<TxnRef, String> {
+        let last = match (wire.last, wire.count) {
+            (Some(last), _) => last,
+            (None, Some(count)) if wire.index < count => wire.index + 1 == count,
+            (None, Some(count)) => {
+                return Err(format!("change {} of a transaction of {count}", wire.index));
+            }
+            (None, None) => return Err("txn has neither last nor count".into()),
+        };
+        Ok(TxnRef {
+            seq: wire.seq,
+            index: wire.index,
+            last,
+        })
     }
 }
 
@@ -273,12 +308,6 @@ impl Change {
         let before = wire.before.map(row).transpose()?;
         if key.is_empty() {
             return Err(ChangeError("no primary key".into()));
-        }
-        if wire.txn.index >= wire.txn.count {
-            return Err(ChangeError(format!(
-                "change {} of a transaction of {}",
-                wire.txn.index, wire.txn.count
-            )));
         }
         let needs_before = matches!(wire.kind, ChangeKind::Update | ChangeKind::Delete);
         if needs_before != before.is_some() {
@@ -437,7 +466,7 @@ mod tests {
             txn: TxnRef {
                 seq: 17,
                 index: 0,
-                count: 1,
+                last: true,
             },
             stream: Stream {
                 epoch: 3,
@@ -487,7 +516,7 @@ mod tests {
                 r#""key":{"id":18446744073709551615}"#,
                 r#""key":{"nope":1}"#,
             ),
-            (r#""count":1"#, r#""count":0"#),
+            (r#""last":true"#, r#""last":1"#),
             (r#""type":"update""#, r#""type":"insert""#),
             (r#""id":18446744073709551615,"#, r#""id":-1,"#),
             (r#""published":"0-11-7,1-12-4""#, r#""published":"0-11""#),
@@ -497,6 +526,19 @@ mod tests {
             assert!(Change::from_json(bad.as_bytes()).is_err(), "accepted {to}");
         }
         assert!(Change::from_json(b"{").is_err());
+    }
+
+    #[test]
+    fn messages_of_earlier_versions_give_a_count() {
+        let good = String::from_utf8(sample().to_json()).unwrap();
+        let txn = |with: &str| {
+            let text = good.replacen(r#""last":true"#, with, 1);
+            Change::from_json(text.as_bytes()).map(|c| c.txn.last)
+        };
+        assert_eq!(txn(r#""count":1"#), Ok(true));
+        assert_eq!(txn(r#""count":2"#), Ok(false));
+        assert!(txn(r#""count":0"#).is_err());
+        assert!(txn(r#""seen":1"#).is_err());
     }
 
     #[test]

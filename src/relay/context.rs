@@ -42,6 +42,9 @@ pub enum RelayError {
     /// Another process does the same work; it may go away.
     #[error("{0}")]
     Busy(String),
+    /// Work stopped part-way through and starts again from its durable state.
+    #[error("{0}")]
+    Interrupted(String),
 }
 
 impl RelayError {
@@ -65,7 +68,7 @@ impl RelayError {
                         | RDKafkaErrorCode::AutoOffsetReset
                 )
             ),
-            RelayError::Busy(_) => true,
+            RelayError::Busy(_) | RelayError::Interrupted(_) => true,
             RelayError::Refused(_) | RelayError::SchemaMismatch(_) => false,
         }
     }

@@ -1,5 +1,9 @@
 //! Binlog events to transactions: one handler per event kind, no I/O.
 //!
+//! A transaction's row changes are handed on one rows event at a time, as they are decoded, and
+//! its end comes after them: capture holds no more of a transaction than one rows event, whatever
+//! its size.
+//!
 //! MariaDB writes every event group (transaction or DDL statement) as a GTID event, the group's
 //! events, and an end: an XID event for a transactional engine, a QUERY `COMMIT` otherwise, or
 //! nothing for a standalone group (the GTID's `FL_STANDALONE`), whose single QUERY is the whole
@@ -13,7 +17,9 @@ use mysql_async::binlog::EventType;
 use mysql_async::binlog::events::{Event, EventData, RowsEventData, TableMapEvent};
 
 use super::change::{ChangeKind, Position, Row, RowChange, Value};
-use super::context::{APPLIED_TABLE, LOOP_KEYS_TABLE, RelayContext, RelayError};
+use super::context::{
+    APPLIED_GTIDS_TABLE, APPLIED_TABLE, LOOP_KEYS_TABLE, RelayContext, RelayError,
+};
 use super::decode::{Image, decode_images};
 use super::gtid::{self, GtidEvent, GtidState};
 use super::loop_filter::CacheKey;
@@ -22,7 +28,7 @@ use super::table::{Charsets, TableSchema};
 /// Header flag MariaDB sets on the events of a session with `skip_replication=1`.
 pub const SKIP_REPLICATION_FLAG: u16 = 0x8000;
 
-/// A committed event group, with the relayed changes it made.
+/// The end of a committed event group, after its changes were handed on (see [`Rows`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Transaction {
     /// Where the group ends in the binlog, and its GTID.
@@ -34,19 +40,38 @@ pub struct Transaction {
     pub gtid_state: GtidState,
     /// The source's commit time, Unix seconds.
     pub commit_ts: u32,
-    pub changes: Vec<RowChange>,
-    /// The group wrote to the relay's marker table (`relay_applied`).
+    /// The group wrote to the relay's marker tables.
     pub has_marker: bool,
     /// Events of the group carried the skip_replication flag.
     pub skip_flagged: bool,
-    /// The keys of the changes an applier recorded in the group (`cache` filter).
+}
+
+/// The relayed changes of one rows event of an open event group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rows {
+    /// How far the group is read, and its GTID.
+    pub at: Position,
+    pub gtid: gtid::Gtid,
+    /// The GTID state before the group.
+    pub gtid_before: GtidState,
+    /// The event's time, Unix seconds.
+    pub timestamp: u32,
+    pub changes: Vec<RowChange>,
+    /// The group wrote to the relay's marker tables before these changes.
+    pub has_marker: bool,
+    /// Events of the group up to these carried the skip_replication flag.
+    pub skip_flagged: bool,
+    /// The keys an applier recorded in this event, of changes it applies in the group (`cache`
+    /// filter); such an event has no changes.
     pub loop_keys: Vec<CacheKey>,
 }
 
 /// What an event tells capture.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
-    /// A committed event group.
+    /// Changes of the open event group.
+    Rows(Rows),
+    /// The end of a committed event group.
     Transaction(Transaction),
     /// The server has sent everything up to this position and waits for more (a heartbeat).
     /// Groups it left out (flagged skip_replication) lie before it.
@@ -68,10 +93,8 @@ struct OpenGroup {
     gtid: gtid::Gtid,
     standalone: bool,
     xa: bool,
-    changes: Vec<RowChange>,
     has_marker: bool,
     skip_flagged: bool,
-    loop_keys: Vec<CacheKey>,
 }
 
 /// Turns the event stream of one binlog connection into transactions.
@@ -109,26 +132,23 @@ impl EventHandler {
         }
     }
 
-    /// Handles one event; returns the transaction it completed, or the position a heartbeat
-    /// vouches for.
+    /// Handles one event; returns the changes it made, the transaction it completed, or the
+    /// position a heartbeat vouches for.
     pub fn handle(&mut self, event: &Event) -> Result<Option<Step>, RelayError> {
-        Ok(self
-            .handle_event(event)?
-            .map(Step::Transaction)
-            .or_else(|| {
-                let heartbeat = event.header().event_type_raw() == EventType::HEARTBEAT_EVENT as u8;
-                // The server sends heartbeats only between event groups, but be sure.
-                (heartbeat && self.open.is_none()).then(|| {
-                    Step::Idle(Position {
-                        file: self.file.clone(),
-                        pos: u64::from(event.header().log_pos()),
-                        gtid: None,
-                    })
+        Ok(self.handle_event(event)?.or_else(|| {
+            let heartbeat = event.header().event_type_raw() == EventType::HEARTBEAT_EVENT as u8;
+            // The server sends heartbeats only between event groups, but be sure.
+            (heartbeat && self.open.is_none()).then(|| {
+                Step::Idle(Position {
+                    file: self.file.clone(),
+                    pos: u64::from(event.header().log_pos()),
+                    gtid: None,
                 })
-            }))
+            })
+        }))
     }
 
-    fn handle_event(&mut self, event: &Event) -> Result<Option<Transaction>, RelayError> {
+    fn handle_event(&mut self, event: &Event) -> Result<Option<Step>, RelayError> {
         let header = event.header();
         if header.flags_raw() & SKIP_REPLICATION_FLAG != 0
             && let Some(open) = &mut self.open
@@ -156,20 +176,28 @@ impl EventHandler {
         match data {
             Some(EventData::RotateEvent(rotate)) => self.on_rotate(rotate.name_raw()),
             Some(EventData::TableMapEvent(tme)) => self.on_table_map(&tme),
-            Some(EventData::RowsEvent(rows)) => self.on_rows(&rows),
+            Some(EventData::RowsEvent(rows)) => {
+                return self.on_rows(&rows, header.log_pos(), header.timestamp());
+            }
             Some(EventData::XidEvent(_)) => {
-                return self.close(header.log_pos(), header.timestamp());
+                return Ok(self
+                    .close(header.log_pos(), header.timestamp())
+                    .map(Step::Transaction));
             }
             Some(EventData::QueryEvent(query)) => {
-                return self.on_query(
-                    &query.schema(),
-                    &query.query(),
-                    header.log_pos(),
-                    header.timestamp(),
-                );
+                return Ok(self
+                    .on_query(
+                        &query.schema(),
+                        &query.query(),
+                        header.log_pos(),
+                        header.timestamp(),
+                    )
+                    .map(Step::Transaction));
             }
             Some(EventData::XaPrepareLogEvent(_)) => {
-                return self.close(header.log_pos(), header.timestamp());
+                return Ok(self
+                    .close(header.log_pos(), header.timestamp())
+                    .map(Step::Transaction));
             }
             Some(EventData::IncidentEvent(incident)) => Err(RelayError::Refused(format!(
                 "the source logged an incident ({:?}): its binlog may miss changes, so the relay \
@@ -207,10 +235,8 @@ impl EventHandler {
             gtid: parsed.gtid(event.header().server_id()),
             standalone: parsed.is_standalone(),
             xa: parsed.is_xa(),
-            changes: Vec::new(),
             has_marker: false,
             skip_flagged: event.header().flags_raw() & SKIP_REPLICATION_FLAG != 0,
-            loop_keys: Vec::new(),
         });
         Ok(())
     }
@@ -232,7 +258,7 @@ impl EventHandler {
                 .map_err(RelayError::Refused)
         };
         let state = schema == self.context.state_database.as_str();
-        let entry = if state && table == APPLIED_TABLE {
+        let entry = if state && (table == APPLIED_TABLE || table == APPLIED_GTIDS_TABLE) {
             TableEntry::Marker
         } else if state && table == LOOP_KEYS_TABLE {
             TableEntry::LoopKeys(parse()?)
@@ -245,7 +271,13 @@ impl EventHandler {
         Ok(())
     }
 
-    fn on_rows(&mut self, rows: &RowsEventData<'_>) -> Result<(), RelayError> {
+    /// The relayed changes of a rows event, handed on at once.
+    fn on_rows(
+        &mut self,
+        rows: &RowsEventData<'_>,
+        end: u32,
+        timestamp: u32,
+    ) -> Result<Option<Step>, RelayError> {
         let entry = self.tables.get(&rows.table_id()).cloned();
         let records_keys = matches!(entry, Some(TableEntry::LoopKeys(_)));
         let Some(open) = &mut self.open else {
@@ -257,10 +289,10 @@ impl EventHandler {
             Some(TableEntry::Relayed(table)) => table,
             Some(TableEntry::Marker) => {
                 open.has_marker = true;
-                return Ok(());
+                return Ok(None);
             }
             Some(TableEntry::LoopKeys(table)) => table,
-            Some(TableEntry::Other) => return Ok(()),
+            Some(TableEntry::Other) => return Ok(None),
             None => {
                 return Err(RelayError::Refused(format!(
                     "a rows event for table ID {} without its TABLE_MAP event",
@@ -268,6 +300,14 @@ impl EventHandler {
                 )));
             }
         };
+        // A prepared XA group is logged at XA PREPARE and committed or rolled back by a later
+        // group: its changes cannot be relayed in order with the rest.
+        if open.xa {
+            return Err(RelayError::Refused(format!(
+                "the XA transaction {} changed relayed tables: the relay does not follow XA",
+                open.gtid
+            )));
+        }
         let kind = match rows {
             RowsEventData::WriteRowsEventV1(_) | RowsEventData::WriteRowsEvent(_) => {
                 ChangeKind::Insert
@@ -301,57 +341,28 @@ impl EventHandler {
         };
         let images = decode_images(&table, &present, rows.rows_data())
             .map_err(|e| RelayError::Refused(e.to_string()))?;
-        if records_keys {
-            // The images the applier wrote: an insert's, an update's second one.
-            let written: Vec<&Image> = match kind {
-                ChangeKind::Insert => images.iter().collect(),
-                ChangeKind::Update => images.iter().skip(1).step_by(2).collect(),
-                ChangeKind::Delete => Vec::new(),
-            };
-            for image in written {
-                open.loop_keys.extend(recorded_keys(&table, image)?);
-            }
-            return Ok(());
+        let (changes, loop_keys) = if records_keys {
+            (Vec::new(), written_keys(&table, kind, &images)?)
+        } else {
+            (changes_of(&table, kind, images), Vec::new())
+        };
+        if changes.is_empty() && loop_keys.is_empty() {
+            return Ok(None);
         }
-        match kind {
-            ChangeKind::Insert => {
-                for image in images {
-                    open.changes.push(row_change(
-                        &table,
-                        kind,
-                        &image,
-                        named(&table, image.clone()),
-                        None,
-                    ));
-                }
-            }
-            ChangeKind::Delete => {
-                for image in images {
-                    let before = named(&table, image.clone());
-                    open.changes
-                        .push(row_change(&table, kind, &image, Row::new(), Some(before)));
-                }
-            }
-            ChangeKind::Update => {
-                let mut images = images.into_iter();
-                while let (Some(old), Some(new)) = (images.next(), images.next()) {
-                    let changed: Row = table
-                        .columns
-                        .iter()
-                        .zip(old.iter().zip(&new))
-                        .filter(|(_, (o, n))| o != n)
-                        .map(|(c, (_, n))| (c.name.clone(), n.clone()))
-                        .collect();
-                    // The server logs matched rows that did not change, too: nothing to relay.
-                    if !changed.is_empty() {
-                        let before = named(&table, old.clone());
-                        open.changes
-                            .push(row_change(&table, kind, &old, changed, Some(before)));
-                    }
-                }
-            }
-        }
-        Ok(())
+        Ok(Some(Step::Rows(Rows {
+            at: Position {
+                file: self.file.clone(),
+                pos: u64::from(end),
+                gtid: Some(open.gtid.to_string()),
+            },
+            gtid: open.gtid,
+            gtid_before: self.gtid_state.clone(),
+            timestamp,
+            changes,
+            has_marker: open.has_marker,
+            skip_flagged: open.skip_flagged,
+            loop_keys,
+        })))
     }
 
     fn on_query(
@@ -360,7 +371,7 @@ impl EventHandler {
         query: &str,
         end: u32,
         timestamp: u32,
-    ) -> Result<Option<Transaction>, RelayError> {
+    ) -> Option<Transaction> {
         let statement = query.trim_start();
         let word = statement
             .split(|c: char| c.is_whitespace() || c == ';')
@@ -368,13 +379,13 @@ impl EventHandler {
             .unwrap_or_default()
             .to_ascii_uppercase();
         match word.as_str() {
-            "BEGIN" | "SAVEPOINT" => return Ok(None),
+            "BEGIN" | "SAVEPOINT" => return None,
             // A group that changed non-transactional tables ends with COMMIT; one rolled back
             // still changed them, so it is relayed the same way.
             "COMMIT" | "ROLLBACK" if !statement.to_ascii_uppercase().starts_with("ROLLBACK TO") => {
                 return self.close(end, timestamp);
             }
-            "ROLLBACK" => return Ok(None),
+            "ROLLBACK" => return None,
             // XA START/END inside a prepared group; XA COMMIT/ROLLBACK is a standalone group.
             "XA" => {}
             _ => {
@@ -394,26 +405,16 @@ impl EventHandler {
         if standalone {
             self.close(end, timestamp)
         } else {
-            Ok(None)
+            None
         }
     }
 
     /// Ends the open group at `end`; a group without a GTID (none was open) ends nothing.
-    fn close(&mut self, end: u32, timestamp: u32) -> Result<Option<Transaction>, RelayError> {
-        let Some(open) = self.open.take() else {
-            return Ok(None);
-        };
-        // A prepared XA group is logged at XA PREPARE and committed or rolled back by a later
-        // group: its changes cannot be relayed in order with the rest.
-        if open.xa && !open.changes.is_empty() {
-            return Err(RelayError::Refused(format!(
-                "the XA transaction {} changed relayed tables: the relay does not follow XA",
-                open.gtid
-            )));
-        }
+    fn close(&mut self, end: u32, timestamp: u32) -> Option<Transaction> {
+        let open = self.open.take()?;
         let gtid_before = self.gtid_state.clone();
         self.gtid_state.update(open.gtid);
-        Ok(Some(Transaction {
+        Some(Transaction {
             end: Position {
                 file: self.file.clone(),
                 pos: u64::from(end),
@@ -423,12 +424,71 @@ impl EventHandler {
             gtid_before,
             gtid_state: self.gtid_state.clone(),
             commit_ts: timestamp,
-            changes: open.changes,
             has_marker: open.has_marker,
             skip_flagged: open.skip_flagged,
-            loop_keys: open.loop_keys,
-        }))
+        })
     }
+}
+
+/// The changes a rows event of a relayed table made, in the order it made them.
+fn changes_of(table: &TableSchema, kind: ChangeKind, images: Vec<Image>) -> Vec<RowChange> {
+    let mut changes = Vec::with_capacity(images.len());
+    match kind {
+        ChangeKind::Insert => {
+            for image in images {
+                changes.push(row_change(
+                    table,
+                    kind,
+                    &image,
+                    named(table, image.clone()),
+                    None,
+                ));
+            }
+        }
+        ChangeKind::Delete => {
+            for image in images {
+                let before = named(table, image.clone());
+                changes.push(row_change(table, kind, &image, Row::new(), Some(before)));
+            }
+        }
+        ChangeKind::Update => {
+            let mut images = images.into_iter();
+            while let (Some(old), Some(new)) = (images.next(), images.next()) {
+                let changed: Row = table
+                    .columns
+                    .iter()
+                    .zip(old.iter().zip(&new))
+                    .filter(|(_, (o, n))| o != n)
+                    .map(|(c, (_, n))| (c.name.clone(), n.clone()))
+                    .collect();
+                // The server logs matched rows that did not change, too: nothing to relay.
+                if !changed.is_empty() {
+                    let before = named(table, old.clone());
+                    changes.push(row_change(table, kind, &old, changed, Some(before)));
+                }
+            }
+        }
+    }
+    changes
+}
+
+/// The keys an applier recorded in a rows event of `relay_loop_keys`: the images it wrote, an
+/// insert's or an update's second one.
+fn written_keys(
+    table: &TableSchema,
+    kind: ChangeKind,
+    images: &[Image],
+) -> Result<Vec<CacheKey>, RelayError> {
+    let written: Vec<&Image> = match kind {
+        ChangeKind::Insert => images.iter().collect(),
+        ChangeKind::Update => images.iter().skip(1).step_by(2).collect(),
+        ChangeKind::Delete => Vec::new(),
+    };
+    let mut keys = Vec::new();
+    for image in written {
+        keys.extend(recorded_keys(table, image)?);
+    }
+    Ok(keys)
 }
 
 /// The keys an applier recorded in one row of `relay_loop_keys`.
@@ -557,7 +617,7 @@ mod tests {
         assert_eq!(t.gtid_state.to_string(), "0-11-5");
         assert!(t.gtid_before.is_empty());
         assert_eq!(t.commit_ts, 1_700_000_000);
-        assert!(!t.has_marker && !t.skip_flagged && t.changes.is_empty());
+        assert!(!t.has_marker && !t.skip_flagged);
     }
 
     #[test]
@@ -577,7 +637,6 @@ mod tests {
             h.handle(&query("ALTER TABLE app.t ADD c INT", 300))
                 .unwrap(),
         );
-        assert!(t.changes.is_empty());
         assert_eq!(t.gtid_before.to_string(), "0-11-1");
         assert_eq!(t.gtid_state.to_string(), "0-11-2");
         assert_eq!(ddl_skipped(&h), 1);

@@ -72,26 +72,57 @@ impl CacheKey {
     }
 }
 
-/// The changes of a transaction that were not recorded by an applier in it: each recorded key
-/// drops one change with that key.
-pub fn unrecorded(recorded: &[CacheKey], changes: Vec<RowChange>) -> Vec<RowChange> {
-    if recorded.is_empty() {
-        return changes;
-    }
-    let mut counts: HashMap<CacheKey, u32> = HashMap::new();
-    for key in recorded {
-        *counts.entry(*key).or_default() += 1;
-    }
-    changes
-        .into_iter()
-        .filter(|change| match counts.get_mut(&CacheKey::of(change)) {
-            Some(count) if *count > 0 => {
-                *count -= 1;
-                false
+/// The `cache` filter over one transaction as capture reads it, a rows event at a time: each
+/// key recorded in the transaction drops one change with that key, whichever of the two comes
+/// first. The applier records the keys of what it applies before applying it, so a change of
+/// its transaction normally finds its key already counted and is dropped at once; one that
+/// finds none (made by a trigger, or applied differently here) is held until the transaction
+/// ends, in case its key comes later. A change of a transaction no applier wrote (no marker
+/// before it) goes on at once.
+#[derive(Debug, Default)]
+pub struct RecordedKeys {
+    /// Keys recorded and not yet matched to a change, with their counts.
+    unmatched: HashMap<CacheKey, u32>,
+    /// Changes of an applier's transaction no key has matched yet, in binlog order; a matched
+    /// one leaves a `None`.
+    held: Vec<Option<RowChange>>,
+    /// Where the held changes of each key are.
+    held_at: HashMap<CacheKey, Vec<usize>>,
+}
+
+impl RecordedKeys {
+    /// Keys the applier recorded: each drops a held change with its key, or waits for one.
+    pub fn record(&mut self, keys: Vec<CacheKey>) {
+        for key in keys {
+            match self.held_at.get_mut(&key).and_then(Vec::pop) {
+                Some(at) => self.held[at] = None,
+                None => *self.unmatched.entry(key).or_default() += 1,
             }
-            _ => true,
-        })
-        .collect()
+        }
+    }
+
+    /// The changes of a rows event that no recorded key drops and that go on now. In an
+    /// applier's transaction (`applied`), those are held instead.
+    pub fn pass(&mut self, changes: Vec<RowChange>, applied: bool) -> Vec<RowChange> {
+        let mut passed = Vec::new();
+        for change in changes {
+            let key = CacheKey::of(&change);
+            match self.unmatched.get_mut(&key) {
+                Some(count) if *count > 0 => *count -= 1,
+                _ if applied => {
+                    self.held_at.entry(key).or_default().push(self.held.len());
+                    self.held.push(Some(change));
+                }
+                _ => passed.push(change),
+            }
+        }
+        passed
+    }
+
+    /// The end of the transaction: the changes held that no key dropped, in binlog order.
+    pub fn unrecorded(self) -> Vec<RowChange> {
+        self.held.into_iter().flatten().collect()
+    }
 }
 
 #[cfg(test)]
@@ -156,12 +187,40 @@ mod tests {
         let key = CacheKey::of(&delete);
         let local = change(ChangeKind::Delete, 2, &[]);
         let three = vec![delete.clone(), local.clone(), delete.clone(), delete];
-        // Two recorded: the third identical change, and the local one, are forwarded.
-        let left = unrecorded(&[key, key], three);
+        // Two recorded before the changes: the third identical change, and the local one, are
+        // forwarded, at the transaction's end in an applier's transaction.
+        let mut keys = RecordedKeys::default();
+        keys.record(vec![key, key]);
+        assert!(keys.pass(three.clone(), true).is_empty());
+        let left = keys.unrecorded();
         assert_eq!(left.len(), 2);
         assert_eq!(CacheKey::of(&left[0]), CacheKey::of(&local));
         assert_eq!(CacheKey::of(&left[1]), key);
-        assert_eq!(unrecorded(&[], vec![local.clone()]).len(), 1);
+        // Elsewhere they go on at once.
+        let mut keys = RecordedKeys::default();
+        keys.record(vec![key, key]);
+        assert_eq!(keys.pass(three, false).len(), 2);
+        assert!(keys.unrecorded().is_empty());
+    }
+
+    #[test]
+    fn keys_recorded_after_their_changes_drop_them_too() {
+        let delete = change(ChangeKind::Delete, 1, &[]);
+        let key = CacheKey::of(&delete);
+        let local = change(ChangeKind::Delete, 2, &[]);
+        let mut keys = RecordedKeys::default();
+        let read = vec![delete.clone(), local.clone(), delete.clone(), delete];
+        assert!(keys.pass(read, true).is_empty());
+        keys.record(vec![key]);
+        keys.record(vec![
+            key,
+            key,
+            CacheKey::of(&change(ChangeKind::Delete, 3, &[])),
+        ]);
+        // The local change is all that is left; a key left over dies with the transaction.
+        let left = keys.unrecorded();
+        assert_eq!(left.len(), 1);
+        assert_eq!(CacheKey::of(&left[0]), CacheKey::of(&local));
     }
 
     #[test]

@@ -117,6 +117,8 @@ impl Source for RelaySource {
             metrics::counter!("logstamp_relay_apply_skipped_transactions_total", &labels)
                 .absolute(count(&apply.skipped_transactions));
             metrics::gauge!("logstamp_relay_apply_stopped", &labels).set(flag(&apply.stopped));
+            metrics::gauge!("logstamp_relay_apply_held_bytes", &labels)
+                .set(count(&apply.held_bytes) as f64);
         }
         exporter.render()
     }
@@ -219,6 +221,10 @@ fn describe() {
     describe_counter!(
         "logstamp_relay_apply_skipped_transactions_total",
         "Transactions read from the remote data centre's topic that were applied already (published again) and skipped."
+    );
+    describe_gauge!(
+        "logstamp_relay_apply_held_bytes",
+        "Bytes of prepared SQL the applier holds, waiting or being applied (at most half of relay.apply_memory_bytes)."
     );
     describe_gauge!(
         "logstamp_relay_apply_stopped",

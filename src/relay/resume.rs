@@ -261,7 +261,11 @@ mod tests {
                     pos: 1_597_136,
                     gtid: Some(gtid.into()),
                 },
-                TxnRef { seq, index, count },
+                TxnRef {
+                    seq,
+                    index,
+                    last: index + 1 == count,
+                },
                 Stream {
                     epoch,
                     published: state("0-1-90,1-1-4"),

@@ -8,7 +8,15 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::mysql::MysqlUrl;
-use crate::settings::{SettingError, at_least_one, at_most, at_most_a_year, duration_text};
+use crate::settings::{SettingError, TIB, at_least_one, at_most, at_most_a_year, duration_text};
+
+/// The smallest `relay.max_message_bytes`: a change message of a narrow row is a few hundred
+/// bytes.
+pub const MIN_MESSAGE_BYTES: usize = 4096;
+/// The largest `relay.max_message_bytes`.
+pub const MAX_MESSAGE_BYTES: u64 = 999_000_000;
+/// `relay.apply_memory_bytes` holds at least this many of the largest messages.
+pub const APPLY_MEMORY_MESSAGES: usize = 8;
 
 /// The cross-data-centre relay of this data centre: its capture and the remote appliers.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -27,6 +35,12 @@ pub struct RelaySettings {
     pub checkpoint_interval: Duration,
     /// Source transactions an applier that is behind may commit together.
     pub apply_batch: usize,
+    /// The largest change message capture publishes, in bytes; also the producer's
+    /// `message.max.bytes`. A row whose message is larger stops capture (see [`super::capture`]).
+    pub max_message_bytes: usize,
+    /// What an applier holds of the changes it read ahead and of the SQL it prepared, in bytes;
+    /// also caps each statement it sends (with the server's `max_allowed_packet`).
+    pub apply_memory_bytes: usize,
     /// The data centres whose changes are applied here.
     pub remotes: Vec<RemoteDc>,
 }
@@ -78,7 +92,32 @@ impl RelaySettings {
                 "must be longer than 0",
             ));
         }
-        at_least_one("relay.apply_batch", self.apply_batch as u64)
+        at_least_one("relay.apply_batch", self.apply_batch as u64)?;
+        // librdkafka's message.max.bytes is at most 1,000,000,000, framing included.
+        at_most(
+            "relay.max_message_bytes",
+            self.max_message_bytes,
+            MAX_MESSAGE_BYTES,
+        )?;
+        at_most("relay.apply_memory_bytes", self.apply_memory_bytes, TIB)?;
+        if self.max_message_bytes < MIN_MESSAGE_BYTES {
+            return Err(SettingError::new(
+                "relay.max_message_bytes",
+                format!("must be at least {MIN_MESSAGE_BYTES}"),
+            ));
+        }
+        // Room for the consumer's fetch queue, a message being read and the statements made of it.
+        let least = self.max_message_bytes.saturating_mul(APPLY_MEMORY_MESSAGES);
+        if self.apply_memory_bytes < least {
+            return Err(SettingError::new(
+                "relay.apply_memory_bytes",
+                format!(
+                    "must be at least {APPLY_MEMORY_MESSAGES} times relay.max_message_bytes \
+                     ({least})"
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 

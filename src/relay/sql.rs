@@ -55,7 +55,7 @@ pub fn push_literal(out: &mut String, value: Option<&Value>) {
 pub fn statement(change: &RowChange) -> Result<Option<String>, String> {
     let mut sql = String::with_capacity(128);
     match change.kind {
-        ChangeKind::Insert => return upsert(&[change]).map(Some),
+        ChangeKind::Insert => return upsert(&[change], 0).map(|(sql, _)| Some(sql)),
         ChangeKind::Update => {
             if change.values.is_empty() {
                 return Ok(None);
@@ -76,25 +76,27 @@ pub fn statement(change: &RowChange) -> Result<Option<String>, String> {
 }
 
 /// The statements for a transaction's changes, in order. Consecutive inserts into the same
-/// table with the same columns become one multi-row upsert (the effect is the same, in one
-/// statement instead of many).
-pub fn statements(changes: &[&RowChange]) -> Result<Vec<String>, String> {
+/// table with the same columns become multi-row upserts (the effect is the same, in fewer
+/// statements) of at most `max_bytes` each; a single row's statement may be longer.
+pub fn statements(changes: &[&RowChange], max_bytes: usize) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < changes.len() {
         let first = changes[i];
-        let mut end = i + 1;
         if first.kind == ChangeKind::Insert {
+            let mut end = i + 1;
             while end < changes.len() && same_insert(first, changes[end]) {
                 end += 1;
             }
+            let (sql, rows) = upsert(&changes[i..end], max_bytes)?;
+            out.push(sql);
+            i += rows;
+        } else {
+            if let Some(statement) = statement(first)? {
+                out.push(statement);
+            }
+            i += 1;
         }
-        if first.kind == ChangeKind::Insert {
-            out.push(upsert(&changes[i..end])?);
-        } else if let Some(statement) = statement(first)? {
-            out.push(statement);
-        }
-        i = end;
     }
     Ok(out)
 }
@@ -106,10 +108,11 @@ fn same_insert(a: &RowChange, b: &RowChange) -> bool {
         && a.values.keys().eq(b.values.keys())
 }
 
-/// `INSERT ... VALUES (..), (..) ON DUPLICATE KEY UPDATE` for inserts with the same columns.
-fn upsert(inserts: &[&RowChange]) -> Result<String, String> {
+/// `INSERT ... VALUES (..), (..) ON DUPLICATE KEY UPDATE` for inserts with the same columns,
+/// as many of them as fit in `max_bytes` (at least one); returns how many it took.
+fn upsert(inserts: &[&RowChange], max_bytes: usize) -> Result<(String, usize), String> {
     let first = inserts[0];
-    let mut sql = String::with_capacity(64 * inserts.len());
+    let mut sql = String::with_capacity(256);
     sql.push_str("INSERT INTO ");
     push_table(&mut sql, first)?;
     sql.push_str(" (");
@@ -120,21 +123,31 @@ fn upsert(inserts: &[&RowChange]) -> Result<String, String> {
         push_ident(&mut sql, name)?;
     }
     sql.push_str(") VALUES ");
-    for (row, change) in inserts.iter().enumerate() {
-        if row > 0 {
-            sql.push_str(", ");
+    let mut tail = String::new();
+    push_on_duplicate(&mut tail, first)?;
+    let mut row = String::new();
+    let mut taken = 0;
+    for change in inserts {
+        row.clear();
+        if taken > 0 {
+            row.push_str(", ");
         }
-        sql.push('(');
+        row.push('(');
         for (i, value) in change.values.values().enumerate() {
             if i > 0 {
-                sql.push_str(", ");
+                row.push_str(", ");
             }
-            push_literal(&mut sql, value.as_ref());
+            push_literal(&mut row, value.as_ref());
         }
-        sql.push(')');
+        row.push(')');
+        if taken > 0 && sql.len() + row.len() + tail.len() > max_bytes {
+            break;
+        }
+        sql.push_str(&row);
+        taken += 1;
     }
-    push_on_duplicate(&mut sql, first)?;
-    Ok(sql)
+    sql.push_str(&tail);
+    Ok((sql, taken))
 }
 
 /// ` ON DUPLICATE KEY UPDATE` every non-key column from the new row (a replayed insert finds
@@ -378,7 +391,7 @@ mod tests {
             insert(3, "u"),
             insert(4, "t"),
         );
-        let statements = statements(&[&a, &b, &c, &delete, &d]).unwrap();
+        let statements = statements(&[&a, &b, &c, &delete, &d], 1 << 20).unwrap();
         assert_eq!(
             statements,
             [
@@ -388,6 +401,45 @@ mod tests {
                 "INSERT INTO `app`.`t` (`id`, `v`) VALUES (4, 1) ON DUPLICATE KEY UPDATE `v` = VALUES(`v`)",
             ]
         );
+    }
+
+    #[test]
+    fn a_multi_row_upsert_stops_at_the_size_limit() {
+        let inserts: Vec<RowChange> = (0..1000u64)
+            .map(|id| {
+                change(
+                    ChangeKind::Insert,
+                    row(&[("id", Some(Value::Uint(id))), ("v", Some(Value::Int(-1)))]),
+                    row(&[("id", Some(Value::Uint(id)))]),
+                )
+            })
+            .collect();
+        let refs: Vec<&RowChange> = inserts.iter().collect();
+        let limit = 1000;
+        let statements = statements(&refs, limit).unwrap();
+        assert!(statements.len() > 1, "{statements:?}");
+        assert!(
+            statements.iter().all(|s| s.len() <= limit),
+            "{statements:?}"
+        );
+        // Every row once, in order.
+        let values: String = statements
+            .iter()
+            .map(|s| {
+                let (_, rest) = s.split_once(" VALUES ").unwrap();
+                let (values, _) = rest.split_once(" ON DUPLICATE").unwrap();
+                values.to_string()
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let expected: Vec<String> = (0..1000).map(|id| format!("({id}, -1)")).collect();
+        assert_eq!(values, expected.join(", "));
+        // A row longer than the limit still gets its statement.
+        assert_eq!(statements_of_one(&inserts[0], 10).len(), 1);
+    }
+
+    fn statements_of_one(change: &RowChange, limit: usize) -> Vec<String> {
+        statements(&[change], limit).unwrap()
     }
 
     fn local(name: &str, data_type: &str, column_type: &str, charset: Option<&str>) -> LocalColumn {

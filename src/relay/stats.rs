@@ -91,6 +91,9 @@ pub struct ApplyStats {
     pub stopped: AtomicBool,
     /// The applier is connected to MySQL and reads its topic.
     pub running: AtomicBool,
+    /// Bytes of prepared parts the applier holds, waiting or being applied (at most half of
+    /// `relay.apply_memory_bytes`).
+    pub held_bytes: AtomicU64,
     pub lag: Lag,
 }
 

@@ -428,6 +428,16 @@ pub fn topic(dc: &str) -> String {
 /// Writes every data centre's settings (each applies all the others) and starts the relays,
 /// waiting until each capture has its starting point.
 pub async fn start_relays(dcs: &mut [Dc], mode: LoopFilterMode, checkpoint_interval: &str) {
+    start_relays_with(dcs, mode, checkpoint_interval, "").await;
+}
+
+/// [`start_relays`], with `relay` (TOML lines) added to each data centre's `[relay]` section.
+pub async fn start_relays_with(
+    dcs: &mut [Dc],
+    mode: LoopFilterMode,
+    checkpoint_interval: &str,
+    relay: &str,
+) {
     let all: Vec<(String, String)> = dcs
         .iter()
         .map(|d| (d.name.clone(), d.brokers.clone()))
@@ -439,6 +449,7 @@ pub async fn start_relays(dcs: &mut [Dc], mode: LoopFilterMode, checkpoint_inter
             .map(|(name, brokers)| (name.as_str(), brokers.clone()))
             .collect();
         dc.configure(&remotes, mode, checkpoint_interval);
+        add_relay_settings(dc, relay);
         dc.start_relay();
     }
     for dc in dcs.iter() {
@@ -651,8 +662,10 @@ pub fn seq_of(gtid_pos: &str) -> u64 {
 pub async fn assert_exactly_once(dcs: &[Dc], local: &[u64]) {
     for (i, dc) in dcs.iter().enumerate() {
         let published = dc.published();
+        // A transaction's end is on its last message (the others say how far capture had read).
         let positions: BTreeSet<(String, u64)> = published
             .iter()
+            .filter(|c| c.txn.is_last())
             .map(|c| (c.position.file.clone(), c.position.pos))
             .collect();
         assert_eq!(
@@ -781,4 +794,13 @@ impl Dc {
             .output()
             .unwrap()
     }
+}
+
+/// Adds `lines` (TOML) to the `[relay]` section of the settings [`Dc::configure`] wrote.
+pub fn add_relay_settings(dc: &Dc, lines: &str) {
+    let path = dc.dir.path().join("relay.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("[relay]\n"), "{text}");
+    let text = text.replacen("[relay]\n", &format!("[relay]\n{lines}\n"), 1);
+    std::fs::write(path, text).unwrap();
 }
