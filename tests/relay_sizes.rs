@@ -19,6 +19,8 @@ const TABLE: &str = "CREATE TABLE app.t (id INT UNSIGNED NOT NULL PRIMARY KEY, v
 const BLOBS: &str = "CREATE TABLE app.blobs (id INT UNSIGNED NOT NULL PRIMARY KEY, \
                      doc LONGBLOB NOT NULL) ENGINE=InnoDB";
 const MIB: u64 = 1 << 20;
+/// Parts of a 64th of `apply_memory_bytes`, 32 KiB of messages: a few hundred rows each.
+const SMALL_PARTS: &str = "apply_memory_bytes = 2097152\nmax_message_bytes = 65536";
 
 /// The peak resident memory of a running relay, from the kernel (`VmHWM`), in bytes.
 fn peak_memory(dc: &Dc) -> u64 {
@@ -42,15 +44,6 @@ async fn checksum(dc: &Dc, table: &str) -> u64 {
         .unwrap();
     row.and_then(|(_, sum)| sum)
         .unwrap_or_else(|| panic!("no checksum of {table}"))
-}
-
-async fn count(dc: &Dc, table: &str) -> u64 {
-    let mut conn = dc.conn().await;
-    let n: Option<u64> = conn
-        .query_first(format!("SELECT COUNT(*) FROM {table}"))
-        .await
-        .unwrap();
-    n.unwrap()
 }
 
 /// Samples the row count of `table` in `dc` until it reaches `whole`; every sample must be
@@ -163,14 +156,7 @@ async fn a_200000_row_transaction_is_applied_whole_within_the_memory_bound() {
 /// A transaction of several parts applied in `mode`: whole, once, and not sent back.
 async fn a_split_transaction_does_not_loop(mode: LoopFilterMode) {
     let mut dcs = two_dcs(TABLE).await;
-    // Parts of a sixteenth of this, 128 KiB of messages: a few hundred rows each.
-    start_relays_with(
-        &mut dcs,
-        mode,
-        "1s",
-        "apply_memory_bytes = 2097152\nmax_message_bytes = 65536",
-    )
-    .await;
+    start_relays_with(&mut dcs, mode, "1s", SMALL_PARTS).await;
     let (a, b) = (&dcs[0], &dcs[1]);
     let rows = 20_000;
     insert_rows(a, 0, rows).await;
@@ -195,11 +181,49 @@ async fn a_split_transaction_does_not_loop_with_the_cache_filter() {
     a_split_transaction_does_not_loop(LoopFilterMode::Cache).await;
 }
 
+/// With the cache filter, what a trigger in b writes while b applies a split transaction from a
+/// is b's own change: b's capture sends it on, in one transaction, and none of the applied rows,
+/// whichever part of the transaction they are in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_change_in_a_split_applied_transaction_is_sent_on_with_the_cache_filter() {
+    let seen = "CREATE TABLE app.seen (id INT UNSIGNED NOT NULL PRIMARY KEY) ENGINE=InnoDB";
+    let mut dcs = vec![
+        Dc::new("a", 1, &[TABLE, seen]).await,
+        Dc::new("b", 2, &[TABLE, seen]).await,
+    ];
+    dcs[1]
+        .conn()
+        .await
+        .query_drop(
+            "CREATE TRIGGER app.every_thousandth AFTER INSERT ON app.t FOR EACH ROW \
+             INSERT INTO app.seen (id) SELECT NEW.id FROM DUAL WHERE NEW.id % 1000 = 0",
+        )
+        .await
+        .unwrap();
+    start_relays_with(&mut dcs, LoopFilterMode::Cache, "1s", SMALL_PARTS).await;
+    let (a, b) = (&dcs[0], &dcs[1]);
+    let rows = 20_000;
+    insert_rows(a, 0, rows).await;
+    wait_whole(b, "app.t", 0, rows).await;
+    assert_eq!(count(b, "app.seen").await, rows / 1000);
+    // The trigger's rows come back to a, once, as one transaction of b's; the applied ones
+    // do not.
+    wait_whole(a, "app.seen", 0, rows / 1000).await;
+    assert_eq!(checksum(a, "app.seen").await, checksum(b, "app.seen").await);
+    b.wait_capture_caught_up().await;
+    assert_eq!(looped(b), 0, "b sent back what it applied");
+    let sent = b.published();
+    assert_eq!(sent.len() as u64, rows / 1000);
+    assert!(sent.iter().all(|c| c.txn.seq == sent[0].txn.seq));
+    assert!(sent.last().is_some_and(|c| c.txn.is_last()));
+    assert_eq!(a.applied("b").await, (1, rows / 1000));
+    assert_eq!(count(a, "app.t").await, rows);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relays_killed_in_the_middle_of_a_transaction_apply_it_once() {
     let mut dcs = two_dcs(TABLE).await;
-    let relay = "apply_memory_bytes = 2097152\nmax_message_bytes = 65536";
-    start_relays_with(&mut dcs, LoopFilterMode::Marker, "1s", relay).await;
+    start_relays_with(&mut dcs, LoopFilterMode::Marker, "1s", SMALL_PARTS).await;
     let rows = 20_000;
     insert_rows(&dcs[0], 0, rows).await;
     // a's capture killed while it publishes: its checkpoint is before the transaction, so it

@@ -103,15 +103,6 @@ async fn two_dcs_in_sync(per_writer: usize) -> Vec<Dc> {
     dcs
 }
 
-async fn count(dc: &Dc, table: &str) -> u64 {
-    let mut conn = dc.conn().await;
-    let n: Option<u64> = conn
-        .query_first(format!("SELECT COUNT(*) FROM {table}"))
-        .await
-        .unwrap();
-    n.unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_passes_equal_tables_and_finds_exactly_the_rows_changed_behind_the_relay() {
     let mut dcs = two_dcs_in_sync(40).await;

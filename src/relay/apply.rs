@@ -1197,9 +1197,12 @@ mod tests {
         assert_eq!(limits.part_bytes, memory / 64);
         assert_eq!(limits.held_bytes, memory / 2);
         assert_eq!(limits.statement_bytes, STATEMENT_BUDGET);
+        // A row of recorded keys, in hex, takes at most half a statement.
+        assert_eq!(limits.keys_per_chunk, STATEMENT_BUDGET / 128);
         // A small max_allowed_packet caps statements.
         let small = Limits::of(memory, 64 << 10);
         assert_eq!(small.statement_bytes, (64 << 10) - PACKET_OVERHEAD);
         assert_eq!(small.packet_bytes, (64 << 10) - PACKET_OVERHEAD);
+        assert_eq!(small.keys_per_chunk, small.statement_bytes / 128);
     }
 }

@@ -804,3 +804,13 @@ pub fn add_relay_settings(dc: &Dc, lines: &str) {
     let text = text.replacen("[relay]\n", &format!("[relay]\n{lines}\n"), 1);
     std::fs::write(path, text).unwrap();
 }
+
+/// The rows of `table` in `dc`.
+pub async fn count(dc: &Dc, table: &str) -> u64 {
+    let mut conn = dc.conn().await;
+    let n: Option<u64> = conn
+        .query_first(format!("SELECT COUNT(*) FROM {table}"))
+        .await
+        .unwrap();
+    n.unwrap()
+}
