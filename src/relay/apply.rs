@@ -12,7 +12,8 @@
 //! The consumer takes the topic's single partition by `assign` at the offset stored in MySQL;
 //! no consumer-group offsets are involved.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -31,11 +32,12 @@ use crate::mysql::rows::take;
 use crate::mysql::{self, DbError};
 use crate::relay::settings::{LoopFilterMode, RemoteDc};
 
-use super::change::{Change, RowChange};
+use super::change::{Change, Kind, RowChange};
 use super::context::{APPLIED_GTIDS_TABLE, APPLIED_TABLE, RelayContext, RelayError};
 use super::loop_filter::CacheKey;
 use super::order::{Followed, Verdict, order};
-use super::sql::{self, LocalColumn};
+use super::contract::{self, Contract, LocalColumn};
+use super::sql;
 use super::stats::{ApplyStats, Running};
 
 /// The applier's session: strict, so a value that does not fit fails instead of being cut;
@@ -596,20 +598,24 @@ async fn record_error(conn: &mut Conn, source_dc: &str, message: &str) -> Result
     Ok(())
 }
 
-/// Local tables' columns, read again after [`SCHEMA_RECHECK`] or when a source's columns
-/// change.
+/// What was last found to agree, by table: the source's kinds and contract, trusted for
+/// [`SCHEMA_RECHECK`] (the local table is read again after that, or as soon as a message
+/// carries another definition).
 #[derive(Debug, Default)]
 struct SchemaCache {
-    checked: HashMap<
-        (String, String),
-        (
-            Instant,
-            std::collections::BTreeMap<String, super::change::Kind>,
-        ),
-    >,
+    checked: HashMap<(String, String), (Instant, Definition)>,
 }
 
-/// Refuses a transaction touching a table that is not relayed here or whose columns differ.
+/// A source table's definition as a message carries it.
+#[derive(Debug, Clone, PartialEq)]
+struct Definition {
+    kinds: BTreeMap<String, Kind>,
+    contract: Option<Arc<Contract>>,
+}
+
+/// Refuses a transaction touching a table that is not relayed here or that differs: with the
+/// message's contract, in its primary key or any column's exact type; without one (a capture
+/// from before the contract), in its columns' names and kinds.
 async fn check_schemas(
     conn: &mut Conn,
     cache: &mut SchemaCache,
@@ -620,9 +626,13 @@ async fn check_schemas(
     for change in changes {
         let row = &change.row;
         let name = (row.schema.clone(), row.table.clone());
-        if let Some((at, columns)) = cache.checked.get(&name)
+        let definition = Definition {
+            kinds: row.columns.clone(),
+            contract: row.contract.clone(),
+        };
+        if let Some((at, checked)) = cache.checked.get(&name)
             && at.elapsed() < SCHEMA_RECHECK
-            && *columns == row.columns
+            && *checked == definition
         {
             continue;
         }
@@ -634,7 +644,13 @@ async fn check_schemas(
             )));
         }
         let local = local_columns(conn, &row.schema, &row.table).await?;
-        let differences = sql::column_differences(&row.columns, &local, source_dc);
+        let differences = match &row.contract {
+            Some(source) => {
+                let key = local_key(conn, &row.schema, &row.table).await?;
+                contract::differences(source, &contract::local_contract(&local, key), source_dc)
+            }
+            None => sql::column_differences(&row.columns, &local, source_dc),
+        };
         if !differences.is_empty() {
             return Err(RelayError::SchemaMismatch(format!(
                 "table {}.{} differs between {source_dc} and here: {}; applying from \
@@ -644,9 +660,7 @@ async fn check_schemas(
                 differences.join("; ")
             )));
         }
-        cache
-            .checked
-            .insert(name, (Instant::now(), row.columns.clone()));
+        cache.checked.insert(name, (Instant::now(), definition));
     }
     Ok(())
 }
@@ -658,7 +672,8 @@ async fn local_columns(
 ) -> Result<Vec<LocalColumn>, DbError> {
     let rows: Vec<mysql_async::Row> = conn
         .exec(
-            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME \
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, \
+             CHARACTER_OCTET_LENGTH, NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION \
              FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
              ORDER BY ORDINAL_POSITION",
             (schema, table),
@@ -674,9 +689,26 @@ async fn local_columns(
                 data_type: take(&mut row, 1, "DATA_TYPE")?,
                 column_type: take(&mut row, 2, "COLUMN_TYPE")?,
                 charset: take(&mut row, 3, "CHARACTER_SET_NAME")?,
+                octet_length: take(&mut row, 4, "CHARACTER_OCTET_LENGTH")?,
+                precision: take(&mut row, 5, "NUMERIC_PRECISION")?,
+                scale: take(&mut row, 6, "NUMERIC_SCALE")?,
+                datetime_precision: take(&mut row, 7, "DATETIME_PRECISION")?,
             })
         })
         .collect()
+}
+
+/// The local table's primary key columns, in key order.
+async fn local_key(conn: &mut Conn, schema: &str, table: &str) -> Result<Vec<String>, DbError> {
+    conn.exec(
+        "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = ? \
+         AND TABLE_NAME = ? AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
+        (schema, table),
+    )
+    .await
+    .map_err(DbError::mysql(format!(
+        "reading the primary key of {schema}.{table}"
+    )))
 }
 
 #[cfg(test)]

@@ -36,11 +36,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
 
+use super::contract::Contract;
 use super::gtid::{Gtid, GtidState};
 
 /// How a column's values are written, derived from the column's type.
@@ -134,6 +136,9 @@ pub struct RowChange {
     pub key: Row,
     pub values: Row,
     pub before: Option<Row>,
+    /// The table's key and exact types at the source; `None` in messages of a capture from
+    /// before the relay carried them.
+    pub contract: Option<Arc<Contract>>,
 }
 
 /// A transaction's place in its data centre's stream (see the module's documentation).
@@ -222,6 +227,8 @@ struct Wire {
     values: BTreeMap<String, serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     before: Option<BTreeMap<String, serde_json::Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    contract: Option<Contract>,
     #[serde(flatten)]
     position: Position,
     commit_ts: u32,
@@ -242,6 +249,7 @@ impl Change {
             key: row_to_json(&r.key),
             values: row_to_json(&r.values),
             before: r.before.as_ref().map(row_to_json),
+            contract: r.contract.as_deref().cloned(),
             position: self.position.clone(),
             commit_ts: self.commit_ts,
             txn: self.txn,
@@ -299,6 +307,7 @@ impl Change {
                 key,
                 values,
                 before,
+                contract: wire.contract.map(Arc::new),
             },
             position: wire.position,
             commit_ts: wire.commit_ts,
@@ -373,6 +382,7 @@ impl Change {
                 key: Default::default(),
                 values: Default::default(),
                 before: None,
+                contract: None,
             },
             position,
             commit_ts: 1_700_000_000,
@@ -427,6 +437,10 @@ mod tests {
                 key: [("id".to_string(), Some(Value::Uint(u64::MAX)))].into(),
                 values: [("note".to_string(), None)].into(),
                 before: Some(before),
+                contract: Some(Arc::new(Contract {
+                    key: vec!["id".into()],
+                    types: [("id".to_string(), "bigint unsigned".to_string())].into(),
+                })),
             },
             position: Position {
                 file: "mariadb-bin.000002".into(),

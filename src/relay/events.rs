@@ -433,6 +433,7 @@ fn row_change(
         key,
         values,
         before,
+        contract: Some(table.contract.clone()),
     }
 }
 

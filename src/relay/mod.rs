@@ -13,6 +13,7 @@ pub mod capture;
 pub mod change;
 pub mod checkpoint;
 pub mod context;
+pub mod contract;
 pub mod decode;
 pub mod events;
 pub mod gtid;

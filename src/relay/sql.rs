@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::change::{ChangeKind, Kind, Row, RowChange, Value};
+use super::contract::LocalColumn;
 use crate::mysql::encode::push_sql_string;
 
 /// A name quoted with backticks (doubled inside), for any name the server allows.
@@ -193,15 +194,6 @@ fn push_where(sql: &mut String, key: &Row) -> Result<(), String> {
     push_assignments(sql, key, " AND ")
 }
 
-/// A local column as `information_schema.COLUMNS` describes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LocalColumn {
-    pub name: String,
-    pub data_type: String,
-    pub column_type: String,
-    pub charset: Option<String>,
-}
-
 /// The kind capture would give a column of this type (see [`super::table`]), `None` for a
 /// type the relay does not carry.
 pub fn local_kind(column: &LocalColumn) -> Option<Kind> {
@@ -288,6 +280,7 @@ mod tests {
             key,
             values,
             before: None,
+            contract: None,
         }
     }
 
@@ -396,6 +389,7 @@ mod tests {
             data_type: data_type.into(),
             column_type: column_type.into(),
             charset: charset.map(str::to_string),
+            ..LocalColumn::default()
         }
     }
 
