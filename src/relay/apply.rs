@@ -30,10 +30,12 @@ use crate::mysql::encode::push_sql_string;
 use crate::mysql::lock::{lock_name, try_lock};
 use crate::mysql::rows::take;
 use crate::mysql::{self, DbError};
-use crate::relay::settings::{LoopFilterMode, RemoteDc};
+use crate::relay::settings::{LoopFilterMode, OnConflict, RemoteDc};
 
-use super::change::{Change, Kind, RowChange};
-use super::context::{APPLIED_GTIDS_TABLE, APPLIED_TABLE, RelayContext, RelayError};
+use super::change::{Change, Kind, Row, RowChange, TxnRef, row_to_json};
+use super::context::{
+    APPLIED_GTIDS_TABLE, APPLIED_TABLE, CONFLICTS_TABLE, RelayContext, RelayError,
+};
 use super::loop_filter::CacheKey;
 use super::order::{Followed, Verdict, order};
 use super::contract::{self, Contract, LocalColumn};
@@ -172,7 +174,7 @@ pub async fn run_once(
 /// A transaction read and turned into SQL, waiting to be applied.
 struct Ready {
     changes: Vec<Change>,
-    statements: Vec<String>,
+    statements: Vec<sql::Statement>,
     /// The offset after its last message (and after any already applied ones before it).
     next_offset: i64,
     /// How far the applier is in the source's stream once it is applied.
@@ -352,6 +354,8 @@ async fn apply_all(
     let mut group: Vec<Ready> = Vec::with_capacity(most);
     // An item that ended the last group instead of joining it.
     let mut held: Option<Item> = None;
+    // The change applying waits at, recorded once however often it is tried again.
+    let mut waiting_at: Option<TxnRef> = None;
     loop {
         let item = match held.take() {
             Some(item) => item,
@@ -386,25 +390,33 @@ async fn apply_all(
         let changes: Vec<&Change> = group.iter().flat_map(|t| &t.changes).collect();
         stats.lag.behind_since(changes[0].commit_ts);
         loop {
-            match check_schemas(conn, &mut schemas, context, &changes, source_dc).await {
+            let why = match check_schemas(conn, &mut schemas, context, &changes, source_dc).await {
                 Ok(()) => {
                     stats.schema_mismatch.store(false, Ordering::Relaxed);
-                    break;
-                }
-                Err(RelayError::SchemaMismatch(message)) => {
-                    stats.schema_mismatch.store(true, Ordering::Relaxed);
-                    tracing::error!(source = source_dc, "{message}");
-                    record_error(conn, source_dc, &message).await?;
-                    tokio::select! {
-                        _ = shutdown.changed() => return Ok(()),
-                        _ = tokio::time::sleep(MISMATCH_RETRY) => {}
+                    match apply(context, conn, source_dc, &group, stats, &mut waiting_at).await? {
+                        Outcome::All => break,
+                        Outcome::WaitingAt(why) => {
+                            stats.conflict_stopped.store(true, Ordering::Relaxed);
+                            why
+                        }
                     }
                 }
+                Err(RelayError::SchemaMismatch(why)) => {
+                    stats.schema_mismatch.store(true, Ordering::Relaxed);
+                    why
+                }
                 Err(other) => return Err(other),
+            };
+            tracing::error!(source = source_dc, "{why}");
+            record_error(conn, source_dc, &why).await?;
+            tokio::select! {
+                _ = shutdown.changed() => return Ok(()),
+                _ = tokio::time::sleep(MISMATCH_RETRY) => {}
             }
         }
-        apply(context, conn, source_dc, &group).await?;
         stats.stopped.store(false, Ordering::Relaxed);
+        stats.conflict_stopped.store(false, Ordering::Relaxed);
+        waiting_at = None;
         stats
             .applied_transactions
             .fetch_add(group.len() as u64, Ordering::Relaxed);
@@ -422,47 +434,68 @@ async fn apply_all(
     Ok(())
 }
 
+/// How applying a group went.
+enum Outcome {
+    /// Committed, conflicts resolved by `relay.on_conflict = "apply"` included.
+    All,
+    /// Rolled back at a conflict (`relay.on_conflict = "stop"`), for this reason.
+    WaitingAt(String),
+}
+
 /// Applies consecutive source transactions with their bookkeeping in one local transaction.
 async fn apply(
     context: &RelayContext,
     conn: &mut Conn,
     source_dc: &str,
     group: &[Ready],
-) -> Result<(), RelayError> {
-    let keys: Vec<CacheKey> = match context.cache() {
-        Some(mut cache) => {
-            let now = Instant::now();
-            group
-                .iter()
-                .flat_map(|t| &t.changes)
-                .map(|c| {
-                    let key = CacheKey::of(&c.row);
-                    cache.record(key, now);
-                    key
-                })
-                .collect()
+    stats: &ApplyStats,
+    waiting_at: &mut Option<TxnRef>,
+) -> Result<Outcome, RelayError> {
+    let mut keys = Vec::new();
+    if let Some(mut cache) = context.cache() {
+        let now = Instant::now();
+        for change in group.iter().flat_map(|t| &t.changes) {
+            let key = CacheKey::of(&change.row);
+            cache.record(key, now);
+            keys.push(key);
         }
-        None => Vec::new(),
+    }
+    let mut conflicts = Conflicts {
+        context,
+        source_dc,
+        stats,
+        waiting_at,
+        cache_keys: keys,
+        resolved: 0,
     };
-    let result = apply_in_transaction(conn, source_dc, group).await;
-    if result.is_err()
-        && let Some(mut cache) = context.cache()
-    {
-        for key in keys {
-            cache.forget(key);
+    let result = apply_in_transaction(conn, &mut conflicts, group).await;
+    let failed = !matches!(result, Ok(Outcome::All));
+    if failed && let Some(mut cache) = context.cache() {
+        for key in &conflicts.cache_keys {
+            cache.forget(*key);
         }
+    }
+    if !failed {
+        // Counted once committed: a rolled back resolution is found again on the replay.
+        stats
+            .conflicts
+            .fetch_add(conflicts.resolved, Ordering::Relaxed);
     }
     result
 }
 
+/// The group's statements in as few round trips as fit, in one transaction; COMMIT once every
+/// UPDATE and DELETE found its row. When one did not, the transaction is rolled back and
+/// applied again change by change, handling each conflict (see [`Conflicts`]).
 async fn apply_in_transaction(
     conn: &mut Conn,
-    source_dc: &str,
+    conflicts: &mut Conflicts<'_>,
     group: &[Ready],
-) -> Result<(), RelayError> {
+) -> Result<Outcome, RelayError> {
     let Some(newest) = group.last() else {
-        return Ok(());
+        return Ok(Outcome::All);
     };
+    let source_dc = conflicts.source_dc;
     let last = &newest.changes[newest.changes.len() - 1];
     let context = || {
         format!(
@@ -471,35 +504,233 @@ async fn apply_in_transaction(
         )
     };
     let changes: usize = group.iter().map(|t| t.changes.len()).sum();
-    // The marker and the bookkeeping first, then the changes, then COMMIT: one round trip for
-    // a transaction that fits the budget. The server stops at the first failing statement, so a
-    // failure never reaches COMMIT, and the connection (dropped with the error) rolls back.
+    // The marker and the bookkeeping first, then the changes: one round trip for a transaction
+    // that fits the budget, and COMMIT. The server stops at the first failing statement, and
+    // the connection (dropped with the error) rolls back.
     let bookkeeping = [
-        "START TRANSACTION".to_string(),
         applied_update(source_dc, last, group.len(), changes, newest.next_offset),
         gtids_update(source_dc, &newest.followed),
     ];
-    let commit = ["COMMIT".to_string()];
-    let mut batch = String::new();
-    for statement in bookkeeping
+    let begin = std::iter::once("START TRANSACTION")
+        .chain(bookkeeping.iter().map(String::as_str))
+        .map(|sql| (sql, false));
+    let statements = group
         .iter()
-        .chain(group.iter().flat_map(|t| &t.statements))
-        .chain(&commit)
-    {
-        if !batch.is_empty() && batch.len() + statement.len() > STATEMENT_BUDGET {
-            conn.query_drop(std::mem::take(&mut batch))
+        .flat_map(|t| &t.statements)
+        .map(|s| (s.sql.as_str(), s.finds_row));
+    let all_found = run_batches(conn, begin.chain(statements))
+        .await
+        .map_err(DbError::mysql(context()))?;
+    if all_found {
+        conn.query_drop("COMMIT")
+            .await
+            .map_err(DbError::mysql(context()))?;
+        return Ok(Outcome::All);
+    }
+    conn.query_drop("ROLLBACK")
+        .await
+        .map_err(DbError::mysql(context()))?;
+    conn.query_drop("START TRANSACTION")
+        .await
+        .map_err(DbError::mysql(context()))?;
+    for statement in &bookkeeping {
+        conn.query_drop(statement)
+            .await
+            .map_err(DbError::mysql(context()))?;
+    }
+    for change in group.iter().flat_map(|t| &t.changes) {
+        if let Some(why) = conflicts.apply_one(conn, change).await? {
+            conn.query_drop("ROLLBACK")
                 .await
                 .map_err(DbError::mysql(context()))?;
+            return Ok(Outcome::WaitingAt(why));
+        }
+    }
+    conn.query_drop("COMMIT")
+        .await
+        .map_err(DbError::mysql(context()))?;
+    Ok(Outcome::All)
+}
+
+/// Sends `statements` in batches under [`STATEMENT_BUDGET`]; whether each that must find its
+/// row changed exactly one.
+async fn run_batches<'a>(
+    conn: &mut Conn,
+    statements: impl Iterator<Item = (&'a str, bool)>,
+) -> Result<bool, mysql_async::Error> {
+    let mut all_found = true;
+    let mut batch = String::new();
+    let mut finds = Vec::new();
+    for (sql, finds_row) in statements {
+        if !batch.is_empty() && batch.len() + sql.len() > STATEMENT_BUDGET {
+            all_found &= run_batch(conn, std::mem::take(&mut batch), &finds).await?;
+            finds.clear();
         }
         if !batch.is_empty() {
             batch.push_str(";\n");
         }
-        batch.push_str(statement);
+        batch.push_str(sql);
+        finds.push(finds_row);
     }
-    conn.query_drop(batch)
+    if !batch.is_empty() {
+        all_found &= run_batch(conn, batch, &finds).await?;
+    }
+    Ok(all_found)
+}
+
+/// Runs one multi-statement batch; whether each statement marked in `finds` changed one row
+/// (the session leaves CLIENT_FOUND_ROWS off, so an UPDATE counts the rows it changed).
+async fn run_batch(conn: &mut Conn, batch: String, finds: &[bool]) -> Result<bool, mysql_async::Error> {
+    let mut result = conn.query_iter(batch).await?;
+    let mut all_found = true;
+    for (i, finds_row) in finds.iter().enumerate() {
+        if *finds_row && result.affected_rows() != 1 {
+            all_found = false;
+        }
+        if i + 1 < finds.len() {
+            // Each statement's result is an OK packet: reading it moves to the next one's.
+            result.collect::<mysql_async::Row>().await?;
+        }
+    }
+    result.drop_result().await?;
+    Ok(all_found)
+}
+
+/// Applies changes one at a time and records each conflict, resolved as `relay.on_conflict`
+/// says.
+struct Conflicts<'a> {
+    context: &'a RelayContext,
+    source_dc: &'a str,
+    stats: &'a ApplyStats,
+    /// The change applying waits at, if it does: recorded once, however often tried again.
+    waiting_at: &'a mut Option<TxnRef>,
+    /// Keys recorded in the loop cache for this group, forced changes included.
+    cache_keys: Vec<CacheKey>,
+    /// Conflicts resolved by applying the change, counted once committed.
+    resolved: u64,
+}
+
+impl Conflicts<'_> {
+    /// Applies `change` in the open transaction; on a conflict records it and either makes the
+    /// change win or returns why applying waits (the caller rolls back).
+    async fn apply_one(
+        &mut self,
+        conn: &mut Conn,
+        change: &Change,
+    ) -> Result<Option<String>, RelayError> {
+        let Some(statement) = self.statement(&change.row)? else {
+            return Ok(None);
+        };
+        let table = format!("{}.{}", change.row.schema, change.row.table);
+        let failed = || format!("applying a change of {table} from {}", self.source_dc);
+        conn.query_drop(&statement.sql)
+            .await
+            .map_err(DbError::mysql(failed()))?;
+        if !statement.finds_row || conn.affected_rows() == 1 {
+            return Ok(None);
+        }
+        let found: Option<String> = conn
+            .query_first(self.sql(sql::found_row(&change.row))?)
+            .await
+            .map_err(DbError::mysql(failed()))?;
+        let stop = self.context.relay.on_conflict == OnConflict::Stop;
+        if stop && *self.waiting_at == Some(change.txn) {
+            return Ok(Some(self.waiting_reason(change, &table)));
+        }
+        if stop {
+            // Recorded outside the transaction, which is rolled back.
+            conn.query_drop("ROLLBACK")
+                .await
+                .map_err(DbError::mysql(failed()))?;
+        }
+        self.record(conn, change, found.as_deref(), stop).await?;
+        if stop {
+            *self.waiting_at = Some(change.txn);
+            self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(self.waiting_reason(change, &table)));
+        }
+        for forced in sql::forced(&change.row) {
+            if let Some(mut cache) = self.context.cache() {
+                let key = CacheKey::of(&forced);
+                cache.record(key, Instant::now());
+                self.cache_keys.push(key);
+            }
+            if let Some(statement) = self.statement(&forced)? {
+                conn.query_drop(&statement.sql)
+                    .await
+                    .map_err(DbError::mysql(failed()))?;
+            }
+        }
+        self.resolved += 1;
+        tracing::warn!(
+            source = self.source_dc,
+            table,
+            "a {} from {} did not find its row here as it was there: recorded in \
+             {CONFLICTS_TABLE}, and the change applied",
+            change.row.kind,
+            self.source_dc
+        );
+        Ok(None)
+    }
+
+    fn statement(&self, row: &RowChange) -> Result<Option<sql::Statement>, RelayError> {
+        self.sql(sql::statement(row))
+    }
+
+    /// A statement the reading half already wrote once for the same change cannot fail.
+    fn sql<T>(&self, written: Result<T, String>) -> Result<T, RelayError> {
+        written.map_err(|e| RelayError::Refused(format!("a change from {}: {e}", self.source_dc)))
+    }
+
+    fn waiting_reason(&self, change: &Change, table: &str) -> String {
+        format!(
+            "a {} of {table} from {} (transaction {}, {}) did not find its row here as it was \
+             there (see {CONFLICTS_TABLE}); relay.on_conflict is stop, so applying from {} \
+             waits: make the row here match the expected image, or delete it, and applying \
+             goes on",
+            change.row.kind,
+            self.source_dc,
+            change.txn.seq,
+            change.position.gtid.as_deref().unwrap_or("no GTID"),
+            self.source_dc
+        )
+    }
+
+    async fn record(
+        &self,
+        conn: &mut Conn,
+        change: &Change,
+        found: Option<&str>,
+        stopped: bool,
+    ) -> Result<(), RelayError> {
+        let row = &change.row;
+        let json = |r: &Row| serde_json::Value::Object(row_to_json(r).into_iter().collect()).to_string();
+        conn.exec_drop(
+            format!(
+                "INSERT INTO `{CONFLICTS_TABLE}` (source_dc, source_gtid, table_schema, \
+                 table_name, change_type, row_key, expected, found, change_message, resolution) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ),
+            (
+                self.source_dc,
+                change.position.gtid.as_deref().unwrap_or_default(),
+                &row.schema,
+                &row.table,
+                row.kind.to_string(),
+                json(&row.key),
+                row.before.as_ref().map(json).unwrap_or_default(),
+                found,
+                String::from_utf8_lossy(&change.to_json()).into_owned(),
+                if stopped { "stopped" } else { "applied" },
+            ),
+        )
         .await
-        .map_err(DbError::mysql(context()))?;
-    Ok(())
+        .map_err(DbError::mysql(format!(
+            "recording a conflict of {}.{} from {}",
+            row.schema, row.table, self.source_dc
+        )))?;
+        Ok(())
+    }
 }
 
 /// Records the transaction in `relay_applied`: the marker, and where a restart resumes.

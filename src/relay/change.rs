@@ -317,7 +317,8 @@ impl Change {
     }
 }
 
-fn row_to_json(row: &Row) -> BTreeMap<String, serde_json::Value> {
+/// A row's values as a message writes them.
+pub fn row_to_json(row: &Row) -> BTreeMap<String, serde_json::Value> {
     row.iter()
         .map(|(name, value)| (name.clone(), value_to_json(value.as_ref())))
         .collect()

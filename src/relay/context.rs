@@ -21,6 +21,8 @@ pub const CHECKPOINT_TABLE: &str = "relay_checkpoints";
 pub const PUBLISHED_TABLE: &str = "relay_published_gtids";
 /// Where each applier records, per replication domain, the last GTID it applied.
 pub const APPLIED_GTIDS_TABLE: &str = "relay_applied_gtids";
+/// Where the appliers record the conflicts they met.
+pub const CONFLICTS_TABLE: &str = "relay_conflicts";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {

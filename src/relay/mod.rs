@@ -37,7 +37,9 @@ pub use context::{RelayContext, RelayError};
 pub use settings::TablePattern;
 
 use crate::mysql::{self, DbError};
-use context::{APPLIED_GTIDS_TABLE, APPLIED_TABLE, CHECKPOINT_TABLE, PUBLISHED_TABLE};
+use context::{
+    APPLIED_GTIDS_TABLE, APPLIED_TABLE, CHECKPOINT_TABLE, CONFLICTS_TABLE, PUBLISHED_TABLE,
+};
 
 /// A part that ran this long before failing starts again without waiting.
 const HEALTHY_RUN: Duration = Duration::from_secs(60);
@@ -146,18 +148,20 @@ async fn check_migrated(context: &RelayContext) -> Result<(), RelayError> {
         APPLIED_TABLE,
         PUBLISHED_TABLE,
         APPLIED_GTIDS_TABLE,
+        CONFLICTS_TABLE,
     ];
     // Rows, not strings: a name is counted whatever form the server sends it in.
     let found: Vec<mysql_async::Row> = conn
         .exec(
             "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? \
-             AND TABLE_NAME IN (?, ?, ?, ?)",
+             AND TABLE_NAME IN (?, ?, ?, ?, ?)",
             (
                 &context.state_database,
                 tables[0],
                 tables[1],
                 tables[2],
                 tables[3],
+                tables[4],
             ),
         )
         .await

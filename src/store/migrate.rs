@@ -60,6 +60,10 @@ const BUILTIN: &[(&str, &str)] = &[
         "0008_relay_applied_gtids.sql",
         include_str!("../../migrations/0008_relay_applied_gtids.sql"),
     ),
+    (
+        "0009_relay_conflicts.sql",
+        include_str!("../../migrations/0009_relay_conflicts.sql"),
+    ),
 ];
 
 /// logstamp's own tables in the database of `mysql.url`: the migrations' and the runner's.
