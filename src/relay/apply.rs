@@ -36,9 +36,9 @@ use super::change::{Change, Kind, Row, RowChange, TxnRef, row_to_json};
 use super::context::{
     APPLIED_GTIDS_TABLE, APPLIED_TABLE, CONFLICTS_TABLE, RelayContext, RelayError,
 };
+use super::contract::{self, Contract, LocalColumn};
 use super::loop_filter::CacheKey;
 use super::order::{Followed, Verdict, order};
-use super::contract::{self, Contract, LocalColumn};
 use super::sql;
 use super::stats::{ApplyStats, Running};
 
@@ -580,7 +580,11 @@ async fn run_batches<'a>(
 
 /// Runs one multi-statement batch; whether each statement marked in `finds` changed one row
 /// (the session leaves CLIENT_FOUND_ROWS off, so an UPDATE counts the rows it changed).
-async fn run_batch(conn: &mut Conn, batch: String, finds: &[bool]) -> Result<bool, mysql_async::Error> {
+async fn run_batch(
+    conn: &mut Conn,
+    batch: String,
+    finds: &[bool],
+) -> Result<bool, mysql_async::Error> {
     let mut result = conn.query_iter(batch).await?;
     let mut all_found = true;
     for (i, finds_row) in finds.iter().enumerate() {
@@ -704,7 +708,8 @@ impl Conflicts<'_> {
         stopped: bool,
     ) -> Result<(), RelayError> {
         let row = &change.row;
-        let json = |r: &Row| serde_json::Value::Object(row_to_json(r).into_iter().collect()).to_string();
+        let json =
+            |r: &Row| serde_json::Value::Object(row_to_json(r).into_iter().collect()).to_string();
         conn.exec_drop(
             format!(
                 "INSERT INTO `{CONFLICTS_TABLE}` (source_dc, source_gtid, table_schema, \

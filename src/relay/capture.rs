@@ -637,8 +637,10 @@ async fn source_variables(
 
 async fn collations(conn: &mut mysql_async::Conn) -> Result<Charsets, DbError> {
     let rows: Vec<mysql_async::Row> = conn
-        .query("SELECT ID, CHARACTER_SET_NAME FROM information_schema.COLLATIONS \
-             WHERE ID IS NOT NULL AND CHARACTER_SET_NAME IS NOT NULL")
+        .query(
+            "SELECT ID, CHARACTER_SET_NAME FROM information_schema.COLLATIONS \
+             WHERE ID IS NOT NULL AND CHARACTER_SET_NAME IS NOT NULL",
+        )
         .await
         .map_err(DbError::mysql("reading the server's collations"))?;
     let collations = rows

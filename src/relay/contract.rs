@@ -27,24 +27,56 @@ pub struct Contract {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SqlType {
     /// `tinyint` to `bigint`, by its width in bytes.
-    Int { bytes: u8, unsigned: bool },
-    Float { unsigned: bool },
-    Double { unsigned: bool },
-    Decimal { precision: u8, scale: u8, unsigned: bool },
+    Int {
+        bytes: u8,
+        unsigned: bool,
+    },
+    Float {
+        unsigned: bool,
+    },
+    Double {
+        unsigned: bool,
+    },
+    Decimal {
+        precision: u8,
+        scale: u8,
+        unsigned: bool,
+    },
     Date,
     Year,
-    Datetime { dec: u8 },
-    Timestamp { dec: u8 },
-    Time { dec: u8 },
-    Bit { bits: u16 },
-    Enum { members: Vec<String> },
-    Set { members: Vec<String> },
+    Datetime {
+        dec: u8,
+    },
+    Timestamp {
+        dec: u8,
+    },
+    Time {
+        dec: u8,
+    },
+    Bit {
+        bits: u16,
+    },
+    Enum {
+        members: Vec<String>,
+    },
+    Set {
+        members: Vec<String>,
+    },
     /// CHAR and BINARY (`charset` `binary`), `bytes` long at most.
-    Char { bytes: u32, charset: String },
+    Char {
+        bytes: u32,
+        charset: String,
+    },
     /// VARCHAR and VARBINARY.
-    Varchar { bytes: u32, charset: String },
+    Varchar {
+        bytes: u32,
+        charset: String,
+    },
     /// TEXT and BLOB, by the size of their length prefix (1: TINYTEXT, 4: LONGTEXT).
-    Text { len_bytes: u8, charset: String },
+    Text {
+        len_bytes: u8,
+        charset: String,
+    },
     Geometry,
 }
 
@@ -191,10 +223,7 @@ impl LocalColumn {
 
 /// The members of `enum('a','it''s')` or `set(..)`, as `COLUMN_TYPE` lists them.
 fn members(column_type: &str) -> Option<Vec<String>> {
-    let inner = column_type
-        .split_once('(')?
-        .1
-        .strip_suffix(')')?;
+    let inner = column_type.split_once('(')?.1.strip_suffix(')')?;
     let mut members = Vec::new();
     let mut chars = inner.chars().peekable();
     while let Some(open) = chars.next() {
@@ -299,13 +328,19 @@ mod tests {
             scale: Some(6),
             ..column("p", "decimal", "decimal(18,6) unsigned")
         };
-        assert_eq!(decimal.sql_type().unwrap().to_string(), "decimal(18,6) unsigned");
+        assert_eq!(
+            decimal.sql_type().unwrap().to_string(),
+            "decimal(18,6) unsigned"
+        );
         let varchar = LocalColumn {
             charset: Some("utf8mb4".into()),
             octet_length: Some(256),
             ..column("n", "varchar", "varchar(64)")
         };
-        assert_eq!(varchar.sql_type().unwrap().to_string(), "varchar(256 bytes) utf8mb4");
+        assert_eq!(
+            varchar.sql_type().unwrap().to_string(),
+            "varchar(256 bytes) utf8mb4"
+        );
         let blob = LocalColumn {
             octet_length: Some(65_535),
             ..column("b", "blob", "blob")

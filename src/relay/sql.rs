@@ -295,7 +295,11 @@ fn push_matches(sql: &mut String, change: &RowChange) -> Result<(), String> {
                 sql.push_str(" AS FLOAT)");
             }
             (Some(Kind::Decimal), Value::Text(digits)) => {
-                if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit() || b == b'-' || b == b'.') {
+                if digits.is_empty()
+                    || !digits
+                        .bytes()
+                        .all(|b| b.is_ascii_digit() || b == b'-' || b == b'.')
+                {
                     return Err(format!("column {name}: {digits:?} is not a decimal"));
                 }
                 push_ident(sql, name)?;
@@ -571,7 +575,10 @@ mod tests {
                  `state` = VALUES(`state`)",
             ]
         );
-        assert_eq!(forced_sql(&delete), ["DELETE FROM `app`.`t``x` WHERE `id` = 7"]);
+        assert_eq!(
+            forced_sql(&delete),
+            ["DELETE FROM `app`.`t``x` WHERE `id` = 7"]
+        );
         assert_eq!(
             found_row(&update).unwrap(),
             "SELECT JSON_OBJECT('id', `id`, 'note', `note`, 'price', `price`, 'ratio', `ratio`, \

@@ -47,7 +47,10 @@ impl Charsets {
 
     fn kind(&self, collation: u16) -> Kind {
         let name = self.name(collation);
-        if Self::UTF8_NAMES.iter().any(|n| n.eq_ignore_ascii_case(name)) {
+        if Self::UTF8_NAMES
+            .iter()
+            .any(|n| n.eq_ignore_ascii_case(name))
+        {
             Kind::Text
         } else {
             Kind::Binary
@@ -240,15 +243,26 @@ fn enum_and_set_members(
         match field.map_err(|e| format!("unreadable table map metadata: {e}"))? {
             OptionalMetadataField::EnumStrValue(values) => {
                 for column in values.iter_values() {
-                    let column =
-                        column.map_err(|e| format!("unreadable ENUM members: {e}"))?;
-                    enums.push(column.values().iter().map(|v| v.value().into_owned()).collect());
+                    let column = column.map_err(|e| format!("unreadable ENUM members: {e}"))?;
+                    enums.push(
+                        column
+                            .values()
+                            .iter()
+                            .map(|v| v.value().into_owned())
+                            .collect(),
+                    );
                 }
             }
             OptionalMetadataField::SetStrValue(values) => {
                 for column in values.iter_values() {
                     let column = column.map_err(|e| format!("unreadable SET members: {e}"))?;
-                    sets.push(column.values().iter().map(|v| v.value().into_owned()).collect());
+                    sets.push(
+                        column
+                            .values()
+                            .iter()
+                            .map(|v| v.value().into_owned())
+                            .collect(),
+                    );
                 }
             }
             _ => {}
@@ -395,11 +409,7 @@ fn column_codec(
             }
         }
         MYSQL_TYPE_GEOMETRY => match byte(0)? {
-            len_bytes @ 1..=4 => Ok((
-                Kind::Binary,
-                Codec::Bytes { len_bytes },
-                SqlType::Geometry,
-            )),
+            len_bytes @ 1..=4 => Ok((Kind::Binary, Codec::Bytes { len_bytes }, SqlType::Geometry)),
             other => Err(format!("GEOMETRY with a {other}-byte length")),
         },
         MYSQL_TYPE_TIMESTAMP | MYSQL_TYPE_DATETIME | MYSQL_TYPE_TIME => Err(format!(
@@ -455,27 +465,48 @@ mod tests {
                 .to_string()
         };
         use ColumnType::*;
-        assert_eq!(sql(MYSQL_TYPE_LONGLONG, &[], true, None, &[]), "bigint unsigned");
+        assert_eq!(
+            sql(MYSQL_TYPE_LONGLONG, &[], true, None, &[]),
+            "bigint unsigned"
+        );
         assert_eq!(sql(MYSQL_TYPE_TINY, &[], false, None, &[]), "tinyint");
-        assert_eq!(sql(MYSQL_TYPE_NEWDECIMAL, &[18, 6], false, None, &[]), "decimal(18,6)");
-        assert_eq!(sql(MYSQL_TYPE_DATETIME2, &[3], false, None, &[]), "datetime(3)");
-        assert_eq!(sql(MYSQL_TYPE_TIMESTAMP2, &[0], false, None, &[]), "timestamp(0)");
+        assert_eq!(
+            sql(MYSQL_TYPE_NEWDECIMAL, &[18, 6], false, None, &[]),
+            "decimal(18,6)"
+        );
+        assert_eq!(
+            sql(MYSQL_TYPE_DATETIME2, &[3], false, None, &[]),
+            "datetime(3)"
+        );
+        assert_eq!(
+            sql(MYSQL_TYPE_TIMESTAMP2, &[0], false, None, &[]),
+            "timestamp(0)"
+        );
         assert_eq!(sql(MYSQL_TYPE_BIT, &[5, 0], false, None, &[]), "bit(5)");
         assert_eq!(
             sql(MYSQL_TYPE_ENUM, &[0xf7, 1], false, None, &["b", "a"]),
             "enum('b','a')"
         );
-        assert_eq!(sql(MYSQL_TYPE_SET, &[0xf8, 1], false, None, &["x"]), "set('x')");
+        assert_eq!(
+            sql(MYSQL_TYPE_SET, &[0xf8, 1], false, None, &["x"]),
+            "set('x')"
+        );
         assert_eq!(
             sql(MYSQL_TYPE_VARCHAR, &[0, 1], false, Some(45), &[]),
             "varchar(256 bytes) utf8mb4"
         );
-        assert_eq!(sql(MYSQL_TYPE_VARCHAR, &[16, 0], false, Some(63), &[]), "varbinary(16)");
+        assert_eq!(
+            sql(MYSQL_TYPE_VARCHAR, &[16, 0], false, Some(63), &[]),
+            "varbinary(16)"
+        );
         assert_eq!(
             sql(MYSQL_TYPE_STRING, &[0xfe, 12], false, Some(8), &[]),
             "char(12 bytes) latin1"
         );
-        assert_eq!(sql(MYSQL_TYPE_BLOB, &[4], false, Some(46), &[]), "longtext utf8mb4");
+        assert_eq!(
+            sql(MYSQL_TYPE_BLOB, &[4], false, Some(46), &[]),
+            "longtext utf8mb4"
+        );
         assert_eq!(sql(MYSQL_TYPE_BLOB, &[2], false, Some(63), &[]), "blob");
     }
 
