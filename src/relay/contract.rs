@@ -132,6 +132,16 @@ impl fmt::Display for SqlType {
     }
 }
 
+/// The length of a BINARY(n) column, from its type as [`SqlType`] writes it (the binlog leaves
+/// out such a value's trailing zero bytes, which the column keeps).
+pub fn binary_length(sql_type: &str) -> Option<u32> {
+    sql_type
+        .strip_prefix("binary(")?
+        .strip_suffix(')')?
+        .parse()
+        .ok()
+}
+
 fn quoted(members: &[String]) -> String {
     members
         .iter()
@@ -346,6 +356,16 @@ mod tests {
             ..column("b", "blob", "blob")
         };
         assert_eq!(blob.sql_type().unwrap().to_string(), "blob");
+        let fixed = LocalColumn {
+            octet_length: Some(4),
+            ..column("f", "binary", "binary(4)")
+        };
+        let fixed = fixed.sql_type().unwrap().to_string();
+        assert_eq!(
+            (fixed.as_str(), binary_length(&fixed)),
+            ("binary(4)", Some(4))
+        );
+        assert_eq!(binary_length("varbinary(4)"), None);
         let seen = LocalColumn {
             datetime_precision: Some(3),
             ..column("s", "datetime", "datetime(3)")

@@ -294,6 +294,13 @@ fn push_matches(sql: &mut String, change: &RowChange) -> Result<(), String> {
                 push_literal(sql, Some(value));
                 sql.push_str(" AS FLOAT)");
             }
+            (Some(Kind::Binary), _) if let Some(length) = padded_binary(change, name) => {
+                // The binlog leaves out BINARY(n)'s trailing zero bytes; the column has them.
+                push_ident(sql, name)?;
+                sql.push_str(" = CAST(");
+                push_literal(sql, Some(value));
+                let _ = write!(sql, " AS BINARY({length}))");
+            }
             (Some(Kind::Decimal), Value::Text(digits)) => {
                 if digits.is_empty()
                     || !digits
@@ -314,6 +321,11 @@ fn push_matches(sql: &mut String, change: &RowChange) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The length of `name` when the source's contract says it is a BINARY(n) column.
+fn padded_binary(change: &RowChange, name: &str) -> Option<u32> {
+    super::contract::binary_length(change.contract.as_ref()?.types.get(name)?)
 }
 
 /// The kind capture would give a column of this type (see [`super::table`]), `None` for a
