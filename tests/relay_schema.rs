@@ -78,43 +78,41 @@ async fn start_pair(dcs: &mut [Dc], on_conflict: &str) {
     }
 }
 
-/// Every conflict b recorded: (type, key, expected, found, resolution), the images as JSON.
-async fn conflicts(
-    b: &Dc,
-) -> Vec<(
-    String,
-    serde_json::Value,
-    serde_json::Value,
-    Option<serde_json::Value>,
-    String,
-)> {
-    let mut conn = b.conn().await;
-    let rows: Vec<(
-        String,
-        String,
-        String,
-        String,
-        Option<String>,
-        String,
-        String,
-    )> = conn
+/// A row of `relay_conflicts`, its images read as JSON.
+#[derive(Debug)]
+struct Conflict {
+    kind: String,
+    key: serde_json::Value,
+    expected: serde_json::Value,
+    found: Option<serde_json::Value>,
+    resolution: String,
+}
+
+/// Every conflict `dc` recorded, all of them of `app.items` from a.
+async fn conflicts(dc: &Dc) -> Vec<Conflict> {
+    let mut conn = dc.conn().await;
+    let rows: Vec<mysql_async::Row> = conn
         .query(
             "SELECT source_dc, CONCAT(table_schema, '.', table_name), change_type, row_key, \
-             found, expected, resolution FROM logstamp.relay_conflicts ORDER BY id",
+             expected, found, resolution FROM logstamp.relay_conflicts ORDER BY id",
         )
         .await
         .unwrap();
+    let json = |text: String| serde_json::from_str::<serde_json::Value>(&text).unwrap();
     rows.into_iter()
-        .map(|(source, table, kind, key, found, expected, resolution)| {
-            assert_eq!((source.as_str(), table.as_str()), ("a", "app.items"));
-            let json = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap();
-            (
-                kind,
-                json(&key),
-                json(&expected),
-                found.as_deref().map(json),
-                resolution,
-            )
+        .map(|row| {
+            let text = |i: usize| -> Option<String> { row.get(i).unwrap() };
+            assert_eq!(
+                (text(0).unwrap().as_str(), text(1).unwrap().as_str()),
+                ("a", "app.items")
+            );
+            Conflict {
+                kind: text(2).unwrap(),
+                key: json(text(3).unwrap()),
+                expected: json(text(4).unwrap()),
+                found: text(5).map(json),
+                resolution: text(6).unwrap(),
+            }
         })
         .collect()
 }
@@ -259,24 +257,31 @@ async fn conflicts_are_recorded_and_by_default_the_change_wins() {
     assert_eq!(dcs[1].rows("app.items").await.len(), 3);
     let found = conflicts(&dcs[1]).await;
     assert_eq!(found.len(), 3, "{found:?}");
-    let (kind, key, expected, row, resolution) = &found[0];
-    assert_eq!((kind.as_str(), resolution.as_str()), ("update", "applied"));
-    assert_eq!(key, &serde_json::json!({"id": 1}));
+    let first = &found[0];
+    assert_eq!(
+        (first.kind.as_str(), first.resolution.as_str()),
+        ("update", "applied")
+    );
+    assert_eq!(first.key, serde_json::json!({"id": 1}));
+    let expected = &first.expected;
     assert_eq!(
         (expected["v"].as_i64(), expected["note"].as_str()),
         (Some(0), Some("one"))
     );
-    let row = row.as_ref().expect("the row found");
+    let row = first.found.as_ref().expect("the row found");
     assert_eq!(
         (row["v"].as_i64(), row["note"].as_str()),
         (Some(99), Some("one"))
     );
-    assert_eq!(found[1].0, "update");
-    assert_eq!(found[1].1, serde_json::json!({"id": 2}));
-    assert!(found[1].3.is_none(), "row 2 was missing");
-    assert_eq!(found[2].0, "delete");
-    assert_eq!(found[2].2["note"].as_str(), Some("three"));
-    assert_eq!(found[2].3.as_ref().unwrap()["note"].as_str(), Some("THREE"));
+    assert_eq!(found[1].kind, "update");
+    assert_eq!(found[1].key, serde_json::json!({"id": 2}));
+    assert!(found[1].found.is_none(), "row 2 was missing");
+    assert_eq!(found[2].kind, "delete");
+    assert_eq!(found[2].expected["note"].as_str(), Some("three"));
+    assert_eq!(
+        found[2].found.as_ref().unwrap()["note"].as_str(),
+        Some("THREE")
+    );
     assert_eq!(metric(&dcs[1], CONFLICTS).await, Some(3.0));
     assert_eq!(dcs[1].status()[1]["conflicts"], 3);
     // Nothing was applied back to a as a conflict of its own.
@@ -317,8 +322,8 @@ async fn with_stop_a_conflict_holds_everything_after_it_until_the_row_is_repaire
     assert_eq!(rows.len(), 1, "row 2 is not applied");
     let found = conflicts(&dcs[1]).await;
     assert_eq!(found.len(), 1);
-    assert_eq!(found[0].4, "stopped");
-    assert_eq!(found[0].3.as_ref().unwrap()["v"].as_i64(), Some(99));
+    assert_eq!(found[0].resolution, "stopped");
+    assert_eq!(found[0].found.as_ref().unwrap()["v"].as_i64(), Some(99));
     // The operator puts back the row a's change expects: applying goes on.
     diverge(&dcs[1], &["UPDATE app.items SET v = 0 WHERE id = 1"]).await;
     dcs[1].wait_applied("a", 3).await;

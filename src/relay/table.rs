@@ -228,16 +228,11 @@ impl TableSchema {
     }
 }
 
+/// Each column's members, in column order.
+type Members = std::vec::IntoIter<Vec<String>>;
+
 /// The members of each ENUM and of each SET column, in column order.
-fn enum_and_set_members(
-    tme: &TableMapEvent<'_>,
-) -> Result<
-    (
-        std::vec::IntoIter<Vec<String>>,
-        std::vec::IntoIter<Vec<String>>,
-    ),
-    String,
-> {
+fn enum_and_set_members(tme: &TableMapEvent<'_>) -> Result<(Members, Members), String> {
     let (mut enums, mut sets) = (Vec::new(), Vec::new());
     for field in tme.iter_optional_meta() {
         match field.map_err(|e| format!("unreadable table map metadata: {e}"))? {
