@@ -343,50 +343,26 @@ async fn with_stop_a_conflict_holds_everything_after_it_until_the_row_is_repaire
 /// ENUM and SET by index, BIT, latin1 and binary strings, JSON, NULLs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_of_every_kind_match_their_before_image() {
-    let table = "CREATE TABLE app.vals (
-        id BIGINT UNSIGNED NOT NULL PRIMARY KEY,
-        i TINYINT NULL, u INT UNSIGNED NULL, m MEDIUMINT NULL,
-        d DECIMAL(65,30) NULL, f FLOAT NULL, g DOUBLE NULL,
-        dt DATETIME(6) NULL, dt0 DATETIME NULL, ts TIMESTAMP(3) NULL, tm TIME(4) NULL,
-        dd DATE NULL, y YEAR NULL, bt BIT(10) NULL,
-        e ENUM('red','green') NULL, st SET('x','y','z') NULL,
-        j JSON NULL, s VARCHAR(32) NULL, t TEXT NULL, c CHAR(4) NULL,
-        l1 VARCHAR(8) CHARACTER SET latin1 NULL,
-        b BLOB NULL, vb VARBINARY(8) NULL, bn BINARY(4) NULL
-    ) ENGINE=InnoDB";
-    let mut dcs = two_dcs(table).await;
+    let mut dcs = two_dcs(EVERY_KIND).await;
     start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
     let mut a = dcs[0].conn().await;
     a.query_drop("SET time_zone = '+00:00'").await.unwrap();
-    let every_byte: Vec<u8> = (0..=255).collect();
-    for id in [10u64, 11] {
-        a.exec_drop(
-            "INSERT INTO app.vals VALUES (?, -128, 4294967295, -8388608, \
-             '-12345678901234567890123456789012345.123456789012345678901234567890', 0.1, \
-             -1.7976931348623157e308, '2038-01-19 03:14:08.123456', '0000-00-00 00:00:00', \
-             '2024-02-29 23:59:59.999', '-838:59:58.9999', '9999-12-31', 2155, b'1000000001', \
-             'green', 'x,z', ?, 'Ab 😀', ?, 'ab', 'é', ?, X'000102', X'01000000')",
-            (
-                id,
-                r#"{"a": [1, 2.50, "\u00e9"], "b": null}"#,
-                "tab\tnew\nline \\ quote' end",
-                &every_byte,
-            ),
-        )
-        .await
-        .unwrap();
+    for id in [10, 11] {
+        insert_every_kind(&mut a, id).await;
     }
     a.query_drop("INSERT INTO app.vals (id) VALUES (12)")
         .await
         .unwrap();
     for statement in [
+        // The next update finds a zero date in its before image.
+        "UPDATE app.vals SET dt0 = '0000-00-00 00:00:00', s = 'Ab' WHERE id = 10",
         "UPDATE app.vals SET s = 'changed', f = 0.25 WHERE id = 10",
         "UPDATE app.vals SET s = 'set' WHERE id = 12",
         "DELETE FROM app.vals WHERE id = 11",
     ] {
         a.query_drop(statement).await.unwrap();
     }
-    dcs[1].wait_applied("a", 6).await;
+    dcs[1].wait_applied("a", 7).await;
     let checksum = "CHECKSUM TABLE app.vals";
     let mut b = dcs[1].conn().await;
     let here: Option<(String, u64)> = b.query_first(checksum).await.unwrap();
