@@ -44,16 +44,18 @@ async fn metric(dc: &Dc, name: &str) -> Option<f64> {
     sample(&metrics, name)
 }
 
-/// Runs `statements` in `dc` without writing them to its binlog: a divergence its capture
-/// never sees.
-async fn diverge(dc: &Dc, statements: &[&str]) {
+/// Runs `statements` in `dc`, in one session.
+async fn run(dc: &Dc, statements: &[&str]) {
     let mut conn = dc.conn().await;
-    conn.query_drop("SET SESSION sql_log_bin = 0")
-        .await
-        .unwrap();
     for statement in statements {
         conn.query_drop(*statement).await.unwrap();
     }
+}
+
+/// Runs `statements` in `dc` without writing them to its binlog: a divergence its capture
+/// never sees.
+async fn diverge(dc: &Dc, statements: &[&str]) {
+    run(dc, &[&["SET SESSION sql_log_bin = 0"], statements].concat()).await;
 }
 
 /// `a` applies `b` and the other way round, with `on_conflict` in b.
@@ -240,15 +242,17 @@ async fn conflicts_are_recorded_and_by_default_the_change_wins() {
         ],
     )
     .await;
-    for statement in [
-        "UPDATE app.items SET v = v + 1, note = 'one again' WHERE id = 1",
-        "UPDATE app.items SET v = v + 1 WHERE id = 2",
-        "DELETE FROM app.items WHERE id = 3",
-        // No conflict: the row is the same in both.
-        "UPDATE app.items SET v = v + 1 WHERE id = 4",
-    ] {
-        a.query_drop(statement).await.unwrap();
-    }
+    run(
+        &dcs[0],
+        &[
+            "UPDATE app.items SET v = v + 1, note = 'one again' WHERE id = 1",
+            "UPDATE app.items SET v = v + 1 WHERE id = 2",
+            "DELETE FROM app.items WHERE id = 3",
+            // No conflict: the row is the same in both.
+            "UPDATE app.items SET v = v + 1 WHERE id = 4",
+        ],
+    )
+    .await;
     dcs[1].wait_applied("a", 5).await;
     assert_eq!(
         dcs[1].rows("app.items").await,
@@ -353,15 +357,17 @@ async fn rows_of_every_kind_match_their_before_image() {
     a.query_drop("INSERT INTO app.vals (id) VALUES (12)")
         .await
         .unwrap();
-    for statement in [
-        // The next update finds a zero date in its before image.
-        "UPDATE app.vals SET dt0 = '0000-00-00 00:00:00', s = 'Ab' WHERE id = 10",
-        "UPDATE app.vals SET s = 'changed', f = 0.25 WHERE id = 10",
-        "UPDATE app.vals SET s = 'set' WHERE id = 12",
-        "DELETE FROM app.vals WHERE id = 11",
-    ] {
-        a.query_drop(statement).await.unwrap();
-    }
+    run(
+        &dcs[0],
+        &[
+            // The next update finds a zero date in its before image.
+            "UPDATE app.vals SET dt0 = '0000-00-00 00:00:00', s = 'Ab' WHERE id = 10",
+            "UPDATE app.vals SET s = 'changed', f = 0.25 WHERE id = 10",
+            "UPDATE app.vals SET s = 'set' WHERE id = 12",
+            "DELETE FROM app.vals WHERE id = 11",
+        ],
+    )
+    .await;
     dcs[1].wait_applied("a", 7).await;
     let checksum = "CHECKSUM TABLE app.vals";
     let mut b = dcs[1].conn().await;
