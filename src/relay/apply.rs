@@ -690,8 +690,8 @@ impl Conflicts<'_> {
         format!(
             "a {} of {table} from {} (transaction {}, {}) did not find its row here as it was \
              there (see {CONFLICTS_TABLE}); relay.on_conflict is stop, so applying from {} \
-             waits: make the row here match the expected image, or delete it, and applying \
-             goes on",
+             waits: make the row here equal the expected image (insert it if it is missing), \
+             or set relay.on_conflict = \"apply\" and restart, and applying goes on",
             change.row.kind,
             self.source_dc,
             change.txn.seq,

@@ -7,6 +7,8 @@
 //!  "key":{"id":18446744073709551615},
 //!  "values":{"price":"12.3400"},
 //!  "before":{"id":18446744073709551615,"price":"9.9900","seen":"2024-05-01 10:00:00.250000"},
+//!  "contract":{"key":["id"],"types":{"id":"bigint unsigned","price":"decimal(10,4)",
+//!              "seen":"datetime(6)"}},
 //!  "file":"mariadb-bin.000002","pos":643,"gtid":"0-11-9","commit_ts":1714557600,
 //!  "txn":{"seq":17,"index":0,"count":1},
 //!  "stream":{"epoch":0,"published":"0-11-7","binlog":"0-11-8"}}
@@ -19,6 +21,10 @@
 //! with every digit the column keeps; `text` is a string; `binary` (binary strings, and strings
 //! of character sets other than UTF-8) is base64. NULL is `null`. MariaDB's JSON columns are
 //! LONGTEXT with a validity check, so they travel as `text`, byte for byte.
+//!
+//! `contract` is the table's primary key (its columns in key order) and every column's exact
+//! type at the source (see [`super::contract`]): the applier applies nothing to a table that
+//! differs here. Messages of a capture from before it was added have none.
 //!
 //! `values` holds every column for an insert and the changed columns for an update; `before`
 //! the whole row before an update or delete. `txn` places the change in its transaction
