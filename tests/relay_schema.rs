@@ -59,14 +59,14 @@ async fn diverge(dc: &Dc, statements: &[&str]) {
 }
 
 /// `a` applies `b` and the other way round, with `on_conflict` in b.
-async fn start_pair(dcs: &mut [Dc], on_conflict: &str) {
+async fn start_pair(dcs: &mut [Dc], mode: LoopFilterMode, on_conflict: &str) {
     let brokers: Vec<(String, String)> = dcs
         .iter()
         .map(|d| (d.name.clone(), d.brokers.clone()))
         .collect();
     for (i, dc) in dcs.iter_mut().enumerate() {
         let (name, other) = &brokers[1 - i];
-        dc.configure(&[(name, other.clone())], LoopFilterMode::Marker, "100ms");
+        dc.configure(&[(name, other.clone())], mode, "100ms");
         let path = dc.dir.path().join("relay.toml");
         let text = std::fs::read_to_string(&path).unwrap().replace(
             "[relay]\n",
@@ -217,13 +217,23 @@ async fn enum_order_decimal_scale_and_datetime_precision_are_each_refused() {
     assert_eq!(last_error(&dcs[1], "a").await, None);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflicts_are_recorded_and_by_default_the_change_wins() {
+    conflicts_are_recorded_and_the_change_wins(LoopFilterMode::Marker).await;
+}
+
+/// The cache filter must also drop what resolving a conflict wrote, or it would go back to a.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflicts_resolved_under_the_cache_filter_do_not_go_back() {
+    conflicts_are_recorded_and_the_change_wins(LoopFilterMode::Cache).await;
+}
+
 /// Rows changed and deleted in b behind the relay's back, then updated and deleted in a: each
 /// such change is a conflict with both images recorded and counted, the change wins, and the
 /// tables end the same.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conflicts_are_recorded_and_by_default_the_change_wins() {
+async fn conflicts_are_recorded_and_the_change_wins(mode: LoopFilterMode) {
     let mut dcs = two_dcs(ITEMS).await;
-    start_pair(&mut dcs, "apply").await;
+    start_pair(&mut dcs, mode, "apply").await;
     let mut a = dcs[0].conn().await;
     a.query_drop(
         "INSERT INTO app.items (id, service, v, note, amount, seen) VALUES \
@@ -288,8 +298,15 @@ async fn conflicts_are_recorded_and_by_default_the_change_wins() {
     );
     assert_eq!(metric(&dcs[1], CONFLICTS).await, Some(3.0));
     assert_eq!(dcs[1].status()[1]["conflicts"], 3);
-    // Nothing was applied back to a as a conflict of its own.
+    // What resolving wrote in b is not sent back to a: once a applied all b published, a has
+    // no conflict of its own and the tables are still the same.
+    dcs[1].wait_capture_caught_up().await;
+    dcs[0].wait_appliers_caught_up().await;
     assert!(conflicts(&dcs[0]).await.is_empty());
+    assert_eq!(
+        dcs[0].rows("app.items").await,
+        dcs[1].rows("app.items").await
+    );
 }
 
 /// With `on_conflict = "stop"` the applier waits at the conflict, applying nothing after it,
@@ -297,7 +314,7 @@ async fn conflicts_are_recorded_and_by_default_the_change_wins() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_stop_a_conflict_holds_everything_after_it_until_the_row_is_repaired() {
     let mut dcs = two_dcs(ITEMS).await;
-    start_pair(&mut dcs, "stop").await;
+    start_pair(&mut dcs, LoopFilterMode::Marker, "stop").await;
     let mut a = dcs[0].conn().await;
     a.query_drop(
         "INSERT INTO app.items (id, service, v, note, amount, seen) VALUES \
@@ -388,7 +405,7 @@ async fn rows_of_every_kind_match_their_before_image() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writers_of_their_own_rows_raise_no_conflict() {
     let mut dcs = two_dcs(ITEMS).await;
-    start_pair(&mut dcs, "stop").await;
+    start_pair(&mut dcs, LoopFilterMode::Marker, "stop").await;
     let local = write_everywhere(&dcs, 60).await;
     wait_in_sync(&dcs, &local, "app.items").await;
     for dc in &dcs {

@@ -626,7 +626,8 @@ impl Conflicts<'_> {
             return Ok(None);
         };
         let table = format!("{}.{}", change.row.schema, change.row.table);
-        let failed = || format!("applying a change of {table} from {}", self.source_dc);
+        let source_dc = self.source_dc;
+        let failed = || format!("applying a change of {table} from {source_dc}");
         conn.query_drop(&statement.sql)
             .await
             .map_err(DbError::mysql(failed()))?;
@@ -653,16 +654,17 @@ impl Conflicts<'_> {
             self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
             return Ok(Some(self.waiting_reason(change, &table)));
         }
+        // The change itself wrote nothing to the binlog: its key would wait in the loop cache.
+        self.uncache(CacheKey::of(&change.row));
         for forced in sql::forced(&change.row) {
-            if let Some(mut cache) = self.context.cache() {
-                let key = CacheKey::of(&forced);
-                cache.record(key, Instant::now());
-                self.cache_keys.push(key);
-            }
             if let Some(statement) = self.statement(&forced)? {
                 conn.query_drop(&statement.sql)
                     .await
                     .map_err(DbError::mysql(failed()))?;
+                // Only a row written reaches the binlog; capture reads it after the commit.
+                if conn.affected_rows() > 0 {
+                    self.cache(CacheKey::of(&forced));
+                }
             }
         }
         self.resolved += 1;
@@ -675,6 +677,24 @@ impl Conflicts<'_> {
             self.source_dc
         );
         Ok(None)
+    }
+
+    /// In `cache` mode, records `key` for capture to drop (forgotten if the group fails).
+    fn cache(&mut self, key: CacheKey) {
+        if let Some(mut cache) = self.context.cache() {
+            cache.record(key, Instant::now());
+            self.cache_keys.push(key);
+        }
+    }
+
+    /// In `cache` mode, takes back one recording of `key`.
+    fn uncache(&mut self, key: CacheKey) {
+        if let Some(mut cache) = self.context.cache()
+            && let Some(at) = self.cache_keys.iter().position(|k| *k == key)
+        {
+            cache.forget(key);
+            self.cache_keys.swap_remove(at);
+        }
     }
 
     fn statement(&self, row: &RowChange) -> Result<Option<sql::Statement>, RelayError> {
