@@ -137,10 +137,11 @@ async fn a_fresh_database_gets_every_migration_and_the_log_table() {
             (5, "relay_checkpoints"),
             (6, "relay_applied"),
             (7, "relay_published_gtids"),
-            (8, "relay_applied_gtids")
+            (8, "relay_applied_gtids"),
+            (9, "relay_conflicts")
         ]
     );
-    assert_eq!(report.schema_version, 8);
+    assert_eq!(report.schema_version, 9);
     let recorded: Vec<(u32, String, String)> = conn
         .query("SELECT version, name, checksum FROM schema_migrations ORDER BY version")
         .await
@@ -553,7 +554,7 @@ async fn migrate_command_creates_the_database_and_says_what_it_did() {
     assert_eq!(
         lines(&second.get_output().stdout),
         [
-            serde_json::json!({"action": "migrations_up_to_date", "schema_version": 8}),
+            serde_json::json!({"action": "migrations_up_to_date", "schema_version": 9}),
             serde_json::json!({"action": "table_unchanged", "table": "logs"}),
         ]
     );
