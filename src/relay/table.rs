@@ -1,9 +1,10 @@
-//! What a TABLE_MAP event says about a table: its columns' names, kinds and binary encodings,
-//! and its primary key.
+//! What a TABLE_MAP event says about a table: its columns' names, kinds, binary encodings and
+//! exact types, and its primary key (the last two make the table's [`Contract`]).
 //!
-//! Names, signedness, character sets and the primary key come from the event's optional
-//! metadata, which the server writes only with `binlog_row_metadata=FULL` (without it an
-//! unsigned BIGINT cannot be told from a signed one). Column encodings follow MySQL's
+//! Names, signedness, character sets, ENUM and SET members and the primary key come from the
+//! event's optional metadata, which the server writes only with `binlog_row_metadata=FULL`
+//! (without it an unsigned BIGINT cannot be told from a signed one); lengths, DECIMAL precision
+//! and scale and fractional digits from each column's metadata. Column encodings follow MySQL's
 //! `Field::save_field_metadata` / `log_event_print_value`, which MariaDB shares.
 
 use std::collections::{BTreeMap, HashMap};
