@@ -736,8 +736,8 @@ pub const EVERY_KIND: &str = "CREATE TABLE app.vals (
     b BLOB NULL, vb VARBINARY(8) NULL, bn BINARY(4) NULL
 ) ENGINE=InnoDB";
 
-/// Inserts row `id` of [`EVERY_KIND`], each column at an edge of its type, through a session
-/// in UTC.
+/// Inserts row `id` of [`EVERY_KIND`], each column at an edge of its type; `conn` is in UTC,
+/// as the relay reads and writes TIMESTAMP values.
 pub async fn insert_every_kind(conn: &mut Conn, id: u64) {
     let every_byte: Vec<u8> = (0..=255).collect();
     conn.exec_drop(
