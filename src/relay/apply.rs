@@ -15,7 +15,8 @@
 //! The consumer takes the topic's single partition by `assign` at the offset stored in MySQL;
 //! no consumer-group offsets are involved.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -32,15 +33,16 @@ use crate::mysql::encode::push_sql_string;
 use crate::mysql::lock::{lock_name, try_lock};
 use crate::mysql::rows::take;
 use crate::mysql::{self, DbError};
-use crate::relay::settings::{LoopFilterMode, RemoteDc};
+use crate::relay::settings::{LoopFilterMode, OnConflict, RemoteDc};
 
-use super::change::{Change, RowChange, Value};
+use super::change::{Change, Kind, Row, RowChange, TxnRef, Value, row_to_json};
 use super::context::{
-    APPLIED_GTIDS_TABLE, APPLIED_TABLE, LOOP_KEYS_TABLE, RelayContext, RelayError,
+    APPLIED_GTIDS_TABLE, APPLIED_TABLE, CONFLICTS_TABLE, LOOP_KEYS_TABLE, RelayContext, RelayError,
 };
+use super::contract::{self, Contract, LocalColumn};
 use super::loop_filter::CacheKey;
 use super::order::{Followed, Verdict, order};
-use super::sql::{self, LocalColumn};
+use super::sql;
 use super::stats::{ApplyStats, Running};
 
 /// The applier's session: strict, so a value that does not fit fails instead of being cut;
@@ -177,7 +179,7 @@ pub async fn run_once(
 /// A transaction read and turned into SQL, waiting to be applied.
 struct Ready {
     changes: Vec<Change>,
-    statements: Vec<String>,
+    statements: Vec<sql::Statement>,
     /// The offset after its last message (and after any already applied ones before it).
     next_offset: i64,
     /// How far the applier is in the source's stream once it is applied.
@@ -381,6 +383,8 @@ async fn apply_all(
     let mut held: Option<Item> = None;
     // Stopped at a bad message: what is still handed on is dropped, unapplied, until shutdown.
     let mut halted = false;
+    // The change applying waits at, recorded once however often it is tried again.
+    let mut waiting_at: Option<TxnRef> = None;
     loop {
         let item = match held.take() {
             Some(item) => item,
@@ -418,14 +422,19 @@ async fn apply_all(
         }
         let changes: Vec<&Change> = group.iter().flat_map(|t| &t.changes).collect();
         stats.lag.behind_since(changes[0].commit_ts);
-        let placed =
-            match wait_for_schemas(conn, &mut schemas, context, &changes, stats, shutdown).await {
-                Ok(false) => return Ok(()),
-                Ok(true) => apply(context.loop_filter(), conn, source_dc, &group).await,
-                Err(e) => Err(e),
-            };
+        let placed = apply_when_possible(
+            conn,
+            &mut schemas,
+            context,
+            &group,
+            stats,
+            &mut waiting_at,
+            shutdown,
+        )
+        .await;
         match placed {
-            Ok(()) => {}
+            Ok(true) => {}
+            Ok(false) => return Ok(()),
             Err(e) if e.is_transient() => return Err(e),
             Err(e) => {
                 // A definite failure (a table not relayed here, a value the local column
@@ -438,6 +447,8 @@ async fn apply_all(
             }
         }
         stats.stopped.store(false, Ordering::Relaxed);
+        stats.conflict_stopped.store(false, Ordering::Relaxed);
+        waiting_at = None;
         stats
             .applied_transactions
             .fetch_add(group.len() as u64, Ordering::Relaxed);
@@ -455,47 +466,103 @@ async fn apply_all(
     Ok(())
 }
 
-/// Waits until the tables of `changes` are the same here as at the source; `false` when
-/// shutdown came first.
-async fn wait_for_schemas(
+/// Applies `group` once its tables are the same here as at the source and no conflict holds it
+/// back (`relay.on_conflict = "stop"`), recording why and trying again every
+/// [`MISMATCH_RETRY`] meanwhile; `false` when shutdown came first.
+async fn apply_when_possible(
     conn: &mut Conn,
     schemas: &mut SchemaCache,
     context: &RelayContext,
-    changes: &[&Change],
+    group: &[Ready],
     stats: &ApplyStats,
+    waiting_at: &mut Option<TxnRef>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<bool, RelayError> {
+    let changes: Vec<&Change> = group.iter().flat_map(|t| &t.changes).collect();
     let source_dc = &changes[0].dc;
     loop {
-        match check_schemas(conn, schemas, context, changes, source_dc).await {
+        let why = match check_schemas(conn, schemas, context, &changes, source_dc).await {
             Ok(()) => {
                 stats.schema_mismatch.store(false, Ordering::Relaxed);
-                return Ok(true);
-            }
-            Err(RelayError::SchemaMismatch(message)) => {
-                stats.schema_mismatch.store(true, Ordering::Relaxed);
-                tracing::error!(source = source_dc, "{message}");
-                record_error(conn, source_dc, &message).await?;
-                tokio::select! {
-                    _ = shutdown.changed() => return Ok(false),
-                    _ = tokio::time::sleep(MISMATCH_RETRY) => {}
+                match apply(context, conn, source_dc, group, stats, waiting_at).await? {
+                    Outcome::All => return Ok(true),
+                    Outcome::WaitingAt(why) => {
+                        stats.conflict_stopped.store(true, Ordering::Relaxed);
+                        why
+                    }
                 }
             }
+            Err(RelayError::SchemaMismatch(why)) => {
+                stats.schema_mismatch.store(true, Ordering::Relaxed);
+                why
+            }
             Err(other) => return Err(other),
+        };
+        tracing::error!(source = source_dc, "{why}");
+        record_error(conn, source_dc, &why).await?;
+        tokio::select! {
+            _ = shutdown.changed() => return Ok(false),
+            _ = tokio::time::sleep(MISMATCH_RETRY) => {}
         }
     }
 }
 
+/// How applying a group went.
+enum Outcome {
+    /// Committed, conflicts resolved by `relay.on_conflict = "apply"` included.
+    All,
+    /// Rolled back at a conflict (`relay.on_conflict = "stop"`), for this reason.
+    WaitingAt(String),
+}
+
 /// Applies consecutive source transactions with their bookkeeping in one local transaction.
 async fn apply(
-    loop_filter: LoopFilterMode,
+    context: &RelayContext,
     conn: &mut Conn,
     source_dc: &str,
     group: &[Ready],
-) -> Result<(), RelayError> {
-    let Some(newest) = group.last() else {
-        return Ok(());
+    stats: &ApplyStats,
+    waiting_at: &mut Option<TxnRef>,
+) -> Result<Outcome, RelayError> {
+    // Under the cache filter every change's key, as long as every change writes its row.
+    let loop_keys = match context.loop_filter() {
+        LoopFilterMode::Cache => group
+            .iter()
+            .flat_map(|t| &t.changes)
+            .map(|c| CacheKey::of(&c.row))
+            .collect(),
+        _ => Vec::new(),
     };
+    let mut conflicts = Conflicts {
+        context,
+        source_dc,
+        stats,
+        waiting_at,
+        loop_keys,
+        resolved: 0,
+    };
+    let result = apply_in_transaction(conn, &mut conflicts, group).await;
+    if matches!(result, Ok(Outcome::All)) {
+        // Counted once committed: a rolled back resolution is found again on the replay.
+        stats
+            .conflicts
+            .fetch_add(conflicts.resolved, Ordering::Relaxed);
+    }
+    result
+}
+
+/// The group's statements in as few round trips as fit, in one transaction; COMMIT once every
+/// UPDATE and DELETE found its row. When one did not, the transaction is rolled back and
+/// applied again change by change, handling each conflict (see [`Conflicts`]).
+async fn apply_in_transaction(
+    conn: &mut Conn,
+    conflicts: &mut Conflicts<'_>,
+    group: &[Ready],
+) -> Result<Outcome, RelayError> {
+    let Some(newest) = group.last() else {
+        return Ok(Outcome::All);
+    };
+    let source_dc = conflicts.source_dc;
     let last = &newest.changes[newest.changes.len() - 1];
     let context = || {
         format!(
@@ -504,44 +571,265 @@ async fn apply(
         )
     };
     let changes: usize = group.iter().map(|t| t.changes.len()).sum();
-    // The marker and the bookkeeping first, then the changes, then COMMIT: one round trip for
-    // a transaction that fits the budget. The server stops at the first failing statement, so a
-    // failure never reaches COMMIT; the transaction is rolled back with the connection (dropped
-    // with a transient error) or by the caller (after a definite one).
-    let mut bookkeeping = vec![
-        "START TRANSACTION".to_string(),
+    // The marker and the bookkeeping first, then the changes: one round trip for a transaction
+    // that fits the budget, and COMMIT. The server stops at the first failing statement; the
+    // transaction is rolled back with the connection (dropped with a transient error) or by the
+    // caller (after a definite one).
+    let bookkeeping = [
         applied_update(source_dc, last, group.len(), changes, newest.next_offset),
         gtids_update(source_dc, &newest.followed),
     ];
-    if loop_filter == LoopFilterMode::Cache {
-        let keys: Vec<CacheKey> = group
-            .iter()
-            .flat_map(|t| &t.changes)
-            .map(|c| CacheKey::of(&c.row))
-            .collect();
-        bookkeeping.extend(loop_keys_updates(source_dc, newest.next_offset, &keys));
-    }
-    let commit = ["COMMIT".to_string()];
-    let mut batch = String::new();
-    for statement in bookkeeping
+    let loop_keys = |keys: &[CacheKey]| loop_keys_updates(source_dc, newest.next_offset, keys);
+    let every_key = loop_keys(&conflicts.loop_keys);
+    let begin = std::iter::once("START TRANSACTION")
+        .chain(bookkeeping.iter().chain(&every_key).map(String::as_str))
+        .map(|sql| (sql, false));
+    let statements = group
         .iter()
-        .chain(group.iter().flat_map(|t| &t.statements))
-        .chain(&commit)
-    {
-        if !batch.is_empty() && batch.len() + statement.len() > STATEMENT_BUDGET {
-            conn.query_drop(std::mem::take(&mut batch))
+        .flat_map(|t| &t.statements)
+        .map(|s| (s.sql.as_str(), s.finds_row));
+    let all_found = run_batches(conn, begin.chain(statements))
+        .await
+        .map_err(DbError::mysql(context()))?;
+    if all_found {
+        conn.query_drop("COMMIT")
+            .await
+            .map_err(DbError::mysql(context()))?;
+        return Ok(Outcome::All);
+    }
+    conn.query_drop("ROLLBACK")
+        .await
+        .map_err(DbError::mysql(context()))?;
+    conn.query_drop("START TRANSACTION")
+        .await
+        .map_err(DbError::mysql(context()))?;
+    for statement in &bookkeeping {
+        conn.query_drop(statement)
+            .await
+            .map_err(DbError::mysql(context()))?;
+    }
+    for change in group.iter().flat_map(|t| &t.changes) {
+        if let Some(why) = conflicts.apply_one(conn, change).await? {
+            conn.query_drop("ROLLBACK")
                 .await
                 .map_err(DbError::mysql(context()))?;
+            return Ok(Outcome::WaitingAt(why));
+        }
+    }
+    // Only now is it known which changes wrote their rows.
+    for statement in loop_keys(&conflicts.loop_keys) {
+        conn.query_drop(statement)
+            .await
+            .map_err(DbError::mysql(context()))?;
+    }
+    conn.query_drop("COMMIT")
+        .await
+        .map_err(DbError::mysql(context()))?;
+    Ok(Outcome::All)
+}
+
+/// Sends `statements` in batches under [`STATEMENT_BUDGET`]; whether each that must find its
+/// row changed exactly one.
+async fn run_batches<'a>(
+    conn: &mut Conn,
+    statements: impl Iterator<Item = (&'a str, bool)>,
+) -> Result<bool, mysql_async::Error> {
+    let mut all_found = true;
+    let mut batch = String::new();
+    let mut finds = Vec::new();
+    for (sql, finds_row) in statements {
+        if !batch.is_empty() && batch.len() + sql.len() > STATEMENT_BUDGET {
+            all_found &= run_batch(conn, std::mem::take(&mut batch), &finds).await?;
+            finds.clear();
         }
         if !batch.is_empty() {
             batch.push_str(";\n");
         }
-        batch.push_str(statement);
+        batch.push_str(sql);
+        finds.push(finds_row);
     }
-    conn.query_drop(batch)
+    if !batch.is_empty() {
+        all_found &= run_batch(conn, batch, &finds).await?;
+    }
+    Ok(all_found)
+}
+
+/// Runs one multi-statement batch; whether each statement marked in `finds` changed one row
+/// (the session leaves CLIENT_FOUND_ROWS off, so an UPDATE counts the rows it changed).
+async fn run_batch(
+    conn: &mut Conn,
+    batch: String,
+    finds: &[bool],
+) -> Result<bool, mysql_async::Error> {
+    let mut result = conn.query_iter(batch).await?;
+    let mut all_found = true;
+    for (i, finds_row) in finds.iter().enumerate() {
+        if *finds_row && result.affected_rows() != 1 {
+            all_found = false;
+        }
+        if i + 1 < finds.len() {
+            // Each statement's result is an OK packet: reading it moves to the next one's.
+            result.collect::<mysql_async::Row>().await?;
+        }
+    }
+    result.drop_result().await?;
+    Ok(all_found)
+}
+
+/// Applies changes one at a time and records each conflict, resolved as `relay.on_conflict`
+/// says.
+struct Conflicts<'a> {
+    context: &'a RelayContext,
+    source_dc: &'a str,
+    stats: &'a ApplyStats,
+    /// The change applying waits at, if it does: recorded once, however often tried again.
+    waiting_at: &'a mut Option<TxnRef>,
+    /// Under the cache filter, the keys of the changes that write their rows, recorded in
+    /// `relay_loop_keys` with them: a conflicting change's own key gives way to the keys of
+    /// the writes that made it win.
+    loop_keys: Vec<CacheKey>,
+    /// Conflicts resolved by applying the change, counted once committed.
+    resolved: u64,
+}
+
+impl Conflicts<'_> {
+    /// Applies `change` in the open transaction; on a conflict records it and either makes the
+    /// change win or returns why applying waits (the caller rolls back).
+    async fn apply_one(
+        &mut self,
+        conn: &mut Conn,
+        change: &Change,
+    ) -> Result<Option<String>, RelayError> {
+        let Some(statement) = self.statement(&change.row)? else {
+            return Ok(None);
+        };
+        let table = format!("{}.{}", change.row.schema, change.row.table);
+        let source_dc = self.source_dc;
+        let failed = || format!("applying a change of {table} from {source_dc}");
+        conn.query_drop(&statement.sql)
+            .await
+            .map_err(DbError::mysql(failed()))?;
+        if !statement.finds_row || conn.affected_rows() == 1 {
+            return Ok(None);
+        }
+        let found: Option<String> = conn
+            .query_first(self.sql(sql::found_row(&change.row))?)
+            .await
+            .map_err(DbError::mysql(failed()))?;
+        let stop = self.context.relay.on_conflict == OnConflict::Stop;
+        if stop && *self.waiting_at == Some(change.txn) {
+            return Ok(Some(self.waiting_reason(change, &table)));
+        }
+        if stop {
+            // Recorded outside the transaction, which is rolled back.
+            conn.query_drop("ROLLBACK")
+                .await
+                .map_err(DbError::mysql(failed()))?;
+        }
+        self.record(conn, change, found.as_deref(), stop).await?;
+        if stop {
+            *self.waiting_at = Some(change.txn);
+            self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(self.waiting_reason(change, &table)));
+        }
+        // The change itself wrote nothing to the binlog, so its key is not recorded.
+        self.drop_key(CacheKey::of(&change.row));
+        for forced in sql::forced(&change.row) {
+            if let Some(statement) = self.statement(&forced)? {
+                conn.query_drop(&statement.sql)
+                    .await
+                    .map_err(DbError::mysql(failed()))?;
+                // Only a row written reaches the binlog, so only its key is recorded.
+                if conn.affected_rows() > 0 {
+                    self.keep_key(CacheKey::of(&forced));
+                }
+            }
+        }
+        self.resolved += 1;
+        tracing::warn!(
+            source = self.source_dc,
+            table,
+            "a {} from {} did not find its row here as it was there: recorded in \
+             {CONFLICTS_TABLE}, and the change applied",
+            change.row.kind,
+            self.source_dc
+        );
+        Ok(None)
+    }
+
+    /// Under the cache filter, records the key of a row written, for capture to drop.
+    fn keep_key(&mut self, key: CacheKey) {
+        if self.context.loop_filter() == LoopFilterMode::Cache {
+            self.loop_keys.push(key);
+        }
+    }
+
+    /// Takes back one recording of `key`.
+    fn drop_key(&mut self, key: CacheKey) {
+        if let Some(at) = self.loop_keys.iter().position(|k| *k == key) {
+            self.loop_keys.swap_remove(at);
+        }
+    }
+
+    fn statement(&self, row: &RowChange) -> Result<Option<sql::Statement>, RelayError> {
+        self.sql(sql::statement(row))
+    }
+
+    /// A statement the reading half already wrote once for the same change cannot fail.
+    fn sql<T>(&self, written: Result<T, String>) -> Result<T, RelayError> {
+        written.map_err(|e| RelayError::Refused(format!("a change from {}: {e}", self.source_dc)))
+    }
+
+    fn waiting_reason(&self, change: &Change, table: &str) -> String {
+        format!(
+            "a {} of {table} from {} (transaction {}, {}) did not find its row here as it was \
+             there (see {CONFLICTS_TABLE}); relay.on_conflict is stop, so applying from {} \
+             waits: make the row here equal the expected image (insert it if it is missing), \
+             or set relay.on_conflict = \"apply\" and restart, and applying goes on",
+            change.row.kind,
+            self.source_dc,
+            change.txn.seq,
+            change.position.gtid.as_deref().unwrap_or("no GTID"),
+            self.source_dc
+        )
+    }
+
+    async fn record(
+        &self,
+        conn: &mut Conn,
+        change: &Change,
+        found: Option<&str>,
+        stopped: bool,
+    ) -> Result<(), RelayError> {
+        let row = &change.row;
+        let json =
+            |r: &Row| serde_json::Value::Object(row_to_json(r).into_iter().collect()).to_string();
+        conn.exec_drop(
+            format!(
+                "INSERT INTO `{CONFLICTS_TABLE}` (source_dc, source_gtid, table_schema, \
+                 table_name, change_type, row_key, expected, found, change_message, resolution) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ),
+            (
+                self.source_dc,
+                change.position.gtid.as_deref().unwrap_or_default(),
+                &row.schema,
+                &row.table,
+                row.kind.to_string(),
+                json(&row.key),
+                row.before.as_ref().map(json).unwrap_or_default(),
+                found,
+                String::from_utf8_lossy(&change.to_json()).into_owned(),
+                if stopped { "stopped" } else { "applied" },
+            ),
+        )
         .await
-        .map_err(DbError::mysql(context()))?;
-    Ok(())
+        .map_err(DbError::mysql(format!(
+            "recording a conflict of {}.{} from {}",
+            row.schema, row.table, self.source_dc
+        )))?;
+        Ok(())
+    }
 }
 
 /// Records the transaction in `relay_applied`: the marker, and where a restart resumes.
@@ -690,21 +978,24 @@ async fn record_error(conn: &mut Conn, source_dc: &str, message: &str) -> Result
     Ok(())
 }
 
-/// Local tables' columns, read again after [`SCHEMA_RECHECK`] or when a source's columns
-/// change.
+/// What was last found to agree, by table: the source's kinds and contract, trusted for
+/// [`SCHEMA_RECHECK`] (the local table is read again after that, or as soon as a message
+/// carries another definition).
 #[derive(Debug, Default)]
 struct SchemaCache {
-    checked: HashMap<
-        (String, String),
-        (
-            Instant,
-            std::collections::BTreeMap<String, super::change::Kind>,
-        ),
-    >,
+    checked: HashMap<(String, String), (Instant, Definition)>,
 }
 
-/// Refuses a transaction touching a table that is not relayed here (for good) or whose columns
-/// differ (until they agree).
+/// A source table's definition as a message carries it.
+#[derive(Debug, Clone, PartialEq)]
+struct Definition {
+    kinds: BTreeMap<String, Kind>,
+    contract: Option<Arc<Contract>>,
+}
+
+/// Refuses a transaction touching a table that is not relayed here (for good) or that differs
+/// (until they agree): with the message's contract, in its primary key or any column's exact
+/// type; without one (a capture from before the contract), in its columns' names and kinds.
 async fn check_schemas(
     conn: &mut Conn,
     cache: &mut SchemaCache,
@@ -715,9 +1006,13 @@ async fn check_schemas(
     for change in changes {
         let row = &change.row;
         let name = (row.schema.clone(), row.table.clone());
-        if let Some((at, columns)) = cache.checked.get(&name)
+        let definition = Definition {
+            kinds: row.columns.clone(),
+            contract: row.contract.clone(),
+        };
+        if let Some((at, checked)) = cache.checked.get(&name)
             && at.elapsed() < SCHEMA_RECHECK
-            && *columns == row.columns
+            && *checked == definition
         {
             continue;
         }
@@ -729,7 +1024,13 @@ async fn check_schemas(
             )));
         }
         let local = local_columns(conn, &row.schema, &row.table).await?;
-        let differences = sql::column_differences(&row.columns, &local, source_dc);
+        let differences = match &row.contract {
+            Some(source) => {
+                let key = local_key(conn, &row.schema, &row.table).await?;
+                contract::differences(source, &contract::local_contract(&local, key), source_dc)
+            }
+            None => sql::column_differences(&row.columns, &local, source_dc),
+        };
         if !differences.is_empty() {
             return Err(RelayError::SchemaMismatch(format!(
                 "table {}.{} differs between {source_dc} and here: {}; applying from \
@@ -739,9 +1040,7 @@ async fn check_schemas(
                 differences.join("; ")
             )));
         }
-        cache
-            .checked
-            .insert(name, (Instant::now(), row.columns.clone()));
+        cache.checked.insert(name, (Instant::now(), definition));
     }
     Ok(())
 }
@@ -753,7 +1052,8 @@ async fn local_columns(
 ) -> Result<Vec<LocalColumn>, DbError> {
     let rows: Vec<mysql_async::Row> = conn
         .exec(
-            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME \
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, \
+             CHARACTER_OCTET_LENGTH, NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION \
              FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
              ORDER BY ORDINAL_POSITION",
             (schema, table),
@@ -769,9 +1069,26 @@ async fn local_columns(
                 data_type: take(&mut row, 1, "DATA_TYPE")?,
                 column_type: take(&mut row, 2, "COLUMN_TYPE")?,
                 charset: take(&mut row, 3, "CHARACTER_SET_NAME")?,
+                octet_length: take(&mut row, 4, "CHARACTER_OCTET_LENGTH")?,
+                precision: take(&mut row, 5, "NUMERIC_PRECISION")?,
+                scale: take(&mut row, 6, "NUMERIC_SCALE")?,
+                datetime_precision: take(&mut row, 7, "DATETIME_PRECISION")?,
             })
         })
         .collect()
+}
+
+/// The local table's primary key columns, in key order.
+async fn local_key(conn: &mut Conn, schema: &str, table: &str) -> Result<Vec<String>, DbError> {
+    conn.exec(
+        "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = ? \
+         AND TABLE_NAME = ? AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
+        (schema, table),
+    )
+    .await
+    .map_err(DbError::mysql(format!(
+        "reading the primary key of {schema}.{table}"
+    )))
 }
 
 #[cfg(test)]

@@ -473,6 +473,7 @@ fn row_change(
         key,
         values,
         before,
+        contract: Some(table.contract.clone()),
     }
 }
 

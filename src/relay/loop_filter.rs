@@ -113,6 +113,7 @@ mod tests {
                 .map(|(n, v)| (n.to_string(), v.clone()))
                 .collect(),
             before: None,
+            contract: None,
         }
     }
 

@@ -89,6 +89,11 @@ pub struct ApplyStats {
     /// the source's stream starts anew; or at a message that cannot be applied, until the
     /// relay starts again.
     pub stopped: AtomicBool,
+    /// UPDATEs and DELETEs that did not find their before image here, recorded in
+    /// `relay_conflicts`.
+    pub conflicts: AtomicU64,
+    /// Applying waits at a conflict (`relay.on_conflict = "stop"`) until the row here matches.
+    pub conflict_stopped: AtomicBool,
     /// The applier is connected to MySQL and reads its topic.
     pub running: AtomicBool,
     pub lag: Lag,
