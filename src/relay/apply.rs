@@ -8,9 +8,10 @@
 //! what was applied stops applying from that source, visibly, until its stream is started anew
 //! (see [`super::order`]); a message that cannot be applied (it does not parse, lacks its
 //! primary key, changes a table not relayed here, or fails for a definite reason) stops it
-//! until the relay starts again. Capture and the other appliers go on either way. An applier
-//! that is behind puts up to `relay.apply_batch` consecutive source transactions in one local
-//! transaction.
+//! until the relay starts again. Capture and the other appliers go on either way. An UPDATE or
+//! DELETE that does not find its before image here is a conflict, recorded and resolved as
+//! `relay.on_conflict` says (see [`Conflicts`]). An applier that is behind puts up to
+//! `relay.apply_batch` consecutive source transactions in one local transaction.
 //!
 //! The consumer takes the topic's single partition by `assign` at the offset stored in MySQL;
 //! no consumer-group offsets are involved.
