@@ -182,38 +182,12 @@ async fn a_row_changed_a_hundred_times_never_goes_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn values_survive_exactly() {
-    let table = "CREATE TABLE app.vals (
-        id BIGINT UNSIGNED NOT NULL PRIMARY KEY,
-        i TINYINT NULL, u INT UNSIGNED NULL, m MEDIUMINT NULL,
-        d DECIMAL(65,30) NULL, f FLOAT NULL, g DOUBLE NULL,
-        dt DATETIME(6) NULL, dt0 DATETIME NULL, ts TIMESTAMP(3) NULL, tm TIME(4) NULL,
-        dd DATE NULL, y YEAR NULL, bt BIT(10) NULL,
-        e ENUM('red','green') NULL, st SET('x','y','z') NULL,
-        j JSON NULL, s VARCHAR(32) NULL, t TEXT NULL, c CHAR(4) NULL,
-        l1 VARCHAR(8) CHARACTER SET latin1 NULL,
-        b BLOB NULL, vb VARBINARY(8) NULL, bn BINARY(4) NULL
-    ) ENGINE=InnoDB";
-    let mut dcs = two_dcs(table).await;
+    let mut dcs = two_dcs(EVERY_KIND).await;
     start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
     let mut a = dcs[0].conn().await;
     // TIMESTAMP values are read and written in UTC by the relay; this session too.
     a.query_drop("SET time_zone = '+00:00'").await.unwrap();
-    let every_byte: Vec<u8> = (0..=255).collect();
-    a.exec_drop(
-        "INSERT INTO app.vals VALUES (?, -128, 4294967295, -8388608, \
-         '-12345678901234567890123456789012345.123456789012345678901234567890', 0.1, \
-         -1.7976931348623157e308, '2038-01-19 03:14:08.123456', '1000-01-01 00:00:00', \
-         '2024-02-29 23:59:59.999', '-838:59:58.9999', '9999-12-31', 2155, b'1000000001', \
-         'green', 'x,z', ?, '😀 4-byte', ?, 'ab', 'é', ?, X'000102', X'01000000')",
-        (
-            u64::MAX - 5,
-            r#"{"a": [1, 2.50, "\u00e9"], "b": null}"#,
-            "tab\tnew\nline \\ quote' end",
-            every_byte,
-        ),
-    )
-    .await
-    .unwrap();
+    insert_every_kind(&mut a, u64::MAX - 5).await;
     a.exec_drop(
         "INSERT INTO app.vals (id) VALUES (?)",
         (i64::MAX as u64 + 1,),

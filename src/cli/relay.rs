@@ -194,6 +194,7 @@ fn show_status(args: StatusArgs, sources: Sources) -> anyhow::Result<ExitCode> {
                     .map_or("-".into(), |n| format!("{n} transactions")),
                 shown(capture.lag_seconds),
                 String::new(),
+                String::new(),
             ]];
             for a in &appliers {
                 rows.push(vec![
@@ -203,11 +204,20 @@ fn show_status(args: StatusArgs, sources: Sources) -> anyhow::Result<ExitCode> {
                     a.behind_messages
                         .map_or("-".into(), |n| format!("{n} messages")),
                     shown(a.lag_seconds),
+                    a.conflicts.to_string(),
                     a.last_error.clone().unwrap_or_default(),
                 ]);
             }
             aligned(
-                &["part", "dc", "position", "behind", "lag_seconds", "error"],
+                &[
+                    "part",
+                    "dc",
+                    "position",
+                    "behind",
+                    "lag_seconds",
+                    "conflicts",
+                    "error",
+                ],
                 &rows,
             )
             .iter()

@@ -22,7 +22,7 @@
 //! The consumer takes the topic's single partition by `assign` at the offset stored in MySQL;
 //! no consumer-group offsets are involved.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -40,15 +40,18 @@ use crate::mysql::encode::push_sql_string;
 use crate::mysql::lock::{lock_name, try_lock};
 use crate::mysql::rows::take;
 use crate::mysql::{self, DbError};
-use crate::relay::settings::{LoopFilterMode, MIN_MESSAGE_BYTES, RemoteDc};
+use crate::relay::settings::{LoopFilterMode, MIN_MESSAGE_BYTES, OnConflict, RemoteDc};
 
-use super::change::{Change, Kind, Position, RowChange, Value};
-use super::context::{
-    APPLIED_GTIDS_TABLE, APPLIED_TABLE, LOOP_KEYS_TABLE, RelayContext, RelayError,
+use super::change::{
+    Change, ChangeKind, Kind, Position, Row, RowChange, TxnRef, Value, row_to_json,
 };
+use super::context::{
+    APPLIED_GTIDS_TABLE, APPLIED_TABLE, CONFLICTS_TABLE, LOOP_KEYS_TABLE, RelayContext, RelayError,
+};
+use super::contract::{self, Contract, LocalColumn};
 use super::loop_filter::CacheKey;
 use super::order::{Followed, Verdict, order};
-use super::sql::{self, LocalColumn};
+use super::sql;
 use super::stats::{ApplyStats, Running};
 
 /// The applier's session: strict, so a value that does not fit fails instead of being cut;
@@ -79,6 +82,10 @@ const PACKET_OVERHEAD: usize = 1024;
 /// in the topic is undone to it.
 const SOURCE_SAVEPOINT: &str = "SAVEPOINT relay_source";
 const UNDO_SOURCE: &str = "ROLLBACK TO SAVEPOINT relay_source";
+/// The savepoint before a part with UPDATEs or DELETEs: a part where one does not find its row
+/// is undone to it and applied again change by change.
+const PART_SAVEPOINT: &str = "SAVEPOINT relay_part";
+const UNDO_PART: &str = "ROLLBACK TO SAVEPOINT relay_part";
 
 /// What is stored for a source in `relay_applied` and `relay_applied_gtids`.
 #[derive(Debug, Clone)]
@@ -207,12 +214,12 @@ impl Limits {
     }
 }
 
-/// A table a part changes, with the columns its messages give it.
+/// A table a part changes, with the definition its messages give it.
 #[derive(Debug, Clone, PartialEq)]
 struct TableRef {
     schema: String,
     table: String,
-    columns: std::collections::BTreeMap<String, Kind>,
+    definition: Definition,
 }
 
 /// The end of a source transaction, read from its last message.
@@ -238,7 +245,10 @@ struct Part<'a> {
     end: Option<End>,
     /// How far the applier is in the source's stream once the transaction is applied.
     followed: Followed,
-    statements: Vec<String>,
+    statements: Vec<sql::Statement>,
+    /// The changes whose statements must find their rows (UPDATEs and DELETEs), in order: what
+    /// a conflict is applied and recorded from.
+    finders: Vec<Change>,
     tables: Vec<TableRef>,
     /// The changes' keys, for the cache loop filter: recorded in `relay_loop_keys`.
     keys: Vec<CacheKey>,
@@ -562,13 +572,13 @@ impl<'a> Reader<'a> {
         let statements = sql::statements(&rows, self.limits.statement_bytes).map_err(refused)?;
         if let Some(large) = statements
             .iter()
-            .find(|s| s.len() > self.limits.packet_bytes)
+            .find(|s| s.sql.len() > self.limits.packet_bytes)
         {
             return Err(refused(format!(
                 "a statement of {} bytes does not fit the server's max_allowed_packet; raise \
                  max_allowed_packet here above {}",
-                large.len(),
-                large.len() + PACKET_OVERHEAD
+                large.sql.len(),
+                large.sql.len() + PACKET_OVERHEAD
             )));
         }
         let mut tables: Vec<TableRef> = Vec::new();
@@ -576,7 +586,10 @@ impl<'a> Reader<'a> {
             let table = TableRef {
                 schema: row.schema.clone(),
                 table: row.table.clone(),
-                columns: row.columns.clone(),
+                definition: Definition {
+                    kinds: row.columns.clone(),
+                    contract: row.contract.clone(),
+                },
             };
             if !tables.contains(&table) {
                 tables.push(table);
@@ -587,7 +600,14 @@ impl<'a> Reader<'a> {
         } else {
             Vec::new()
         };
-        let bytes: usize = statements.iter().map(String::len).sum::<usize>()
+        // The changes kept for their conflicts take about what their statements do.
+        let finding: usize = statements
+            .iter()
+            .filter(|s| s.finds_row)
+            .map(|s| s.sql.len())
+            .sum();
+        let bytes: usize = statements.iter().map(|s| s.sql.len()).sum::<usize>()
+            + finding
             + keys.len() * std::mem::size_of::<CacheKey>();
         let share = u32::try_from(bytes.clamp(1, self.limits.held_bytes)).unwrap_or(u32::MAX);
         let held = self
@@ -596,25 +616,48 @@ impl<'a> Reader<'a> {
             .acquire_many_owned(share)
             .await
             .map_err(|_| RelayError::Refused("the applier's memory budget was closed".into()))?;
-        Ok(Part {
-            seq: first.txn.seq,
-            position: first.position.clone(),
+        let (seq, position, commit_ts) = (first.txn.seq, first.position.clone(), first.commit_ts);
+        let starts = first.txn.index == 0;
+        let end = last.then(|| End {
+            position: newest.position.clone(),
+            seq: newest.txn.seq,
+            commit_ts: newest.commit_ts,
             next_offset,
-            starts: first.txn.index == 0,
-            end: last.then(|| End {
-                position: newest.position.clone(),
-                seq: newest.txn.seq,
-                commit_ts: newest.commit_ts,
-                next_offset,
-            }),
+        });
+        let count = changes.len() as u64;
+        let finders: Vec<Change> = changes.into_iter().filter(|c| finds_row(&c.row)).collect();
+        if finders.len() != statements.iter().filter(|s| s.finds_row).count() {
+            return Err(RelayError::Refused(format!(
+                "{} transaction {seq}: the changes that must find their rows do not match their \
+                 statements",
+                self.topic
+            )));
+        }
+        Ok(Part {
+            seq,
+            position,
+            next_offset,
+            starts,
+            end,
             followed,
             statements,
+            finders,
             tables,
             keys,
-            changes: changes.len() as u64,
-            commit_ts: first.commit_ts,
+            changes: count,
+            commit_ts,
             _held: Held::new(held, share, &self.stats.held_bytes),
         })
+    }
+}
+
+/// Whether the statement of `change` must find its row (see [`sql::statement`]): an UPDATE that
+/// changes something, or a DELETE.
+fn finds_row(change: &RowChange) -> bool {
+    match change.kind {
+        ChangeKind::Insert => false,
+        ChangeKind::Update => !change.values.is_empty(),
+        ChangeKind::Delete => true,
     }
 }
 
@@ -643,9 +686,44 @@ struct Open {
     end: Option<(End, Followed)>,
     /// The rows of `relay_loop_keys` written in it (`cache` loop filter).
     chunks: usize,
-    /// What the open transaction held at its latest savepoint.
-    changes_at_savepoint: u64,
-    chunks_at_savepoint: usize,
+    /// Conflicts resolved by applying the change, counted once committed.
+    resolved: u64,
+    /// What it held at the savepoint before the latest source transaction.
+    at_savepoint: Counts,
+}
+
+/// What an open local transaction holds that a rollback to a savepoint takes back.
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    changes: u64,
+    chunks: usize,
+    resolved: u64,
+}
+
+impl Open {
+    fn counts(&self) -> Counts {
+        Counts {
+            changes: self.changes,
+            chunks: self.chunks,
+            resolved: self.resolved,
+        }
+    }
+
+    /// Back to what it held at a savepoint.
+    fn restore(&mut self, counts: Counts) {
+        self.changes = counts.changes;
+        self.chunks = counts.chunks;
+        self.resolved = counts.resolved;
+    }
+}
+
+/// How applying a part went.
+enum Outcome {
+    /// Applied, conflicts resolved by `relay.on_conflict = "apply"` included.
+    All,
+    /// Stopped at a conflict (`relay.on_conflict = "stop"`), for this reason; the caller rolls
+    /// the local transaction back.
+    WaitingAt(String),
 }
 
 /// Applies the parts handed on, in order, each once its tables match here. A source
@@ -705,7 +783,16 @@ async fn apply_all(
             Err(e) => Err(e),
         };
         match placed {
-            Ok(()) => {}
+            Ok(Outcome::All) => {}
+            Ok(Outcome::WaitingAt(why)) => {
+                // The local transaction goes whole, with the parts before the conflict that
+                // are no longer in hand: applying starts again from the stored offset, and
+                // meets the conflict again until the row here is repaired.
+                applier
+                    .wait_at_conflict(conn, &mut open, stats, &why)
+                    .await?;
+                return Err(RelayError::Interrupted(why));
+            }
             Err(e) if e.is_transient() => return Err(e),
             Err(e) => {
                 // A definite failure (a table not relayed here, a value the local column
@@ -778,9 +865,11 @@ impl Applier<'_> {
         part: &Part<'_>,
         ready: &mpsc::Receiver<Item<'_>>,
         stats: &ApplyStats,
-    ) -> Result<(), RelayError> {
+    ) -> Result<Outcome, RelayError> {
         let current = open.get_or_insert_with(Open::default);
-        self.apply_part(conn, current, part).await?;
+        if let Outcome::WaitingAt(why) = self.apply_part(conn, current, part, stats).await? {
+            return Ok(Outcome::WaitingAt(why));
+        }
         let batch_full = current.transactions >= self.context.relay.apply_batch;
         if part.end.is_some()
             && (batch_full || ready.is_empty())
@@ -791,7 +880,23 @@ impl Applier<'_> {
                 stats.lag.caught_up();
             }
         }
-        Ok(())
+        Ok(Outcome::All)
+    }
+
+    /// Rolls the local transaction back at a conflict (`relay.on_conflict = "stop"`) and says
+    /// so where everybody sees it.
+    async fn wait_at_conflict(
+        &self,
+        conn: &mut Conn,
+        open: &mut Option<Open>,
+        stats: &ApplyStats,
+        why: &str,
+    ) -> Result<(), RelayError> {
+        open.take();
+        rollback(conn, self.source_dc).await?;
+        stats.conflict_stopped.store(true, Ordering::Relaxed);
+        tracing::error!(source = self.source_dc, "{why}");
+        record_error(conn, self.source_dc, why).await
     }
 
     /// Stops applying from the source after a bad message or a definite failure: the open
@@ -810,13 +915,16 @@ impl Applier<'_> {
     }
 
     /// Applies a part in the open local transaction, starting it (with the loop marker first)
-    /// if it is not yet.
+    /// if it is not yet. When an UPDATE or DELETE of the part does not find its row as it was
+    /// at the source, the part is undone to its savepoint and applied again change by change,
+    /// each conflict handled as `relay.on_conflict` says (see [`Conflicts`]).
     async fn apply_part(
         &self,
         conn: &mut Conn,
         open: &mut Open,
         part: &Part<'_>,
-    ) -> Result<(), RelayError> {
+        stats: &ApplyStats,
+    ) -> Result<Outcome, RelayError> {
         let mut first = Vec::new();
         if !open.begun {
             // The marker first: it changes the row (the transaction is not applied yet), so it
@@ -827,27 +935,98 @@ impl Applier<'_> {
         }
         if part.starts {
             first.push(SOURCE_SAVEPOINT.to_string());
-            open.changes_at_savepoint = open.changes;
-            open.chunks_at_savepoint = open.chunks;
+            open.at_savepoint = open.counts();
         }
+        let checks = !part.finders.is_empty();
+        if checks {
+            first.push(PART_SAVEPOINT.to_string());
+        }
+        let before = open.counts();
         // The keys before the changes they cover: capture reading the binlog meets them first.
         let keys = self.loop_keys_updates(open.chunks, part.next_offset, &part.keys);
         open.chunks += keys.len();
         first.extend(keys);
-        open.changes += part.changes;
         let what = || {
             format!(
                 "applying a part of transaction {} from {} ({} changes, {}:{})",
                 part.seq, self.source_dc, part.changes, part.position.file, part.position.pos
             )
         };
-        self.send(conn, first.iter().chain(&part.statements), what)
-            .await?;
+        let statements = first.iter().map(|sql| (sql.as_str(), false)).chain(
+            part.statements
+                .iter()
+                .map(|s| (s.sql.as_str(), s.finds_row)),
+        );
+        let all_found = run_batches(conn, statements, self.limits.statement_bytes)
+            .await
+            .map_err(DbError::mysql(what()))?;
+        if !all_found {
+            conn.query_drop(UNDO_PART)
+                .await
+                .map_err(DbError::mysql(what()))?;
+            open.restore(before);
+            if let Some(why) = self.apply_one_by_one(conn, open, part, stats).await? {
+                return Ok(Outcome::WaitingAt(why));
+            }
+        }
+        open.changes += part.changes;
         if let Some(end) = &part.end {
             open.transactions += 1;
             open.end = Some((end.clone(), part.followed.clone()));
         }
-        Ok(())
+        Ok(Outcome::All)
+    }
+
+    /// Applies a part's changes one at a time, each conflict recorded and resolved; its keys
+    /// follow its changes, since only now is it known which changes wrote their rows. Returns
+    /// why applying waits at a conflict (`relay.on_conflict = "stop"`).
+    async fn apply_one_by_one(
+        &self,
+        conn: &mut Conn,
+        open: &mut Open,
+        part: &Part<'_>,
+        stats: &ApplyStats,
+    ) -> Result<Option<String>, RelayError> {
+        let what = || format!("applying transaction {} from {}", part.seq, self.source_dc);
+        let mut waiting_at = stats.waiting_at();
+        let mut conflicts = Conflicts {
+            context: self.context,
+            source_dc: self.source_dc,
+            stats,
+            waiting_at: &mut waiting_at,
+            loop_keys: part.keys.clone(),
+            resolved: 0,
+        };
+        let mut finders = part.finders.iter();
+        let mut waits = None;
+        for statement in &part.statements {
+            if !statement.finds_row {
+                conn.query_drop(&statement.sql)
+                    .await
+                    .map_err(DbError::mysql(what()))?;
+                continue;
+            }
+            let Some(change) = finders.next() else {
+                return Err(RelayError::Refused(format!(
+                    "{}: fewer changes than statements that find rows",
+                    what()
+                )));
+            };
+            waits = conflicts.apply_one(conn, change).await?;
+            if waits.is_some() {
+                break;
+            }
+        }
+        let (keys, resolved) = (std::mem::take(&mut conflicts.loop_keys), conflicts.resolved);
+        stats.wait_at(waiting_at);
+        if waits.is_some() {
+            return Ok(waits);
+        }
+        let keys = self.loop_keys_updates(open.chunks, part.next_offset, &keys);
+        open.chunks += keys.len();
+        self.send(conn, keys.iter(), what).await?;
+        open.resolved += resolved;
+        Ok(None)
     }
 
     /// Undoes the parts of a source transaction that stopped short.
@@ -855,8 +1034,7 @@ impl Applier<'_> {
         conn.query_drop(UNDO_SOURCE)
             .await
             .map_err(DbError::mysql("undoing a transaction that stopped short"))?;
-        open.changes = open.changes_at_savepoint;
-        open.chunks = open.chunks_at_savepoint;
+        open.restore(open.at_savepoint);
         Ok(())
     }
 
@@ -884,6 +1062,10 @@ impl Applier<'_> {
         };
         self.send(conn, statements.iter(), what).await?;
         stats.stopped.store(false, Ordering::Relaxed);
+        stats.conflict_stopped.store(false, Ordering::Relaxed);
+        stats.wait_at(None);
+        // Counted once committed: a rolled back resolution is found again on the replay.
+        stats.conflicts.fetch_add(open.resolved, Ordering::Relaxed);
         stats
             .applied_transactions
             .fetch_add(open.transactions as u64, Ordering::Relaxed);
@@ -928,23 +1110,215 @@ impl Applier<'_> {
         statements: impl Iterator<Item = &'s String>,
         what: impl Fn() -> String,
     ) -> Result<(), RelayError> {
-        let mut batch = String::new();
-        for statement in statements {
-            if !batch.is_empty() && batch.len() + statement.len() > self.limits.statement_bytes {
-                conn.query_drop(std::mem::take(&mut batch))
-                    .await
-                    .map_err(DbError::mysql(what()))?;
-            }
-            if !batch.is_empty() {
-                batch.push_str(";\n");
-            }
-            batch.push_str(statement);
+        let statements = statements.map(|sql| (sql.as_str(), false));
+        run_batches(conn, statements, self.limits.statement_bytes)
+            .await
+            .map_err(DbError::mysql(what()))?;
+        Ok(())
+    }
+}
+
+/// Sends `statements` in batches of at most `budget` bytes (a single statement may be longer);
+/// whether each that must find its row changed exactly one.
+async fn run_batches<'a>(
+    conn: &mut Conn,
+    statements: impl Iterator<Item = (&'a str, bool)>,
+    budget: usize,
+) -> Result<bool, mysql_async::Error> {
+    let mut all_found = true;
+    let mut batch = String::new();
+    let mut finds = Vec::new();
+    for (sql, finds_row) in statements {
+        if !batch.is_empty() && batch.len() + sql.len() > budget {
+            all_found &= run_batch(conn, std::mem::take(&mut batch), &finds).await?;
+            finds.clear();
         }
         if !batch.is_empty() {
-            conn.query_drop(batch)
-                .await
-                .map_err(DbError::mysql(what()))?;
+            batch.push_str(";\n");
         }
+        batch.push_str(sql);
+        finds.push(finds_row);
+    }
+    if !batch.is_empty() {
+        all_found &= run_batch(conn, batch, &finds).await?;
+    }
+    Ok(all_found)
+}
+
+/// Runs one multi-statement batch; whether each statement marked in `finds` changed one row
+/// (the session leaves CLIENT_FOUND_ROWS off, so an UPDATE counts the rows it changed).
+async fn run_batch(
+    conn: &mut Conn,
+    batch: String,
+    finds: &[bool],
+) -> Result<bool, mysql_async::Error> {
+    let mut result = conn.query_iter(batch).await?;
+    let mut all_found = true;
+    for (i, finds_row) in finds.iter().enumerate() {
+        if *finds_row && result.affected_rows() != 1 {
+            all_found = false;
+        }
+        if i + 1 < finds.len() {
+            // Each statement's result is an OK packet: reading it moves to the next one's.
+            result.collect::<mysql_async::Row>().await?;
+        }
+    }
+    result.drop_result().await?;
+    Ok(all_found)
+}
+
+/// Applies changes one at a time and records each conflict, resolved as `relay.on_conflict`
+/// says.
+struct Conflicts<'a> {
+    context: &'a RelayContext,
+    source_dc: &'a str,
+    stats: &'a ApplyStats,
+    /// The change applying waits at, if it does: recorded once, however often tried again.
+    waiting_at: &'a mut Option<TxnRef>,
+    /// Under the cache filter, the keys of the changes that write their rows, recorded in
+    /// `relay_loop_keys` with them: a conflicting change's own key gives way to the keys of
+    /// the writes that made it win.
+    loop_keys: Vec<CacheKey>,
+    /// Conflicts resolved by applying the change, counted once committed.
+    resolved: u64,
+}
+
+impl Conflicts<'_> {
+    /// Applies `change` in the open transaction; on a conflict records it and either makes the
+    /// change win or returns why applying waits (the caller rolls back).
+    async fn apply_one(
+        &mut self,
+        conn: &mut Conn,
+        change: &Change,
+    ) -> Result<Option<String>, RelayError> {
+        let Some(statement) = self.statement(&change.row)? else {
+            return Ok(None);
+        };
+        let table = format!("{}.{}", change.row.schema, change.row.table);
+        let source_dc = self.source_dc;
+        let failed = || format!("applying a change of {table} from {source_dc}");
+        conn.query_drop(&statement.sql)
+            .await
+            .map_err(DbError::mysql(failed()))?;
+        if !statement.finds_row || conn.affected_rows() == 1 {
+            return Ok(None);
+        }
+        let found: Option<String> = conn
+            .query_first(self.sql(sql::found_row(&change.row))?)
+            .await
+            .map_err(DbError::mysql(failed()))?;
+        let stop = self.context.relay.on_conflict == OnConflict::Stop;
+        if stop && *self.waiting_at == Some(change.txn) {
+            return Ok(Some(self.waiting_reason(change, &table)));
+        }
+        if stop {
+            // Recorded outside the transaction, which is rolled back.
+            conn.query_drop("ROLLBACK")
+                .await
+                .map_err(DbError::mysql(failed()))?;
+        }
+        self.record(conn, change, found.as_deref(), stop).await?;
+        if stop {
+            *self.waiting_at = Some(change.txn);
+            self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(self.waiting_reason(change, &table)));
+        }
+        // The change itself wrote nothing to the binlog, so its key is not recorded.
+        self.drop_key(CacheKey::of(&change.row));
+        for forced in sql::forced(&change.row) {
+            if let Some(statement) = self.statement(&forced)? {
+                conn.query_drop(&statement.sql)
+                    .await
+                    .map_err(DbError::mysql(failed()))?;
+                // Only a row written reaches the binlog, so only its key is recorded.
+                if conn.affected_rows() > 0 {
+                    self.keep_key(CacheKey::of(&forced));
+                }
+            }
+        }
+        self.resolved += 1;
+        tracing::warn!(
+            source = self.source_dc,
+            table,
+            "a {} from {} did not find its row here as it was there: recorded in \
+             {CONFLICTS_TABLE}, and the change applied",
+            change.row.kind,
+            self.source_dc
+        );
+        Ok(None)
+    }
+
+    /// Under the cache filter, records the key of a row written, for capture to drop.
+    fn keep_key(&mut self, key: CacheKey) {
+        if self.context.loop_filter() == LoopFilterMode::Cache {
+            self.loop_keys.push(key);
+        }
+    }
+
+    /// Takes back one recording of `key`.
+    fn drop_key(&mut self, key: CacheKey) {
+        if let Some(at) = self.loop_keys.iter().position(|k| *k == key) {
+            self.loop_keys.swap_remove(at);
+        }
+    }
+
+    fn statement(&self, row: &RowChange) -> Result<Option<sql::Statement>, RelayError> {
+        self.sql(sql::statement(row))
+    }
+
+    /// A statement the reading half already wrote once for the same change cannot fail.
+    fn sql<T>(&self, written: Result<T, String>) -> Result<T, RelayError> {
+        written.map_err(|e| RelayError::Refused(format!("a change from {}: {e}", self.source_dc)))
+    }
+
+    fn waiting_reason(&self, change: &Change, table: &str) -> String {
+        format!(
+            "a {} of {table} from {} (transaction {}, {}) did not find its row here as it was \
+             there (see {CONFLICTS_TABLE}); relay.on_conflict is stop, so applying from {} \
+             waits: make the row here equal the expected image (insert it if it is missing), \
+             or set relay.on_conflict = \"apply\" and restart, and applying goes on",
+            change.row.kind,
+            self.source_dc,
+            change.txn.seq,
+            change.position.gtid.as_deref().unwrap_or("no GTID"),
+            self.source_dc
+        )
+    }
+
+    async fn record(
+        &self,
+        conn: &mut Conn,
+        change: &Change,
+        found: Option<&str>,
+        stopped: bool,
+    ) -> Result<(), RelayError> {
+        let row = &change.row;
+        let json =
+            |r: &Row| serde_json::Value::Object(row_to_json(r).into_iter().collect()).to_string();
+        conn.exec_drop(
+            format!(
+                "INSERT INTO `{CONFLICTS_TABLE}` (source_dc, source_gtid, table_schema, \
+                 table_name, change_type, row_key, expected, found, change_message, resolution) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ),
+            (
+                self.source_dc,
+                change.position.gtid.as_deref().unwrap_or_default(),
+                &row.schema,
+                &row.table,
+                row.kind.to_string(),
+                json(&row.key),
+                row.before.as_ref().map(json).unwrap_or_default(),
+                found,
+                String::from_utf8_lossy(&change.to_json()).into_owned(),
+                if stopped { "stopped" } else { "applied" },
+            ),
+        )
+        .await
+        .map_err(DbError::mysql(format!(
+            "recording a conflict of {}.{} from {}",
+            row.schema, row.table, self.source_dc
+        )))?;
         Ok(())
     }
 }
@@ -1065,15 +1439,24 @@ async fn record_error(conn: &mut Conn, source_dc: &str, message: &str) -> Result
     Ok(())
 }
 
-/// Local tables' columns, read again after [`SCHEMA_RECHECK`] or when a source's columns
-/// change.
+/// What was last found to agree, by table: the source's kinds and contract, trusted for
+/// [`SCHEMA_RECHECK`] (the local table is read again after that, or as soon as a message
+/// carries another definition).
 #[derive(Debug, Default)]
 struct SchemaCache {
-    checked: HashMap<(String, String), (Instant, std::collections::BTreeMap<String, Kind>)>,
+    checked: HashMap<(String, String), (Instant, Definition)>,
 }
 
-/// Refuses a part touching a table that is not relayed here (for good) or whose columns
-/// differ (until they agree).
+/// A source table's definition as a message carries it.
+#[derive(Debug, Clone, PartialEq)]
+struct Definition {
+    kinds: BTreeMap<String, Kind>,
+    contract: Option<Arc<Contract>>,
+}
+
+/// Refuses a part touching a table that is not relayed here (for good) or that differs (until
+/// they agree): with the message's contract, in its primary key or any column's exact type;
+/// without one (a capture from before the contract), in its columns' names and kinds.
 async fn check_schemas(
     conn: &mut Conn,
     cache: &mut SchemaCache,
@@ -1083,9 +1466,9 @@ async fn check_schemas(
 ) -> Result<(), RelayError> {
     for table in &part.tables {
         let name = (table.schema.clone(), table.table.clone());
-        if let Some((at, columns)) = cache.checked.get(&name)
+        if let Some((at, checked)) = cache.checked.get(&name)
             && at.elapsed() < SCHEMA_RECHECK
-            && *columns == table.columns
+            && *checked == table.definition
         {
             continue;
         }
@@ -1097,7 +1480,13 @@ async fn check_schemas(
             )));
         }
         let local = local_columns(conn, &table.schema, &table.table).await?;
-        let differences = sql::column_differences(&table.columns, &local, source_dc);
+        let differences = match &table.definition.contract {
+            Some(source) => {
+                let key = local_key(conn, &table.schema, &table.table).await?;
+                contract::differences(source, &contract::local_contract(&local, key), source_dc)
+            }
+            None => sql::column_differences(&table.definition.kinds, &local, source_dc),
+        };
         if !differences.is_empty() {
             return Err(RelayError::SchemaMismatch(format!(
                 "table {}.{} differs between {source_dc} and here: {}; applying from \
@@ -1109,7 +1498,7 @@ async fn check_schemas(
         }
         cache
             .checked
-            .insert(name, (Instant::now(), table.columns.clone()));
+            .insert(name, (Instant::now(), table.definition.clone()));
     }
     Ok(())
 }
@@ -1121,7 +1510,8 @@ async fn local_columns(
 ) -> Result<Vec<LocalColumn>, DbError> {
     let rows: Vec<mysql_async::Row> = conn
         .exec(
-            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME \
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, \
+             CHARACTER_OCTET_LENGTH, NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION \
              FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
              ORDER BY ORDINAL_POSITION",
             (schema, table),
@@ -1137,9 +1527,26 @@ async fn local_columns(
                 data_type: take(&mut row, 1, "DATA_TYPE")?,
                 column_type: take(&mut row, 2, "COLUMN_TYPE")?,
                 charset: take(&mut row, 3, "CHARACTER_SET_NAME")?,
+                octet_length: take(&mut row, 4, "CHARACTER_OCTET_LENGTH")?,
+                precision: take(&mut row, 5, "NUMERIC_PRECISION")?,
+                scale: take(&mut row, 6, "NUMERIC_SCALE")?,
+                datetime_precision: take(&mut row, 7, "DATETIME_PRECISION")?,
             })
         })
         .collect()
+}
+
+/// The local table's primary key columns, in key order.
+async fn local_key(conn: &mut Conn, schema: &str, table: &str) -> Result<Vec<String>, DbError> {
+    conn.exec(
+        "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = ? \
+         AND TABLE_NAME = ? AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
+        (schema, table),
+    )
+    .await
+    .map_err(DbError::mysql(format!(
+        "reading the primary key of {schema}.{table}"
+    )))
 }
 
 #[cfg(test)]

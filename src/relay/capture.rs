@@ -152,7 +152,7 @@ pub async fn run_once(
         .get("server_id")
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| RelayError::Refused("the server reports no server_id".into()))?;
-    let charsets = utf8_collations(&mut state).await?;
+    let charsets = collations(&mut state).await?;
     let topic = relay.topic(&dc);
     ensure_topic(context, &topic).await?;
     let producer = producer(context)?;
@@ -801,23 +801,24 @@ async fn source_variables(
         .collect()
 }
 
-async fn utf8_collations(conn: &mut mysql_async::Conn) -> Result<Charsets, DbError> {
-    let names: Vec<String> = Charsets::UTF8_NAMES
-        .iter()
-        .map(|n| format!("'{n}'"))
-        .collect();
+async fn collations(conn: &mut mysql_async::Conn) -> Result<Charsets, DbError> {
     let rows: Vec<mysql_async::Row> = conn
-        .query(format!(
-            "SELECT ID FROM information_schema.COLLATIONS WHERE CHARACTER_SET_NAME IN ({})",
-            names.join(", ")
-        ))
+        .query(
+            "SELECT ID, CHARACTER_SET_NAME FROM information_schema.COLLATIONS \
+             WHERE ID IS NOT NULL AND CHARACTER_SET_NAME IS NOT NULL",
+        )
         .await
         .map_err(DbError::mysql("reading the server's collations"))?;
-    let ids = rows
+    let collations = rows
         .into_iter()
-        .map(|mut row| take(&mut row, 0, "COLLATIONS.ID"))
-        .collect::<Result<Vec<u16>, _>>()?;
-    Ok(Charsets::new(ids))
+        .map(|mut row| {
+            Ok((
+                take(&mut row, 0, "COLLATIONS.ID")?,
+                take(&mut row, 1, "COLLATIONS.CHARACTER_SET_NAME")?,
+            ))
+        })
+        .collect::<Result<Vec<(u16, String)>, DbError>>()?;
+    Ok(Charsets::new(collations))
 }
 
 /// Binlog errors whose cause is known get their explanation; the rest stay as they are.

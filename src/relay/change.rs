@@ -7,6 +7,8 @@
 //!  "key":{"id":18446744073709551615},
 //!  "values":{"price":"12.3400"},
 //!  "before":{"id":18446744073709551615,"price":"9.9900","seen":"2024-05-01 10:00:00.250000"},
+//!  "contract":{"key":["id"],"types":{"id":"bigint unsigned","price":"decimal(10,4)",
+//!              "seen":"datetime(6)"}},
 //!  "file":"mariadb-bin.000002","pos":643,"gtid":"0-11-9","commit_ts":1714557600,
 //!  "txn":{"seq":17,"index":0,"last":true},
 //!  "stream":{"epoch":0,"published":"0-11-7","binlog":"0-11-8"}}
@@ -19,6 +21,10 @@
 //! with every digit the column keeps; `text` is a string; `binary` (binary strings, and strings
 //! of character sets other than UTF-8) is base64. NULL is `null`. MariaDB's JSON columns are
 //! LONGTEXT with a validity check, so they travel as `text`, byte for byte.
+//!
+//! `contract` is the table's primary key (its columns in key order) and every column's exact
+//! type at the source (see [`super::contract`]): the applier applies nothing to a table that
+//! differs here. Messages of a capture from before it was added have none.
 //!
 //! `values` holds every column for an insert and the changed columns for an update; `before`
 //! the whole row before an update or delete. `txn` places the change in its transaction
@@ -38,11 +44,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
 
+use super::contract::Contract;
 use super::gtid::{Gtid, GtidState};
 
 /// How a column's values are written, derived from the column's type.
@@ -136,6 +144,9 @@ pub struct RowChange {
     pub key: Row,
     pub values: Row,
     pub before: Option<Row>,
+    /// The table's key and exact types at the source; `None` in messages of a capture from
+    /// before the relay carried them.
+    pub contract: Option<Arc<Contract>>,
 }
 
 /// A transaction's place in its data centre's stream (see the module's documentation).
@@ -257,6 +268,8 @@ struct Wire {
     values: BTreeMap<String, serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     before: Option<BTreeMap<String, serde_json::Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    contract: Option<Contract>,
     #[serde(flatten)]
     position: Position,
     commit_ts: u32,
@@ -277,6 +290,7 @@ impl Change {
             key: row_to_json(&r.key),
             values: row_to_json(&r.values),
             before: r.before.as_ref().map(row_to_json),
+            contract: r.contract.as_deref().cloned(),
             position: self.position.clone(),
             commit_ts: self.commit_ts,
             txn: self.txn,
@@ -328,6 +342,7 @@ impl Change {
                 key,
                 values,
                 before,
+                contract: wire.contract.map(Arc::new),
             },
             position: wire.position,
             commit_ts: wire.commit_ts,
@@ -337,7 +352,8 @@ impl Change {
     }
 }
 
-fn row_to_json(row: &Row) -> BTreeMap<String, serde_json::Value> {
+/// A row's values as a message writes them.
+pub fn row_to_json(row: &Row) -> BTreeMap<String, serde_json::Value> {
     row.iter()
         .map(|(name, value)| (name.clone(), value_to_json(value.as_ref())))
         .collect()
@@ -402,6 +418,7 @@ impl Change {
                 key: Default::default(),
                 values: Default::default(),
                 before: None,
+                contract: None,
             },
             position,
             commit_ts: 1_700_000_000,
@@ -456,6 +473,10 @@ mod tests {
                 key: [("id".to_string(), Some(Value::Uint(u64::MAX)))].into(),
                 values: [("note".to_string(), None)].into(),
                 before: Some(before),
+                contract: Some(Arc::new(Contract {
+                    key: vec!["id".into()],
+                    types: [("id".to_string(), "bigint unsigned".to_string())].into(),
+                })),
             },
             position: Position {
                 file: "mariadb-bin.000002".into(),

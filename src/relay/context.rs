@@ -22,6 +22,8 @@ pub const PUBLISHED_TABLE: &str = "relay_published_gtids";
 pub const APPLIED_GTIDS_TABLE: &str = "relay_applied_gtids";
 /// Where the appliers record the keys of what they apply, for the `cache` loop filter.
 pub const LOOP_KEYS_TABLE: &str = "relay_loop_keys";
+/// Where the appliers record the conflicts they met.
+pub const CONFLICTS_TABLE: &str = "relay_conflicts";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {

@@ -525,6 +525,7 @@ mod tests {
             ],
             key: vec![0],
             kinds: Default::default(),
+            contract: Default::default(),
         };
         let full = [true, true, true];
         // Two rows: (7, "😀", NULL) and (8, NULL, 0x00ff).

@@ -533,6 +533,7 @@ fn row_change(
         key,
         values,
         before,
+        contract: Some(table.contract.clone()),
     }
 }
 

@@ -77,7 +77,8 @@ impl CacheKey {
 /// first. The applier records the keys of what it applies before applying it, so a change of
 /// its transaction normally finds its key already counted and is dropped at once; one that
 /// finds none (made by a trigger, or applied differently here) is held until the transaction
-/// ends, in case its key comes later. A change of a transaction no applier wrote (no marker
+/// ends, in case its key comes later (a part applied again change by change after a conflict
+/// records its keys after its changes). A change of a transaction no applier wrote (no marker
 /// before it) goes on at once.
 #[derive(Debug, Default)]
 pub struct RecordedKeys {
@@ -144,6 +145,7 @@ mod tests {
                 .map(|(n, v)| (n.to_string(), v.clone()))
                 .collect(),
             before: None,
+            contract: None,
         }
     }
 

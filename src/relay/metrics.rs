@@ -119,6 +119,10 @@ impl Source for RelaySource {
             metrics::gauge!("logstamp_relay_apply_stopped", &labels).set(flag(&apply.stopped));
             metrics::gauge!("logstamp_relay_apply_held_bytes", &labels)
                 .set(count(&apply.held_bytes) as f64);
+            metrics::counter!("logstamp_relay_conflicts_total", &labels)
+                .absolute(count(&apply.conflicts));
+            metrics::gauge!("logstamp_relay_apply_conflict_stopped", &labels)
+                .set(flag(&apply.conflict_stopped));
         }
         exporter.render()
     }
@@ -131,6 +135,12 @@ impl Source for RelaySource {
             if !apply.running.load(Ordering::Relaxed) {
                 return Err(format!(
                     "the applier of {remote} is not running (the log says why)"
+                ));
+            }
+            if apply.conflict_stopped.load(Ordering::Relaxed) {
+                return Err(format!(
+                    "applying from {remote} waits at a conflict (relay status and relay_conflicts \
+                     say which row)"
                 ));
             }
             if apply.stopped.load(Ordering::Relaxed) {
@@ -221,6 +231,14 @@ fn describe() {
     describe_counter!(
         "logstamp_relay_apply_skipped_transactions_total",
         "Transactions read from the remote data centre's topic that were applied already (published again) and skipped."
+    );
+    describe_counter!(
+        "logstamp_relay_conflicts_total",
+        "UPDATEs and DELETEs from the remote data centre that did not find their before image here (recorded in relay_conflicts)."
+    );
+    describe_gauge!(
+        "logstamp_relay_apply_conflict_stopped",
+        "1 while applying from the remote data centre waits at a conflict (relay.on_conflict = stop)."
     );
     describe_gauge!(
         "logstamp_relay_apply_held_bytes",

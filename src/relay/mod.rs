@@ -13,6 +13,7 @@ pub mod capture;
 pub mod change;
 pub mod checkpoint;
 pub mod context;
+pub mod contract;
 pub mod decode;
 pub mod events;
 pub mod gtid;
@@ -39,7 +40,8 @@ pub use settings::TablePattern;
 use crate::mysql::retry::RetryPolicy;
 use crate::mysql::{self, DbError};
 use context::{
-    APPLIED_GTIDS_TABLE, APPLIED_TABLE, CHECKPOINT_TABLE, LOOP_KEYS_TABLE, PUBLISHED_TABLE,
+    APPLIED_GTIDS_TABLE, APPLIED_TABLE, CHECKPOINT_TABLE, CONFLICTS_TABLE, LOOP_KEYS_TABLE,
+    PUBLISHED_TABLE,
 };
 
 /// A part that ran this long before failing starts again after the shortest wait.
@@ -149,6 +151,7 @@ async fn check_migrated(context: &RelayContext) -> Result<(), RelayError> {
         PUBLISHED_TABLE,
         APPLIED_GTIDS_TABLE,
         LOOP_KEYS_TABLE,
+        CONFLICTS_TABLE,
     ];
     let marks = vec!["?"; tables.len()].join(", ");
     let params: Vec<mysql_async::Value> = std::iter::once(context.state_database.as_str())

@@ -41,6 +41,8 @@ pub struct RelaySettings {
     /// What an applier holds of the changes it read ahead and of the SQL it prepared, in bytes;
     /// also caps each statement it sends (with the server's `max_allowed_packet`).
     pub apply_memory_bytes: usize,
+    /// What an applier does when an UPDATE or DELETE does not find its before image here.
+    pub on_conflict: OnConflict,
     /// The data centres whose changes are applied here.
     pub remotes: Vec<RemoteDc>,
 }
@@ -214,6 +216,18 @@ impl fmt::Display for LoopFilterMode {
             LoopFilterMode::Cache => "cache",
         })
     }
+}
+
+/// What an applier does with a conflict: an UPDATE or DELETE whose row here is missing or
+/// differs from the source's before image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnConflict {
+    /// The change wins: the row at its key is replaced by the after image, or deleted.
+    Apply,
+    /// Applying from that data centre waits, with nothing after the change applied, until the
+    /// row here is made to match.
+    Stop,
 }
 
 /// An entry of `relay.tables`: `schema.table`, or `schema.*` for every table of a schema.

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::change::{ChangeKind, Kind, Row, RowChange, Value};
+use super::contract::LocalColumn;
 use crate::mysql::encode::push_sql_string;
 
 /// A name quoted with backticks (doubled inside), for any name the server allows.
@@ -49,13 +50,26 @@ pub fn push_literal(out: &mut String, value: Option<&Value>) {
     }
 }
 
+/// A statement and whether it must find its change's row: an UPDATE or DELETE changes exactly
+/// the row of its before image, or the row here differs from the source's (a conflict).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Statement {
+    pub sql: String,
+    pub finds_row: bool,
+}
+
 /// The statement that applies `change`: an upsert for an insert (a replay after a crash finds
-/// the row already there), and an update or delete by primary key. `None` for an update that
-/// changes nothing.
-pub fn statement(change: &RowChange) -> Result<Option<String>, String> {
+/// the row already there), and an update or delete of the row that matches the before image
+/// exactly (see [`push_matches`]). `None` for an update that changes nothing.
+pub fn statement(change: &RowChange) -> Result<Option<Statement>, String> {
     let mut sql = String::with_capacity(128);
     match change.kind {
-        ChangeKind::Insert => return upsert(&[change], 0).map(|(sql, _)| Some(sql)),
+        ChangeKind::Insert => {
+            return Ok(Some(Statement {
+                sql: upsert(&[change], 0)?.0,
+                finds_row: false,
+            }));
+        }
         ChangeKind::Update => {
             if change.values.is_empty() {
                 return Ok(None);
@@ -64,21 +78,24 @@ pub fn statement(change: &RowChange) -> Result<Option<String>, String> {
             push_table(&mut sql, change)?;
             sql.push_str(" SET ");
             push_assignments(&mut sql, &change.values, ", ")?;
-            push_where(&mut sql, &change.key)?;
         }
         ChangeKind::Delete => {
             sql.push_str("DELETE FROM ");
             push_table(&mut sql, change)?;
-            push_where(&mut sql, &change.key)?;
         }
     }
-    Ok(Some(sql))
+    push_where(&mut sql, &change.key)?;
+    push_matches(&mut sql, change)?;
+    Ok(Some(Statement {
+        sql,
+        finds_row: true,
+    }))
 }
 
 /// The statements for a transaction's changes, in order. Consecutive inserts into the same
 /// table with the same columns become multi-row upserts (the effect is the same, in fewer
 /// statements) of at most `max_bytes` each; a single row's statement may be longer.
-pub fn statements(changes: &[&RowChange], max_bytes: usize) -> Result<Vec<String>, String> {
+pub fn statements(changes: &[&RowChange], max_bytes: usize) -> Result<Vec<Statement>, String> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < changes.len() {
@@ -89,7 +106,10 @@ pub fn statements(changes: &[&RowChange], max_bytes: usize) -> Result<Vec<String
                 end += 1;
             }
             let (sql, rows) = upsert(&changes[i..end], max_bytes)?;
-            out.push(sql);
+            out.push(Statement {
+                sql,
+                finds_row: false,
+            });
             i += rows;
         } else {
             if let Some(statement) = statement(first)? {
@@ -99,6 +119,61 @@ pub fn statements(changes: &[&RowChange], max_bytes: usize) -> Result<Vec<String
         }
     }
     Ok(out)
+}
+
+/// What makes `change` win over a row here that differs from its before image: the row at its
+/// key goes, and an update's after image takes its place. Changes without a before image, so
+/// their statements ([`statement`]) go by key alone.
+pub fn forced(change: &RowChange) -> Vec<RowChange> {
+    let delete = RowChange {
+        kind: ChangeKind::Delete,
+        values: Row::new(),
+        before: None,
+        ..change.clone()
+    };
+    if change.kind != ChangeKind::Update {
+        return vec![delete];
+    }
+    let mut after = change.before.clone().unwrap_or_default();
+    after.extend(change.values.clone());
+    let key = change
+        .key
+        .keys()
+        .map(|name| (name.clone(), after.get(name).cloned().flatten()))
+        .collect();
+    let insert = RowChange {
+        kind: ChangeKind::Insert,
+        key,
+        values: after,
+        before: None,
+        ..change.clone()
+    };
+    vec![delete, insert]
+}
+
+/// The row at `change`'s key as one JSON object written the way messages write values (ENUM,
+/// SET and BIT as numbers, binary strings in base64), for the conflict record.
+pub fn found_row(change: &RowChange) -> Result<String, String> {
+    let mut sql = String::from("SELECT JSON_OBJECT(");
+    for (i, (name, kind)) in change.columns.iter().enumerate() {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        push_sql_string(&mut sql, name);
+        sql.push_str(", ");
+        let (open, close) = match kind {
+            Kind::Enum | Kind::Set | Kind::Bit => ("", " + 0"),
+            Kind::Binary => ("TO_BASE64(", ")"),
+            _ => ("", ""),
+        };
+        sql.push_str(open);
+        push_ident(&mut sql, name)?;
+        sql.push_str(close);
+    }
+    sql.push_str(") FROM ");
+    push_table(&mut sql, change)?;
+    push_where(&mut sql, &change.key)?;
+    Ok(sql)
 }
 
 fn same_insert(a: &RowChange, b: &RowChange) -> bool {
@@ -206,13 +281,66 @@ fn push_where(sql: &mut String, key: &Row) -> Result<(), String> {
     push_assignments(sql, key, " AND ")
 }
 
-/// A local column as `information_schema.COLUMNS` describes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LocalColumn {
-    pub name: String,
-    pub data_type: String,
-    pub column_type: String,
-    pub charset: Option<String>,
+/// ` AND` every column of the before image equals its value exactly: strings byte for byte
+/// (not by collation, which may take `a` for `A`), DECIMAL as an exact literal (a quoted one
+/// would be compared as a double), FLOAT at float precision.
+fn push_matches(sql: &mut String, change: &RowChange) -> Result<(), String> {
+    let Some(before) = &change.before else {
+        return Ok(());
+    };
+    for (name, value) in before {
+        sql.push_str(" AND ");
+        let Some(value) = value else {
+            push_ident(sql, name)?;
+            sql.push_str(" IS NULL");
+            continue;
+        };
+        match (change.columns.get(name), value) {
+            (Some(Kind::Text), _) => {
+                sql.push_str("CAST(");
+                push_ident(sql, name)?;
+                sql.push_str(" AS BINARY) = CAST(");
+                push_literal(sql, Some(value));
+                sql.push_str(" AS BINARY)");
+            }
+            (Some(Kind::Float), _) => {
+                push_ident(sql, name)?;
+                sql.push_str(" = CAST(");
+                push_literal(sql, Some(value));
+                sql.push_str(" AS FLOAT)");
+            }
+            (Some(Kind::Binary), _) if let Some(length) = padded_binary(change, name) => {
+                // The binlog leaves out BINARY(n)'s trailing zero bytes; the column has them.
+                push_ident(sql, name)?;
+                sql.push_str(" = CAST(");
+                push_literal(sql, Some(value));
+                let _ = write!(sql, " AS BINARY({length}))");
+            }
+            (Some(Kind::Decimal), Value::Text(digits)) => {
+                if digits.is_empty()
+                    || !digits
+                        .bytes()
+                        .all(|b| b.is_ascii_digit() || b == b'-' || b == b'.')
+                {
+                    return Err(format!("column {name}: {digits:?} is not a decimal"));
+                }
+                push_ident(sql, name)?;
+                sql.push_str(" = ");
+                sql.push_str(digits);
+            }
+            _ => {
+                push_ident(sql, name)?;
+                sql.push_str(" = ");
+                push_literal(sql, Some(value));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The length of `name` when the source's contract says it is a BINARY(n) column.
+fn padded_binary(change: &RowChange, name: &str) -> Option<u32> {
+    super::contract::binary_length(change.contract.as_ref()?.types.get(name)?)
 }
 
 /// The kind capture would give a column of this type (see [`super::table`]), `None` for a
@@ -301,6 +429,7 @@ mod tests {
             key,
             values,
             before: None,
+            contract: None,
         }
     }
 
@@ -332,12 +461,12 @@ mod tests {
             key.clone(),
         );
         assert_eq!(
-            statement(&insert).unwrap().unwrap(),
+            statement(&insert).unwrap().unwrap().sql,
             "INSERT INTO `app`.`t``x` (`id`, `v`) VALUES (7, NULL) ON DUPLICATE KEY UPDATE `v` = VALUES(`v`)"
         );
         let only_key = change(ChangeKind::Insert, key.clone(), key.clone());
         assert_eq!(
-            statement(&only_key).unwrap().unwrap(),
+            statement(&only_key).unwrap().unwrap().sql,
             "INSERT INTO `app`.`t``x` (`id`) VALUES (7) ON DUPLICATE KEY UPDATE `id` = `id`"
         );
         let update = change(
@@ -352,17 +481,18 @@ mod tests {
             ]),
         );
         assert_eq!(
-            statement(&update).unwrap().unwrap(),
+            statement(&update).unwrap().unwrap().sql,
             "UPDATE `app`.`t``x` SET `v` = 'x', `w` = -1 WHERE `a` = 1 AND `b` = 'k'"
         );
         assert_eq!(
             statement(&change(ChangeKind::Update, Row::new(), key.clone())).unwrap(),
-            None
+            None::<Statement>
         );
         assert_eq!(
             statement(&change(ChangeKind::Delete, Row::new(), key))
                 .unwrap()
-                .unwrap(),
+                .unwrap()
+                .sql,
             "DELETE FROM `app`.`t``x` WHERE `id` = 7"
         );
         let null_key = row(&[("id", None)]);
@@ -392,6 +522,9 @@ mod tests {
             insert(4, "t"),
         );
         let statements = statements(&[&a, &b, &c, &delete, &d], 1 << 20).unwrap();
+        let finds: Vec<bool> = statements.iter().map(|s| s.finds_row).collect();
+        assert_eq!(finds, [false, false, true, false]);
+        let statements: Vec<String> = statements.into_iter().map(|s| s.sql).collect();
         assert_eq!(
             statements,
             [
@@ -416,7 +549,11 @@ mod tests {
             .collect();
         let refs: Vec<&RowChange> = inserts.iter().collect();
         let limit = 1000;
-        let statements = statements(&refs, limit).unwrap();
+        let statements: Vec<String> = statements(&refs, limit)
+            .unwrap()
+            .into_iter()
+            .map(|s| s.sql)
+            .collect();
         assert!(statements.len() > 1, "{statements:?}");
         assert!(
             statements.iter().all(|s| s.len() <= limit),
@@ -438,8 +575,91 @@ mod tests {
         assert_eq!(statements_of_one(&inserts[0], 10).len(), 1);
     }
 
-    fn statements_of_one(change: &RowChange, limit: usize) -> Vec<String> {
+    fn statements_of_one(change: &RowChange, limit: usize) -> Vec<Statement> {
         statements(&[change], limit).unwrap()
+    }
+
+    /// An update or delete finds its row only where every column equals the before image
+    /// exactly; the conflict's resolution replaces the row at the key with the after image.
+    #[test]
+    fn updates_and_deletes_match_the_whole_before_image() {
+        let columns: BTreeMap<String, Kind> = [
+            ("id", Kind::Uint),
+            ("note", Kind::Text),
+            ("price", Kind::Decimal),
+            ("ratio", Kind::Float),
+            ("raw", Kind::Binary),
+            ("state", Kind::Enum),
+        ]
+        .into_iter()
+        .map(|(n, k)| (n.to_string(), k))
+        .collect();
+        let before = row(&[
+            ("id", Some(Value::Uint(7))),
+            ("note", Some(Value::Text("A".into()))),
+            ("price", Some(Value::Text("-1.50".into()))),
+            ("ratio", Some(Value::Float(0.1))),
+            ("raw", None),
+            ("state", Some(Value::Uint(2))),
+        ]);
+        let update = RowChange {
+            columns,
+            before: Some(before),
+            ..change(
+                ChangeKind::Update,
+                row(&[("note", Some(Value::Text("b".into())))]),
+                row(&[("id", Some(Value::Uint(7)))]),
+            )
+        };
+        let where_before = " WHERE `id` = 7 AND `id` = 7 AND CAST(`note` AS BINARY) = \
+             CAST('A' AS BINARY) AND `price` = -1.50 AND `ratio` = CAST(1e-1 AS FLOAT) AND `raw` \
+             IS NULL AND `state` = 2";
+        let applied = statement(&update).unwrap().unwrap();
+        assert!(applied.finds_row);
+        assert_eq!(
+            applied.sql,
+            format!("UPDATE `app`.`t``x` SET `note` = 'b'{where_before}")
+        );
+        let delete = RowChange {
+            kind: ChangeKind::Delete,
+            values: Row::new(),
+            ..update.clone()
+        };
+        assert_eq!(
+            statement(&delete).unwrap().unwrap().sql,
+            format!("DELETE FROM `app`.`t``x`{where_before}")
+        );
+        let forced_sql = |change: &RowChange| -> Vec<String> {
+            forced(change)
+                .iter()
+                .map(|c| statement(c).unwrap().unwrap().sql)
+                .collect()
+        };
+        assert_eq!(
+            forced_sql(&update),
+            [
+                "DELETE FROM `app`.`t``x` WHERE `id` = 7",
+                "INSERT INTO `app`.`t``x` (`id`, `note`, `price`, `ratio`, `raw`, `state`) VALUES \
+                 (7, 'b', '-1.50', 1e-1, NULL, 2) ON DUPLICATE KEY UPDATE `note` = VALUES(`note`), \
+                 `price` = VALUES(`price`), `ratio` = VALUES(`ratio`), `raw` = VALUES(`raw`), \
+                 `state` = VALUES(`state`)",
+            ]
+        );
+        assert_eq!(
+            forced_sql(&delete),
+            ["DELETE FROM `app`.`t``x` WHERE `id` = 7"]
+        );
+        assert_eq!(
+            found_row(&update).unwrap(),
+            "SELECT JSON_OBJECT('id', `id`, 'note', `note`, 'price', `price`, 'ratio', `ratio`, \
+             'raw', TO_BASE64(`raw`), 'state', `state` + 0) FROM `app`.`t``x` WHERE `id` = 7"
+        );
+        // A decimal is written as an exact literal, so it must be one.
+        let mut bad = update.clone();
+        if let Some(before) = &mut bad.before {
+            before.insert("price".into(), Some(Value::Text("1) OR (1".into())));
+        }
+        assert!(statement(&bad).is_err());
     }
 
     fn local(name: &str, data_type: &str, column_type: &str, charset: Option<&str>) -> LocalColumn {
@@ -448,6 +668,7 @@ mod tests {
             data_type: data_type.into(),
             column_type: column_type.into(),
             charset: charset.map(str::to_string),
+            ..LocalColumn::default()
         }
     }
 

@@ -3,8 +3,11 @@
 //! here knows about HTTP or Prometheus. Counts start at zero with the process, as Prometheus
 //! counters do; the durable totals are in `relay_checkpoints` and `relay_applied`.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::change::TxnRef;
 
 /// The counts of one relay process: its capture and an applier per remote data centre.
 #[derive(Debug)]
@@ -89,12 +92,37 @@ pub struct ApplyStats {
     /// the source's stream starts anew; or at a message that cannot be applied, until the
     /// relay starts again.
     pub stopped: AtomicBool,
+    /// UPDATEs and DELETEs that did not find their before image here, recorded in
+    /// `relay_conflicts`.
+    pub conflicts: AtomicU64,
+    /// Applying waits at a conflict (`relay.on_conflict = "stop"`) until the row here matches.
+    pub conflict_stopped: AtomicBool,
+    /// The change applying waits at, kept while the applier starts again from its stored
+    /// offset to try it again, so that its conflict is recorded once.
+    waiting_at: Mutex<Option<TxnRef>>,
     /// The applier is connected to MySQL and reads its topic.
     pub running: AtomicBool,
     /// Bytes of prepared parts the applier holds, waiting or being applied (at most half of
     /// `relay.apply_memory_bytes`).
     pub held_bytes: AtomicU64,
     pub lag: Lag,
+}
+
+impl ApplyStats {
+    /// The change applying waits at, if it does.
+    pub fn waiting_at(&self) -> Option<TxnRef> {
+        *self
+            .waiting_at
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn wait_at(&self, change: Option<TxnRef>) {
+        *self
+            .waiting_at
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = change;
+    }
 }
 
 /// How far behind a part is: the commit time at the source of the oldest transaction it has

@@ -14,7 +14,7 @@ use crate::mysql::{self, DbError};
 
 use super::change::binlog_file_number;
 use super::checkpoint::{self, Checkpoint};
-use super::context::{APPLIED_TABLE, RelayContext, RelayError};
+use super::context::{APPLIED_TABLE, CONFLICTS_TABLE, RelayContext, RelayError};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct CaptureStatus {
@@ -58,6 +58,8 @@ pub struct ApplyStatus {
     /// Seconds since the commit of the last applied transaction, when behind; 0 when not.
     pub lag_seconds: Option<i64>,
     pub last_error: Option<String>,
+    /// Conflicts recorded in `relay_conflicts` for this source.
+    pub conflicts: u64,
     pub updated_at: String,
 }
 
@@ -118,7 +120,8 @@ pub async fn appliers(
         .query(format!(
             "SELECT source_dc, topic, next_offset, source_file, source_pos, source_gtid, \
              source_commit_ts, applied_transactions, applied_changes, last_error, \
-             CAST(updated_at AS CHAR) FROM `{APPLIED_TABLE}` ORDER BY source_dc"
+             CAST(updated_at AS CHAR), (SELECT COUNT(*) FROM `{CONFLICTS_TABLE}` c \
+             WHERE c.source_dc = a.source_dc) FROM `{APPLIED_TABLE}` a ORDER BY source_dc"
         ))
         .await
         .map_err(DbError::mysql("reading relay_applied"))?;
@@ -152,6 +155,7 @@ pub async fn appliers(
             applied_changes: take(&mut row, 8, "applied_changes")?,
             last_error: take(&mut row, 9, "last_error")?,
             updated_at: take(&mut row, 10, "updated_at")?,
+            conflicts: take(&mut row, 11, "conflicts")?,
             source_dc,
             topic,
             next_offset,

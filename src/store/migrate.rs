@@ -67,6 +67,10 @@ const BUILTIN: &[(&str, &str)] = &[
         "0010_relay_loop_keys.sql",
         include_str!("../../migrations/0010_relay_loop_keys.sql"),
     ),
+    (
+        "0011_relay_conflicts.sql",
+        include_str!("../../migrations/0011_relay_conflicts.sql"),
+    ),
 ];
 
 /// logstamp's own tables in the database of `mysql.url`: the migrations' and the runner's.

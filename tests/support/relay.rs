@@ -814,3 +814,37 @@ pub async fn count(dc: &Dc, table: &str) -> u64 {
         .unwrap();
     n.unwrap()
 }
+
+/// A table with a column of every kind the relay carries.
+pub const EVERY_KIND: &str = "CREATE TABLE app.vals (
+    id BIGINT UNSIGNED NOT NULL PRIMARY KEY,
+    i TINYINT NULL, u INT UNSIGNED NULL, m MEDIUMINT NULL,
+    d DECIMAL(65,30) NULL, f FLOAT NULL, g DOUBLE NULL,
+    dt DATETIME(6) NULL, dt0 DATETIME NULL, ts TIMESTAMP(3) NULL, tm TIME(4) NULL,
+    dd DATE NULL, y YEAR NULL, bt BIT(10) NULL,
+    e ENUM('red','green') NULL, st SET('x','y','z') NULL,
+    j JSON NULL, s VARCHAR(32) NULL, t TEXT NULL, c CHAR(4) NULL,
+    l1 VARCHAR(8) CHARACTER SET latin1 NULL,
+    b BLOB NULL, vb VARBINARY(8) NULL, bn BINARY(4) NULL
+) ENGINE=InnoDB";
+
+/// Inserts row `id` of [`EVERY_KIND`], each column at an edge of its type; `conn` is in UTC,
+/// as the relay reads and writes TIMESTAMP values.
+pub async fn insert_every_kind(conn: &mut Conn, id: u64) {
+    let every_byte: Vec<u8> = (0..=255).collect();
+    conn.exec_drop(
+        "INSERT INTO app.vals VALUES (?, -128, 4294967295, -8388608, \
+         '-12345678901234567890123456789012345.123456789012345678901234567890', 0.1, \
+         -1.7976931348623157e308, '2038-01-19 03:14:08.123456', '1000-01-01 00:00:00', \
+         '2024-02-29 23:59:59.999', '-838:59:58.9999', '9999-12-31', 2155, b'1000000001', \
+         'green', 'x,z', ?, '😀 4-byte', ?, 'ab', 'é', ?, X'000102', X'01000000')",
+        (
+            id,
+            r#"{"a": [1, 2.50, "\u00e9"], "b": null}"#,
+            "tab\tnew\nline \\ quote' end",
+            every_byte,
+        ),
+    )
+    .await
+    .unwrap();
+}
