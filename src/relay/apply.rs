@@ -23,7 +23,7 @@
 //! no consumer-group offsets are involved.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use mysql_async::Conn;
@@ -395,6 +395,7 @@ impl<'a> Reader<'a> {
         let mut consumed = applied.next_offset;
         let mut stopped = false;
         let mut reading: Option<Reading> = None;
+        let mut contracts = SharedContracts::default();
         loop {
             let message = tokio::select! {
                 _ = shutdown.changed() => return Ok(()),
@@ -420,7 +421,7 @@ impl<'a> Reader<'a> {
             };
             let offset = message.offset();
             let payload = message.payload().unwrap_or_default();
-            let change = match Change::from_json(payload) {
+            let mut change = match Change::from_json(payload) {
                 Ok(change) if change.dc == remote.dc => change,
                 Ok(change) => {
                     let why = format!("holds a change from {}, not {}", change.dc, remote.dc);
@@ -441,6 +442,7 @@ impl<'a> Reader<'a> {
                 }
             };
             consumed = offset + 1;
+            contracts.share(&mut change.row);
             let continues = reading.as_ref().is_some_and(|r| r.continued_by(&change));
             if !continues && let Some(cut) = reading.take() {
                 // The rest of it comes again, whole, from its first message.
@@ -651,6 +653,34 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The contracts of the tables read lately, one copy each: every message carries its table's
+/// contract, and decoded, a contract takes more memory than a narrow row's change.
+#[derive(Default)]
+struct SharedContracts {
+    by_table: Vec<(String, String, Arc<Contract>)>,
+}
+
+impl SharedContracts {
+    /// Gives `row` the copy of its contract already held, or holds its own.
+    fn share(&mut self, row: &mut RowChange) {
+        let Some(contract) = &row.contract else {
+            return;
+        };
+        let held = self
+            .by_table
+            .iter_mut()
+            .find(|(schema, table, _)| *schema == row.schema && *table == row.table);
+        match held {
+            Some((_, _, shared)) if shared == contract => row.contract = Some(shared.clone()),
+            Some((_, _, shared)) => *shared = contract.clone(),
+            None => {
+                self.by_table
+                    .push((row.schema.clone(), row.table.clone(), contract.clone()));
+            }
+        }
+    }
+}
+
 /// Whether the statement of `change` must find its row (see [`sql::statement`]): an UPDATE that
 /// changes something, or a DELETE.
 fn finds_row(change: &RowChange) -> bool {
@@ -753,7 +783,9 @@ async fn apply_all(
             Item::Part(part) => part,
             Item::Bad { why } => {
                 halted = true;
-                applier.halt(conn, &mut open, stats, &why).await?;
+                applier
+                    .roll_back_and_stop(conn, &mut open, &stats.stopped, &why)
+                    .await?;
                 continue;
             }
             Item::CutOff => {
@@ -769,7 +801,7 @@ async fn apply_all(
                     applier.finish(conn, done, stats).await?;
                 }
                 stats.lag.behind_since(commit_ts);
-                stop_visibly(conn, stats, source_dc, &why).await?;
+                stop_visibly(conn, &stats.stopped, source_dc, &why).await?;
                 continue;
             }
         };
@@ -789,7 +821,7 @@ async fn apply_all(
                 // are no longer in hand: applying starts again from the stored offset, and
                 // meets the conflict again until the row here is repaired.
                 applier
-                    .wait_at_conflict(conn, &mut open, stats, &why)
+                    .roll_back_and_stop(conn, &mut open, &stats.conflict_stopped, &why)
                     .await?;
                 return Err(RelayError::Interrupted(why));
             }
@@ -798,7 +830,9 @@ async fn apply_all(
                 // A definite failure (a table not relayed here, a value the local column
                 // cannot hold): the same transaction would fail again.
                 halted = true;
-                applier.halt(conn, &mut open, stats, &e.to_string()).await?;
+                applier
+                    .roll_back_and_stop(conn, &mut open, &stats.stopped, &e.to_string())
+                    .await?;
             }
         }
     }
@@ -883,35 +917,20 @@ impl Applier<'_> {
         Ok(Outcome::All)
     }
 
-    /// Rolls the local transaction back at a conflict (`relay.on_conflict = "stop"`) and says
-    /// so where everybody sees it.
-    async fn wait_at_conflict(
+    /// Stops applying from the source, visibly (`stopped` is the flag its metric and readiness
+    /// show): after a bad message or a definite failure, or at a conflict
+    /// (`relay.on_conflict = "stop"`). The open local transaction is rolled back whole.
+    async fn roll_back_and_stop(
         &self,
         conn: &mut Conn,
         open: &mut Option<Open>,
-        stats: &ApplyStats,
-        why: &str,
-    ) -> Result<(), RelayError> {
-        open.take();
-        rollback(conn, self.source_dc).await?;
-        stats.conflict_stopped.store(true, Ordering::Relaxed);
-        tracing::error!(source = self.source_dc, "{why}");
-        record_error(conn, self.source_dc, why).await
-    }
-
-    /// Stops applying from the source after a bad message or a definite failure: the open
-    /// local transaction is rolled back whole.
-    async fn halt(
-        &self,
-        conn: &mut Conn,
-        open: &mut Option<Open>,
-        stats: &ApplyStats,
+        stopped: &AtomicBool,
         why: &str,
     ) -> Result<(), RelayError> {
         // Also when a failed commit took it already.
         open.take();
         rollback(conn, self.source_dc).await?;
-        stop_visibly(conn, stats, self.source_dc, why).await
+        stop_visibly(conn, stopped, self.source_dc, why).await
     }
 
     /// Applies a part in the open local transaction, starting it (with the loop marker first)
@@ -1401,14 +1420,14 @@ async fn load_applied(
 }
 
 /// Stops applying from `source_dc` where everybody sees it: the log, `relay status`, the
-/// `logstamp_relay_apply_stopped` metric and readiness.
+/// metric and readiness that show `stopped`.
 async fn stop_visibly(
     conn: &mut Conn,
-    stats: &ApplyStats,
+    stopped: &AtomicBool,
     source_dc: &str,
     why: &str,
 ) -> Result<(), RelayError> {
-    stats.stopped.store(true, Ordering::Relaxed);
+    stopped.store(true, Ordering::Relaxed);
     tracing::error!(
         source = source_dc,
         "applying from {source_dc} stopped: {why}"
