@@ -268,8 +268,9 @@ struct Wire {
     values: BTreeMap<String, serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     before: Option<BTreeMap<String, serde_json::Value>>,
+    /// Shared with the row: serialising a message does not copy its table's contract.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    contract: Option<Contract>,
+    contract: Option<Arc<Contract>>,
     #[serde(flatten)]
     position: Position,
     commit_ts: u32,
@@ -290,7 +291,7 @@ impl Change {
             key: row_to_json(&r.key),
             values: row_to_json(&r.values),
             before: r.before.as_ref().map(row_to_json),
-            contract: r.contract.as_deref().cloned(),
+            contract: r.contract.clone(),
             position: self.position.clone(),
             commit_ts: self.commit_ts,
             txn: self.txn,
@@ -342,7 +343,7 @@ impl Change {
                 key,
                 values,
                 before,
-                contract: wire.contract.map(Arc::new),
+                contract: wire.contract,
             },
             position: wire.position,
             commit_ts: wire.commit_ts,
