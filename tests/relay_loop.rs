@@ -10,6 +10,7 @@ use mysql_async::prelude::Queryable;
 use rdkafka::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
+use logstamp::relay::change::Change;
 use logstamp::relay::settings::LoopFilterMode;
 use support::http::{get, sample};
 use support::relay::*;
@@ -379,4 +380,154 @@ async fn a_change_of_a_table_not_relayed_here_stops_only_its_applier() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_the_local_table_refuses_stops_only_its_applier() {
     a_bad_message_stops_only_its_applier(BadMessage::RefusedByTheTable).await;
+}
+
+/// A row of `relay_dead_letters`.
+type DeadLetter = (String, i64, String, Option<u64>, Vec<u8>, String);
+
+/// With `relay.on_bad_message = "dead_letter"`, a message that does not parse is recorded with
+/// its bytes and skipped alone; a transaction that A's table refuses for good is recorded
+/// whole, each of its messages with its bytes, and none of its changes is applied; applying
+/// from B goes on, also after A's relay starts again, which records nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_messages_go_to_the_dead_letters_and_applying_goes_on() {
+    let mut dcs = two_dcs(COUNTER).await;
+    dcs[0]
+        .conn()
+        .await
+        .query_drop("ALTER TABLE app.counter ADD CONSTRAINT small CHECK (v < 100)")
+        .await
+        .unwrap();
+    start_relays_with(
+        &mut dcs,
+        LoopFilterMode::Marker,
+        "100ms",
+        "on_bad_message = \"dead_letter\"",
+    )
+    .await;
+    let mut b = dcs[1].conn().await;
+    b.query_drop("INSERT INTO app.counter VALUES (1, 1)")
+        .await
+        .unwrap();
+    dcs[0].wait_applied("b", 1).await;
+    // Offset 1: not a change. Offsets 2 to 4: one transaction of three changes, the second of
+    // which A's CHECK refuses. Offset 5: the next transaction.
+    let garbage = b"{not a change".to_vec();
+    produce(&dcs[1], garbage.clone());
+    b.query_drop(
+        "START TRANSACTION; INSERT INTO app.counter VALUES (5, 5); \
+         UPDATE app.counter SET v = 1000 WHERE id = 1; INSERT INTO app.counter VALUES (6, 6); \
+         COMMIT",
+    )
+    .await
+    .unwrap();
+    b.query_drop("INSERT INTO app.counter VALUES (2, 2)")
+        .await
+        .unwrap();
+    let a = &dcs[0];
+    a.wait_applied("b", 2).await;
+    assert_eq!(
+        counter_ids(a).await,
+        [1, 2],
+        "a applied part of the refused transaction"
+    );
+    let v: Option<i32> = a
+        .conn()
+        .await
+        .query_first("SELECT v FROM app.counter WHERE id = 1")
+        .await
+        .unwrap();
+    assert_eq!(v, Some(1));
+
+    let topic = topic("b");
+    let payloads = dcs[1].published_payloads();
+    assert_eq!(payloads.len(), 6, "b's topic");
+    assert_eq!(payloads[1], garbage);
+    let refused: Vec<Change> = payloads[2..5]
+        .iter()
+        .map(|payload| Change::from_json(payload).unwrap())
+        .collect();
+    let expect_letters = || {
+        let mut rows: Vec<DeadLetter> = vec![(
+            topic.clone(),
+            1,
+            String::new(),
+            None,
+            garbage.clone(),
+            "bad change message".to_string(),
+        )];
+        for (offset, change) in (2..).zip(&refused) {
+            rows.push((
+                topic.clone(),
+                offset,
+                change.position.gtid.clone().unwrap(),
+                Some(change.txn.seq),
+                payloads[offset as usize].clone(),
+                "small".to_string(),
+            ));
+        }
+        rows
+    };
+    let check_letters = |found: Vec<DeadLetter>| {
+        let expected = expect_letters();
+        assert_eq!(found.len(), expected.len(), "{found:?}");
+        for (found, expected) in found.iter().zip(&expected) {
+            assert_eq!(found.0, expected.0);
+            assert_eq!(found.1, expected.1);
+            assert_eq!(found.2, expected.2, "gtid at offset {}", found.1);
+            assert_eq!(found.3, expected.3, "seq at offset {}", found.1);
+            assert_eq!(found.4, expected.4, "bytes at offset {}", found.1);
+            assert!(
+                found.5.contains(&expected.5),
+                "reason at offset {}: {}",
+                found.1,
+                found.5
+            );
+        }
+    };
+    check_letters(dead_letters(a).await);
+    // Seen in `relay status` and the metrics; the applier is not stopped.
+    let status = a.status();
+    let from_b = status
+        .iter()
+        .find(|l| l["part"] == "apply" && l["source_dc"] == "b")
+        .unwrap();
+    assert_eq!(from_b["dead_letters"], 4, "{status:?}");
+    let (_, metrics) = get(&a.telemetry().await, "/metrics");
+    let labels = "{dc=\"a\",remote=\"b\"}";
+    assert_eq!(
+        sample(
+            &metrics,
+            &format!("logstamp_relay_dead_letters_total{labels}")
+        ),
+        Some(4.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(&metrics, &format!("logstamp_relay_apply_stopped{labels}")),
+        Some(0.0),
+        "{metrics}"
+    );
+
+    // Started again, A's relay records nothing twice and goes on.
+    dcs[0].stop_relay().await;
+    dcs[0].start_relay();
+    b.query_drop("INSERT INTO app.counter VALUES (7, 7)")
+        .await
+        .unwrap();
+    dcs[0].wait_applied("b", 3).await;
+    assert_eq!(counter_ids(&dcs[0]).await, [1, 2, 7]);
+    check_letters(dead_letters(&dcs[0]).await);
+}
+
+/// The rows of `relay_dead_letters` in `dc`, by offset.
+async fn dead_letters(dc: &Dc) -> Vec<DeadLetter> {
+    dc.conn()
+        .await
+        .query(
+            "SELECT topic, kafka_offset, source_gtid, source_seq, message, reason \
+             FROM logstamp.relay_dead_letters ORDER BY topic, kafka_offset",
+        )
+        .await
+        .unwrap()
 }

@@ -40,19 +40,22 @@ use crate::mysql::encode::push_sql_string;
 use crate::mysql::lock::{lock_name, try_lock};
 use crate::mysql::rows::take;
 use crate::mysql::{self, DbError};
-use crate::relay::settings::{LoopFilterMode, MIN_MESSAGE_BYTES, OnConflict, RemoteDc};
+use crate::relay::settings::{
+    LoopFilterMode, MIN_MESSAGE_BYTES, OnBadMessage, OnConflict, RemoteDc,
+};
 
 use super::change::{
     Change, ChangeKind, Kind, Position, Row, RowChange, TxnRef, Value, row_to_json,
 };
 use super::context::{
-    APPLIED_GTIDS_TABLE, APPLIED_TABLE, CONFLICTS_TABLE, LOOP_KEYS_TABLE, RelayContext, RelayError,
+    APPLIED_GTIDS_TABLE, APPLIED_TABLE, CONFLICTS_TABLE, DEAD_LETTERS_TABLE, LOOP_KEYS_TABLE,
+    RelayContext, RelayError,
 };
 use super::contract::{self, Contract, LocalColumn};
 use super::loop_filter::CacheKey;
 use super::order::{Followed, Verdict, order};
 use super::sql;
-use super::stats::{ApplyStats, Running};
+use super::stats::{ApplyStats, DeadLettering, Running};
 
 /// The applier's session: strict, so a value that does not fit fails instead of being cut;
 /// backslash escapes in literals (no NO_BACKSLASH_ESCAPES), which [`sql`] writes; explicit
@@ -151,6 +154,7 @@ pub async fn run_once(
         stats,
         limits: &limits,
         cache: context.loop_filter() == LoopFilterMode::Cache,
+        dead_letter: context.relay.on_bad_message == OnBadMessage::DeadLetter,
         held: Arc::new(Semaphore::new(limits.held_bytes)),
         ready: ready_tx,
     };
@@ -232,6 +236,17 @@ struct End {
     next_offset: i64,
 }
 
+impl End {
+    fn of(last: &Change, next_offset: i64) -> End {
+        End {
+            position: last.position.clone(),
+            seq: last.txn.seq,
+            commit_ts: last.commit_ts,
+            next_offset,
+        }
+    }
+}
+
 /// Consecutive changes of a source transaction, turned into SQL, waiting to be applied.
 struct Part<'a> {
     /// Its source transaction's sequence number in the topic, and where its first change is.
@@ -253,9 +268,23 @@ struct Part<'a> {
     /// The changes' keys, for the cache loop filter: recorded in `relay_loop_keys`.
     keys: Vec<CacheKey>,
     changes: u64,
+    /// Messages it records in `relay_dead_letters` instead of applying them.
+    dead_letters: u64,
     commit_ts: u32,
     /// Its share of `relay.apply_memory_bytes`, given back once it is applied.
     _held: Held<'a>,
+}
+
+impl Part<'_> {
+    /// The source transaction it is part of, to dead-letter for `reason`.
+    fn lettering(&self, reason: String) -> DeadLettering {
+        DeadLettering {
+            epoch: self.followed.epoch,
+            seq: self.seq,
+            gtid: self.position.gtid.clone(),
+            reason,
+        }
+    }
 }
 
 /// A part's share of `relay.apply_memory_bytes`, shown in `logstamp_relay_apply_held_bytes`
@@ -287,8 +316,18 @@ impl Drop for Held<'_> {
 /// What the reading half hands the applying half.
 enum Item<'a> {
     Part(Box<Part<'a>>),
-    /// A message that cannot be applied: applying stops, and reading too.
+    /// A message that cannot be applied: applying stops, and reading too; with
+    /// `relay.on_bad_message = "dead_letter"`, its source transaction (when it is known) is
+    /// read again and dead-lettered.
     Bad {
+        why: String,
+        txn: Option<DeadLettering>,
+    },
+    /// A message that is no change of this source's (`relay.on_bad_message = "dead_letter"`):
+    /// recorded in `relay_dead_letters`, and reading goes on.
+    Stray {
+        offset: i64,
+        payload: Vec<u8>,
         why: String,
     },
     /// The source transaction whose parts were handed on stops short in the topic (capture
@@ -354,9 +393,26 @@ struct Reading {
     /// Its messages not handed on yet, and their bytes.
     gathered: Vec<Change>,
     gathered_bytes: usize,
+    /// Why its messages go to `relay_dead_letters` instead of being applied, if they do.
+    lettered: Option<String>,
 }
 
 impl Reading {
+    /// It is the transaction `lettering` names.
+    fn is(&self, lettering: &DeadLettering, epoch: u64) -> bool {
+        lettering.epoch == epoch && lettering.seq == self.seq && lettering.gtid == self.gtid
+    }
+
+    /// Its source transaction, to dead-letter for `reason`.
+    fn lettering(&self, epoch: u64, reason: String) -> DeadLettering {
+        DeadLettering {
+            epoch,
+            seq: self.seq,
+            gtid: self.gtid.clone(),
+            reason,
+        }
+    }
+
     fn continued_by(&self, change: &Change) -> bool {
         change.txn.index == self.next_index
             && change.txn.seq == self.seq
@@ -372,6 +428,8 @@ struct Reader<'a> {
     limits: &'a Limits,
     /// The cache loop filter is on: parts carry their changes' keys.
     cache: bool,
+    /// `relay.on_bad_message = "dead_letter"`.
+    dead_letter: bool,
     /// What parts waiting to be applied may hold.
     held: Arc<Semaphore>,
     ready: mpsc::Sender<Item<'a>>,
@@ -396,6 +454,8 @@ impl<'a> Reader<'a> {
         let mut stopped = false;
         let mut reading: Option<Reading> = None;
         let mut contracts = SharedContracts::default();
+        // A transaction that failed for good before this applier started again, to dead-letter.
+        let mut lettering = self.stats.take_dead_lettering();
         loop {
             let message = tokio::select! {
                 _ = shutdown.changed() => return Ok(()),
@@ -421,24 +481,34 @@ impl<'a> Reader<'a> {
             };
             let offset = message.offset();
             let payload = message.payload().unwrap_or_default();
-            let mut change = match Change::from_json(payload) {
-                Ok(change) if change.dc == remote.dc => change,
-                Ok(change) => {
-                    let why = format!("holds a change from {}, not {}", change.dc, remote.dc);
-                    return halt(
-                        &self.ready,
-                        format!("{topic} offset {offset} {why}"),
-                        shutdown,
-                    )
-                    .await;
+            let parsed = match Change::from_json(payload) {
+                Ok(change) if change.dc == remote.dc => Ok(change),
+                Ok(change) => Err(format!(
+                    "holds a change from {}, not {}",
+                    change.dc, remote.dc
+                )),
+                Err(e) => Err(e.to_string()),
+            };
+            let mut change = match parsed {
+                Ok(change) => change,
+                // Not part of any transaction of this source's: the transaction being read,
+                // if any, goes on after it.
+                Err(why) if self.dead_letter => {
+                    consumed = offset + 1;
+                    let payload = payload.to_vec();
+                    let stray = Item::Stray {
+                        offset,
+                        payload,
+                        why,
+                    };
+                    if self.ready.send(stray).await.is_err() {
+                        return Ok(());
+                    }
+                    continue;
                 }
-                Err(e) => {
-                    return halt(
-                        &self.ready,
-                        format!("{topic} offset {offset}: {e}"),
-                        shutdown,
-                    )
-                    .await;
+                Err(why) => {
+                    let why = format!("{topic} offset {offset}: {why}");
+                    return halt(&self.ready, why, None, shutdown).await;
                 }
             };
             consumed = offset + 1;
@@ -501,7 +571,7 @@ impl<'a> Reader<'a> {
                         None
                     }
                 };
-                reading = Some(Reading {
+                let mut next = Reading {
                     seq: first.txn.seq,
                     gtid: first.position.gtid.clone(),
                     next_index: 0,
@@ -509,7 +579,19 @@ impl<'a> Reader<'a> {
                     handed_on: false,
                     gathered: Vec::new(),
                     gathered_bytes: 0,
-                });
+                    lettered: None,
+                };
+                if let Some(l) = lettering.take_if(|l| next.is(l, first.stream.epoch)) {
+                    tracing::warn!(
+                        source = remote.dc,
+                        seq = next.seq,
+                        gtid,
+                        "dead-lettering a transaction: {}",
+                        l.reason
+                    );
+                    next.lettered = Some(l.reason);
+                }
+                reading = Some(next);
             }
             // The rest of a transaction whose start was not read: it comes again whole.
             let Some(current) = reading.as_mut() else {
@@ -523,16 +605,33 @@ impl<'a> Reader<'a> {
                 }
                 continue;
             };
-            current.gathered_bytes += payload.len();
-            current.gathered.push(change);
-            if !last && current.gathered_bytes < self.limits.part_bytes {
-                continue;
-            }
-            let part = match self.part(current, next.clone(), last, consumed).await {
+            let part = if let Some(reason) = &current.lettered {
+                let letter = Letter {
+                    change: &change,
+                    offset,
+                    payload,
+                    reason,
+                };
+                self.dead_letter_part(letter, next.clone(), last, consumed)
+                    .await
+            } else {
+                current.gathered_bytes += payload.len();
+                current.gathered.push(change);
+                if !last && current.gathered_bytes < self.limits.part_bytes {
+                    continue;
+                }
+                self.part(current, next.clone(), last, consumed).await
+            };
+            let part = match part {
                 Ok(part) => part,
                 Err(e) if e.is_transient() => return Err(e),
                 // A statement that cannot be written or sent: the same messages fail again.
-                Err(e) => return halt(&self.ready, e.to_string(), shutdown).await,
+                Err(e) => {
+                    let why = e.to_string();
+                    let txn = (self.dead_letter && current.lettered.is_none())
+                        .then(|| current.lettering(next.epoch, why.clone()));
+                    return halt(&self.ready, why, txn, shutdown).await;
+                }
             };
             current.handed_on = true;
             if last {
@@ -611,21 +710,10 @@ impl<'a> Reader<'a> {
         let bytes: usize = statements.iter().map(|s| s.sql.len()).sum::<usize>()
             + finding
             + keys.len() * std::mem::size_of::<CacheKey>();
-        let share = u32::try_from(bytes.clamp(1, self.limits.held_bytes)).unwrap_or(u32::MAX);
-        let held = self
-            .held
-            .clone()
-            .acquire_many_owned(share)
-            .await
-            .map_err(|_| RelayError::Refused("the applier's memory budget was closed".into()))?;
+        let held = self.hold(bytes).await?;
         let (seq, position, commit_ts) = (first.txn.seq, first.position.clone(), first.commit_ts);
         let starts = first.txn.index == 0;
-        let end = last.then(|| End {
-            position: newest.position.clone(),
-            seq: newest.txn.seq,
-            commit_ts: newest.commit_ts,
-            next_offset,
-        });
+        let end = last.then(|| End::of(newest, next_offset));
         let count = changes.len() as u64;
         let finders: Vec<Change> = changes.into_iter().filter(|c| finds_row(&c.row)).collect();
         if finders.len() != statements.iter().filter(|s| s.finds_row).count() {
@@ -647,10 +735,89 @@ impl<'a> Reader<'a> {
             tables,
             keys,
             changes: count,
+            dead_letters: 0,
             commit_ts,
-            _held: Held::new(held, share, &self.stats.held_bytes),
+            _held: held,
         })
     }
+
+    /// A part that records one message of a transaction being dead-lettered in
+    /// `relay_dead_letters`, in the local transaction, instead of applying it. Reading it again
+    /// (a replay after a crash) records it once.
+    async fn dead_letter_part(
+        &self,
+        letter: Letter<'_>,
+        followed: Followed,
+        last: bool,
+        next_offset: i64,
+    ) -> Result<Part<'a>, RelayError> {
+        let change = letter.change;
+        let mut sql = format!(
+            "INSERT INTO `{DEAD_LETTERS_TABLE}` (topic, kafka_offset, source_dc, source_gtid, \
+             source_seq, message, reason) VALUES ("
+        );
+        push_sql_string(&mut sql, self.topic);
+        sql.push_str(&format!(", {}, ", letter.offset));
+        push_sql_string(&mut sql, &change.dc);
+        sql.push_str(", ");
+        push_sql_string(&mut sql, change.position.gtid.as_deref().unwrap_or(""));
+        sql.push_str(&format!(", {}, ", change.txn.seq));
+        sql::push_literal(&mut sql, Some(&Value::Bytes(letter.payload.to_vec())));
+        sql.push_str(", ");
+        push_sql_string(&mut sql, letter.reason);
+        sql.push_str(") ON DUPLICATE KEY UPDATE kafka_offset = kafka_offset");
+        if sql.len() > self.limits.packet_bytes {
+            return Err(RelayError::Refused(format!(
+                "{} offset {}: recording it in {DEAD_LETTERS_TABLE} takes a statement of {} \
+                 bytes, more than the server's max_allowed_packet; raise max_allowed_packet \
+                 here above {}",
+                self.topic,
+                letter.offset,
+                sql.len(),
+                sql.len() + PACKET_OVERHEAD
+            )));
+        }
+        let held = self.hold(sql.len()).await?;
+        Ok(Part {
+            seq: change.txn.seq,
+            position: change.position.clone(),
+            next_offset,
+            starts: change.txn.index == 0,
+            end: last.then(|| End::of(change, next_offset)),
+            followed,
+            statements: vec![sql::Statement {
+                sql,
+                finds_row: false,
+            }],
+            finders: Vec::new(),
+            tables: Vec::new(),
+            keys: Vec::new(),
+            changes: 0,
+            dead_letters: 1,
+            commit_ts: change.commit_ts,
+            _held: held,
+        })
+    }
+
+    /// Waits until the parts waiting leave room for `bytes` more, and takes them.
+    async fn hold(&self, bytes: usize) -> Result<Held<'a>, RelayError> {
+        let share = u32::try_from(bytes.clamp(1, self.limits.held_bytes)).unwrap_or(u32::MAX);
+        let permit = self
+            .held
+            .clone()
+            .acquire_many_owned(share)
+            .await
+            .map_err(|_| RelayError::Refused("the applier's memory budget was closed".into()))?;
+        Ok(Held::new(permit, share, &self.stats.held_bytes))
+    }
+}
+
+/// A message to record in `relay_dead_letters`, and why.
+struct Letter<'m> {
+    change: &'m Change,
+    offset: i64,
+    payload: &'m [u8],
+    reason: &'m str,
 }
 
 /// The contracts of the tables read lately, one copy each: every message carries its table's
@@ -696,9 +863,10 @@ fn finds_row(change: &RowChange) -> bool {
 async fn halt(
     ready: &mpsc::Sender<Item<'_>>,
     why: String,
+    txn: Option<DeadLettering>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), RelayError> {
-    if ready.send(Item::Bad { why }).await.is_ok() {
+    if ready.send(Item::Bad { why, txn }).await.is_ok() {
         // Ends when shutdown is set or its sender dropped.
         let _ = shutdown.wait_for(|stop| *stop).await;
     }
@@ -718,6 +886,8 @@ struct Open {
     chunks: usize,
     /// Conflicts resolved by applying the change, counted once committed.
     resolved: u64,
+    /// Messages recorded in `relay_dead_letters`, counted once committed.
+    dead_letters: u64,
     /// What it held at the savepoint before the latest source transaction.
     at_savepoint: Counts,
 }
@@ -728,6 +898,7 @@ struct Counts {
     changes: u64,
     chunks: usize,
     resolved: u64,
+    dead_letters: u64,
 }
 
 impl Open {
@@ -736,6 +907,7 @@ impl Open {
             changes: self.changes,
             chunks: self.chunks,
             resolved: self.resolved,
+            dead_letters: self.dead_letters,
         }
     }
 
@@ -744,6 +916,7 @@ impl Open {
         self.changes = counts.changes;
         self.chunks = counts.chunks;
         self.resolved = counts.resolved;
+        self.dead_letters = counts.dead_letters;
     }
 }
 
@@ -777,14 +950,36 @@ async fn apply_all(
     };
     // Stopped at a bad message: what is still handed on is dropped, unapplied, until shutdown.
     let mut halted = false;
+    // Where messages that are no change of this source's are recorded, apart from the open
+    // local transaction: they belong to no source transaction, and one that is undone must not
+    // take them with it.
+    let mut strays: Option<Conn> = None;
     while let Some(item) = ready.recv().await {
         let part = match item {
             _ if halted => continue,
             Item::Part(part) => part,
-            Item::Bad { why } => {
+            Item::Bad {
+                why,
+                txn: Some(txn),
+            } if applier.dead_letters() => {
+                return applier
+                    .dead_letter_again(conn, &mut open, stats, txn, &why)
+                    .await;
+            }
+            Item::Bad { why, .. } => {
                 halted = true;
                 applier
                     .roll_back_and_stop(conn, &mut open, &stats.stopped, &why)
+                    .await?;
+                continue;
+            }
+            Item::Stray {
+                offset,
+                payload,
+                why,
+            } => {
+                applier
+                    .record_stray(&mut strays, offset, &payload, &why, stats)
                     .await?;
                 continue;
             }
@@ -826,9 +1021,16 @@ async fn apply_all(
                 return Err(RelayError::Interrupted(why));
             }
             Err(e) if e.is_transient() => return Err(e),
+            // A definite failure (a table not relayed here, a value the local column cannot
+            // hold): the same transaction would fail again.
+            Err(e) if applier.dead_letters() && part.dead_letters == 0 => {
+                let why = e.to_string();
+                let txn = part.lettering(why.clone());
+                return applier
+                    .dead_letter_again(conn, &mut open, stats, txn, &why)
+                    .await;
+            }
             Err(e) => {
-                // A definite failure (a table not relayed here, a value the local column
-                // cannot hold): the same transaction would fail again.
                 halted = true;
                 applier
                     .roll_back_and_stop(conn, &mut open, &stats.stopped, &e.to_string())
@@ -917,6 +1119,76 @@ impl Applier<'_> {
         Ok(Outcome::All)
     }
 
+    /// `relay.on_bad_message = "dead_letter"`.
+    fn dead_letters(&self) -> bool {
+        self.context.relay.on_bad_message == OnBadMessage::DeadLetter
+    }
+
+    /// A source transaction failed for good, perhaps after some of it was applied: rolls the
+    /// local transaction back and ends the applier, which starts again from the stored offset
+    /// and, reading `txn` again, records its messages in `relay_dead_letters` instead of
+    /// applying them (their bytes were not kept).
+    async fn dead_letter_again(
+        &self,
+        conn: &mut Conn,
+        open: &mut Option<Open>,
+        stats: &ApplyStats,
+        txn: DeadLettering,
+        why: &str,
+    ) -> Result<(), RelayError> {
+        open.take();
+        rollback(conn, self.source_dc).await?;
+        let gtid = txn.gtid.as_deref().unwrap_or("none");
+        let restart = format!(
+            "transaction {} ({gtid}) from {} cannot be applied; it goes to \
+             {DEAD_LETTERS_TABLE}: {why}",
+            txn.seq, self.source_dc
+        );
+        stats.dead_letter_next(txn);
+        Err(RelayError::Interrupted(restart))
+    }
+
+    /// Records a message that is no change of this source's in `relay_dead_letters`, on a
+    /// connection of its own (opened when first needed), at once. Reading it again (before the
+    /// stored offset passes it) records it once.
+    async fn record_stray(
+        &self,
+        strays: &mut Option<Conn>,
+        offset: i64,
+        payload: &[u8],
+        why: &str,
+        stats: &ApplyStats,
+    ) -> Result<(), RelayError> {
+        let conn = match strays {
+            Some(conn) => conn,
+            None => strays.insert(mysql::connect(self.context.url()).await?),
+        };
+        let topic = self.context.relay.topic(self.source_dc);
+        tracing::warn!(
+            source = self.source_dc,
+            topic,
+            offset,
+            "a message that is no change of {}'s goes to {DEAD_LETTERS_TABLE}: {why}",
+            self.source_dc
+        );
+        conn.exec_drop(
+            format!(
+                "INSERT INTO `{DEAD_LETTERS_TABLE}` (topic, kafka_offset, source_dc, message, \
+                 reason) VALUES (?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE kafka_offset = kafka_offset"
+            ),
+            (&topic, offset, self.source_dc, payload, why),
+        )
+        .await
+        .map_err(DbError::mysql(format!(
+            "recording {topic} offset {offset} in {DEAD_LETTERS_TABLE}"
+        )))?;
+        // 0 rows: recorded before (read again after a restart).
+        if conn.affected_rows() == 1 {
+            stats.dead_letters.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
     /// Stops applying from the source, visibly (`stopped` is the flag its metric and readiness
     /// show): after a bad message or a definite failure, or at a conflict
     /// (`relay.on_conflict = "stop"`). The open local transaction is rolled back whole.
@@ -989,8 +1261,12 @@ impl Applier<'_> {
             }
         }
         open.changes += part.changes;
+        open.dead_letters += part.dead_letters;
         if let Some(end) = &part.end {
-            open.transactions += 1;
+            // A transaction dead-lettered is not counted as applied.
+            if part.dead_letters == 0 {
+                open.transactions += 1;
+            }
             open.end = Some((end.clone(), part.followed.clone()));
         }
         Ok(Outcome::All)
@@ -1085,6 +1361,9 @@ impl Applier<'_> {
         stats.wait_at(None);
         // Counted once committed: a rolled back resolution is found again on the replay.
         stats.conflicts.fetch_add(open.resolved, Ordering::Relaxed);
+        stats
+            .dead_letters
+            .fetch_add(open.dead_letters, Ordering::Relaxed);
         stats
             .applied_transactions
             .fetch_add(open.transactions as u64, Ordering::Relaxed);
@@ -1596,7 +1875,19 @@ mod tests {
             handed_on: true,
             gathered: Vec::new(),
             gathered_bytes: 0,
+            lettered: None,
         }
+    }
+
+    #[test]
+    fn a_transaction_to_dead_letter_is_known_by_epoch_sequence_and_gtid() {
+        let r = reading(4, 0, "0-1-9");
+        let letter = r.lettering(2, "refused".into());
+        assert!(r.is(&letter, 2));
+        // Another epoch (the stream started anew) or GTID is another transaction.
+        assert!(!r.is(&letter, 3));
+        assert!(!reading(4, 0, "0-2-9").is(&letter, 2));
+        assert!(!reading(5, 0, "0-1-9").is(&letter, 2));
     }
 
     #[test]

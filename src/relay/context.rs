@@ -24,6 +24,8 @@ pub const APPLIED_GTIDS_TABLE: &str = "relay_applied_gtids";
 pub const LOOP_KEYS_TABLE: &str = "relay_loop_keys";
 /// Where the appliers record the conflicts they met.
 pub const CONFLICTS_TABLE: &str = "relay_conflicts";
+/// Where the appliers record the messages they skipped (`relay.on_bad_message = "dead_letter"`).
+pub const DEAD_LETTERS_TABLE: &str = "relay_dead_letters";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {

@@ -123,6 +123,8 @@ impl Source for RelaySource {
                 .absolute(count(&apply.conflicts));
             metrics::gauge!("logstamp_relay_apply_conflict_stopped", &labels)
                 .set(flag(&apply.conflict_stopped));
+            metrics::counter!("logstamp_relay_dead_letters_total", &labels)
+                .absolute(count(&apply.dead_letters));
         }
         exporter.render()
     }
@@ -235,6 +237,10 @@ fn describe() {
     describe_counter!(
         "logstamp_relay_conflicts_total",
         "UPDATEs and DELETEs from the remote data centre that did not find their before image here (recorded in relay_conflicts)."
+    );
+    describe_counter!(
+        "logstamp_relay_dead_letters_total",
+        "Messages from the remote data centre recorded in relay_dead_letters and skipped (relay.on_bad_message = dead_letter)."
     );
     describe_gauge!(
         "logstamp_relay_apply_conflict_stopped",

@@ -40,8 +40,8 @@ pub use settings::TablePattern;
 use crate::mysql::retry::RetryPolicy;
 use crate::mysql::{self, DbError};
 use context::{
-    APPLIED_GTIDS_TABLE, APPLIED_TABLE, CHECKPOINT_TABLE, CONFLICTS_TABLE, LOOP_KEYS_TABLE,
-    PUBLISHED_TABLE,
+    APPLIED_GTIDS_TABLE, APPLIED_TABLE, CHECKPOINT_TABLE, CONFLICTS_TABLE, DEAD_LETTERS_TABLE,
+    LOOP_KEYS_TABLE, PUBLISHED_TABLE,
 };
 
 /// A part that ran this long before failing starts again after the shortest wait.
@@ -152,6 +152,7 @@ async fn check_migrated(context: &RelayContext) -> Result<(), RelayError> {
         APPLIED_GTIDS_TABLE,
         LOOP_KEYS_TABLE,
         CONFLICTS_TABLE,
+        DEAD_LETTERS_TABLE,
     ];
     let marks = vec!["?"; tables.len()].join(", ");
     let params: Vec<mysql_async::Value> = std::iter::once(context.state_database.as_str())

@@ -43,6 +43,8 @@ pub struct RelaySettings {
     pub apply_memory_bytes: usize,
     /// What an applier does when an UPDATE or DELETE does not find its before image here.
     pub on_conflict: OnConflict,
+    /// What an applier does with a message it cannot apply.
+    pub on_bad_message: OnBadMessage,
     /// The data centres whose changes are applied here.
     pub remotes: Vec<RemoteDc>,
 }
@@ -228,6 +230,19 @@ pub enum OnConflict {
     /// Applying from that data centre waits, with nothing after the change applied, until the
     /// row here is made to match.
     Stop,
+}
+
+/// What an applier does with a message it cannot apply: one that does not parse, comes from
+/// another data centre, changes a table not relayed here, or fails for a definite reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnBadMessage {
+    /// Applying from that data centre stops, visibly, until the relay starts again.
+    Stop,
+    /// The message is recorded in `relay_dead_letters` and skipped; a message of a source
+    /// transaction takes the rest of that transaction with it, so a transaction is applied whole
+    /// or not at all.
+    DeadLetter,
 }
 
 /// An entry of `relay.tables`: `schema.table`, or `schema.*` for every table of a schema.

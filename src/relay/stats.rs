@@ -95,6 +95,13 @@ pub struct ApplyStats {
     /// UPDATEs and DELETEs that did not find their before image here, recorded in
     /// `relay_conflicts`.
     pub conflicts: AtomicU64,
+    /// Messages recorded in `relay_dead_letters` and skipped
+    /// (`relay.on_bad_message = "dead_letter"`).
+    pub dead_letters: AtomicU64,
+    /// A source transaction to dead-letter when it is read again: it failed for a definite
+    /// reason after some of it was applied (and rolled back), so its messages are read again
+    /// from the stored offset. Kept here, across the applier's restart.
+    dead_lettering: Mutex<Option<DeadLettering>>,
     /// Applying waits at a conflict (`relay.on_conflict = "stop"`) until the row here matches.
     pub conflict_stopped: AtomicBool,
     /// The change applying waits at, kept while the applier starts again from its stored
@@ -117,12 +124,38 @@ impl ApplyStats {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Takes the transaction to dead-letter, if there is one.
+    pub fn take_dead_lettering(&self) -> Option<DeadLettering> {
+        self.dead_lettering
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take()
+    }
+
+    pub fn dead_letter_next(&self, lettering: DeadLettering) {
+        *self
+            .dead_lettering
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(lettering);
+    }
+
     pub fn wait_at(&self, change: Option<TxnRef>) {
         *self
             .waiting_at
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = change;
     }
+}
+
+/// A source transaction an applier skips into `relay_dead_letters` when it reads it again
+/// (`relay.on_bad_message = "dead_letter"`), and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLettering {
+    /// The transaction: its stream's epoch, its sequence number in the topic and its GTID.
+    pub epoch: u64,
+    pub seq: u64,
+    pub gtid: Option<String>,
+    pub reason: String,
 }
 
 /// How far behind a part is: the commit time at the source of the oldest transaction it has

@@ -14,7 +14,9 @@ use crate::mysql::{self, DbError};
 
 use super::change::binlog_file_number;
 use super::checkpoint::{self, Checkpoint};
-use super::context::{APPLIED_TABLE, CONFLICTS_TABLE, RelayContext, RelayError};
+use super::context::{
+    APPLIED_TABLE, CONFLICTS_TABLE, DEAD_LETTERS_TABLE, RelayContext, RelayError,
+};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct CaptureStatus {
@@ -60,6 +62,8 @@ pub struct ApplyStatus {
     pub last_error: Option<String>,
     /// Conflicts recorded in `relay_conflicts` for this source.
     pub conflicts: u64,
+    /// Messages from this source recorded in `relay_dead_letters` and skipped.
+    pub dead_letters: u64,
     pub updated_at: String,
 }
 
@@ -121,7 +125,8 @@ pub async fn appliers(
             "SELECT source_dc, topic, next_offset, source_file, source_pos, source_gtid, \
              source_commit_ts, applied_transactions, applied_changes, last_error, \
              CAST(updated_at AS CHAR), (SELECT COUNT(*) FROM `{CONFLICTS_TABLE}` c \
-             WHERE c.source_dc = a.source_dc) FROM `{APPLIED_TABLE}` a ORDER BY source_dc"
+             WHERE c.source_dc = a.source_dc), (SELECT COUNT(*) FROM `{DEAD_LETTERS_TABLE}` d \
+             WHERE d.source_dc = a.source_dc) FROM `{APPLIED_TABLE}` a ORDER BY source_dc"
         ))
         .await
         .map_err(DbError::mysql("reading relay_applied"))?;
@@ -156,6 +161,7 @@ pub async fn appliers(
             last_error: take(&mut row, 9, "last_error")?,
             updated_at: take(&mut row, 10, "updated_at")?,
             conflicts: take(&mut row, 11, "conflicts")?,
+            dead_letters: take(&mut row, 12, "dead_letters")?,
             source_dc,
             topic,
             next_offset,

@@ -371,6 +371,14 @@ impl Dc {
 
     /// Every message in this data centre's topic.
     pub fn published(&self) -> Vec<Change> {
+        self.published_payloads()
+            .iter()
+            .map(|payload| Change::from_json(payload).unwrap())
+            .collect()
+    }
+
+    /// Every message in this data centre's topic, as its bytes, by offset.
+    pub fn published_payloads(&self) -> Vec<Vec<u8>> {
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", &self.brokers)
             .set("group.id", "relay-test")
@@ -386,16 +394,17 @@ impl Dc {
             .add_partition_offset(&topic, 0, Offset::Beginning)
             .unwrap();
         consumer.assign(&assignment).unwrap();
-        let mut changes = Vec::new();
+        let mut payloads = Vec::new();
         let deadline = Instant::now() + DEADLINE;
-        while (changes.len() as i64) < end {
+        while (payloads.len() as i64) < end {
             assert!(Instant::now() < deadline, "reading {topic} stalled");
             if let Some(message) = consumer.poll(Duration::from_millis(100)) {
                 let message = message.unwrap();
-                changes.push(Change::from_json(message.payload().unwrap()).unwrap());
+                assert_eq!(message.offset(), payloads.len() as i64, "{topic} has a gap");
+                payloads.push(message.payload().unwrap_or_default().to_vec());
             }
         }
-        changes
+        payloads
     }
 }
 
