@@ -890,6 +890,21 @@ struct Open {
     dead_letters: u64,
     /// What it held at the savepoint before the latest source transaction.
     at_savepoint: Counts,
+    /// Statements applied but not sent yet: what needs no answer goes with the next round trip
+    /// that does, or with the commit (an applier that is behind sends up to
+    /// `relay.apply_batch` source transactions in one round trip, as a statement budget allows).
+    unsent: Vec<String>,
+    unsent_bytes: usize,
+}
+
+impl Open {
+    /// The statements not sent yet, followed by `then`.
+    fn send_with(&mut self, then: impl IntoIterator<Item = String>) -> Vec<String> {
+        self.unsent_bytes = 0;
+        let mut statements = std::mem::take(&mut self.unsent);
+        statements.extend(then);
+        statements
+    }
 }
 
 /// What an open local transaction holds that a rollback to a savepoint takes back.
@@ -1022,7 +1037,17 @@ async fn apply_all(
             }
             Err(e) if e.is_transient() => return Err(e),
             // A definite failure (a table not relayed here, a value the local column cannot
-            // hold): the same transaction would fail again.
+            // hold): the same transaction would fail again. Sent with the statements of
+            // earlier parts, it may be one of theirs: they are applied again, each sent on its
+            // own, to tell.
+            Err(e) if !stats.sends_each_part(part.next_offset) => {
+                open.take();
+                rollback(conn, source_dc).await?;
+                stats.send_each_part_until(part.next_offset);
+                return Err(RelayError::Interrupted(format!(
+                    "{e}; applying again part by part to find the transaction that failed"
+                )));
+            }
             Err(e) if applier.dead_letters() && part.dead_letters == 0 => {
                 let why = e.to_string();
                 let txn = part.lettering(why.clone());
@@ -1243,7 +1268,23 @@ impl Applier<'_> {
                 part.seq, self.source_dc, part.changes, part.position.file, part.position.pos
             )
         };
-        let statements = first.iter().map(|sql| (sql.as_str(), false)).chain(
+        if !checks && !stats.sends_each_part(part.next_offset) {
+            // Nothing to answer: it goes with the next round trip.
+            let statements = first
+                .into_iter()
+                .chain(part.statements.iter().map(|s| s.sql.clone()));
+            for sql in statements {
+                open.unsent_bytes += sql.len();
+                open.unsent.push(sql);
+            }
+            if open.unsent_bytes >= self.limits.statement_bytes {
+                let statements = open.send_with([]);
+                self.send(conn, statements.iter(), what).await?;
+            }
+            return Ok(self.applied(open, part));
+        }
+        let unsent = open.send_with(first);
+        let statements = unsent.iter().map(|sql| (sql.as_str(), false)).chain(
             part.statements
                 .iter()
                 .map(|s| (s.sql.as_str(), s.finds_row)),
@@ -1260,6 +1301,11 @@ impl Applier<'_> {
                 return Ok(Outcome::WaitingAt(why));
             }
         }
+        Ok(self.applied(open, part))
+    }
+
+    /// Counts `part` as applied in `open`.
+    fn applied(&self, open: &mut Open, part: &Part<'_>) -> Outcome {
         open.changes += part.changes;
         open.dead_letters += part.dead_letters;
         if let Some(end) = &part.end {
@@ -1269,7 +1315,7 @@ impl Applier<'_> {
             }
             open.end = Some((end.clone(), part.followed.clone()));
         }
-        Ok(Outcome::All)
+        Outcome::All
     }
 
     /// Applies a part's changes one at a time, each conflict recorded and resolved; its keys
@@ -1326,9 +1372,11 @@ impl Applier<'_> {
 
     /// Undoes the parts of a source transaction that stopped short.
     async fn undo_to_savepoint(&self, conn: &mut Conn, open: &mut Open) -> Result<(), RelayError> {
-        conn.query_drop(UNDO_SOURCE)
-            .await
-            .map_err(DbError::mysql("undoing a transaction that stopped short"))?;
+        let statements = open.send_with([UNDO_SOURCE.to_string()]);
+        self.send(conn, statements.iter(), || {
+            "undoing a transaction that stopped short".to_string()
+        })
+        .await?;
         open.restore(open.at_savepoint);
         Ok(())
     }
@@ -1337,18 +1385,18 @@ impl Applier<'_> {
     async fn finish(
         &self,
         conn: &mut Conn,
-        open: Open,
+        mut open: Open,
         stats: &ApplyStats,
     ) -> Result<(), RelayError> {
-        let Some((end, followed)) = &open.end else {
+        let Some((end, followed)) = open.end.clone() else {
             // Only parts that were undone: nothing to record.
             return rollback(conn, self.source_dc).await;
         };
-        let statements = [
-            applied_update(self.source_dc, end, open.transactions, open.changes),
-            gtids_update(self.source_dc, followed),
+        let statements = open.send_with([
+            applied_update(self.source_dc, &end, open.transactions, open.changes),
+            gtids_update(self.source_dc, &followed),
             "COMMIT".to_string(),
-        ];
+        ]);
         let what = || {
             format!(
                 "committing transactions up to {} from {} ({}:{})",

@@ -102,6 +102,10 @@ pub struct ApplyStats {
     /// reason after some of it was applied (and rolled back), so its messages are read again
     /// from the stored offset. Kept here, across the applier's restart.
     dead_lettering: Mutex<Option<DeadLettering>>,
+    /// Up to this offset the applier sends each part's statements as it applies it, so that a
+    /// definite failure is known to be that part's; beyond it (0: everywhere), what needs no
+    /// answer goes with the next statement that does, or with the commit.
+    send_each_part_until: AtomicI64,
     /// Applying waits at a conflict (`relay.on_conflict = "stop"`) until the row here matches.
     pub conflict_stopped: AtomicBool,
     /// The change applying waits at, kept while the applier starts again from its stored
@@ -122,6 +126,18 @@ impl ApplyStats {
             .waiting_at
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Whether a part ending before `next_offset` is sent on its own (see
+    /// `send_each_part_until`).
+    pub fn sends_each_part(&self, next_offset: i64) -> bool {
+        next_offset <= self.send_each_part_until.load(Ordering::Relaxed)
+    }
+
+    /// Parts up to `next_offset` are sent on their own, from the next start of the applier.
+    pub fn send_each_part_until(&self, next_offset: i64) {
+        self.send_each_part_until
+            .fetch_max(next_offset, Ordering::Relaxed);
     }
 
     /// Takes the transaction to dead-letter, if there is one.
