@@ -9,8 +9,8 @@ per log record with what was put into it, read from the SDK's own record objects
 encoder placed it (message, record index in the message's resource/scope/record order, read back
 with Python's own protobuf or json modules). Record `seq` is numbered from 0 over all messages.
 
-Every 97th record has an `http.status` that is text, not a number: the test's column refuses
-it, so that record alone is a dead letter.
+Every 97th record's body is lists nested 32 deep: its document is deeper than MariaDB's JSON
+accepts, so that record alone is a dead letter.
 """
 
 import json
@@ -42,10 +42,13 @@ def record(seq, resource, scope):
     observed = BASE_NANOS + seq * 1_000_003 + 777
     body = ({"event": "checkout", "items": [seq, seq + 0.5], "paid": seq % 2 == 0}
             if seq % 4 == 0 else f"request {seq} served \u00e9")
+    if is_bad(seq):
+        for _ in range(32):
+            body = [body]
     traced = seq % 3 != 0
     attributes = {
         "seq": seq,
-        "http.status": "not a number" if is_bad(seq) else 200 + seq % 4 * 100,
+        "http.status": 200 + seq % 4 * 100,
         "big": 2**62 + seq,
         "ratio": seq / 8,
         "cached": seq % 2 == 1,
