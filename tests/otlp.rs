@@ -213,7 +213,8 @@ async fn assert_dead_letters(
     refused: &[u64],
 ) {
     let mut conn = setup.db.conn().await;
-    let letters: Vec<(i32, i64, Option<u32>, String, Vec<u8>)> = conn
+    type Letter = (i32, i64, Option<u32>, String, Vec<u8>);
+    let letters: Vec<Letter> = conn
         .query("SELECT kafka_partition, kafka_offset, record_index, reason, raw FROM dead_letters")
         .await
         .unwrap();
