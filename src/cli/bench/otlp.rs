@@ -2,7 +2,7 @@
 //! `otlp_proto` (an `ExportLogsServiceRequest` of `--per-message` records per Kafka message, as
 //! the Collector's Kafka exporter writes them) and as `json` (each record's document, one per
 //! message, as a shipper of JSON writes them), in alternating runs of one invocation: records per
-//! second and the worker's CPU time per record.
+//! second, the worker's CPU time per record and its peak memory.
 //!
 //! The JSON messages are the documents logstamp itself makes of the OTLP records, so both
 //! formats map the very same fields through the settings' normalize rules and columns (use it
@@ -26,7 +26,7 @@ use logstamp::ingest::kafka::{Outgoing, produce_all};
 use logstamp::ingest::local_cluster::LocalCluster;
 use logstamp::transform::otlp::{self, Encoding};
 
-use super::ingest::{check_stored, round3, spawn_worker, stop_workers, watch};
+use super::ingest::{check_stored, peak_rss_kib, round3, spawn_worker, stop_workers, watch};
 use super::{in_scratch_database, median};
 use crate::cli::output::Output;
 use crate::cli::{UsageError, load_settings};
@@ -167,6 +167,7 @@ async fn bench(settings: &Settings, args: &OtlpArgs, sources: &Sources) -> anyho
             )
             .await;
             let cpu_seconds = workers.first().and_then(|w| cpu_seconds(w.id()));
+            let peak_kib = workers.first().and_then(|w| peak_rss_kib(w.id()));
             stop_workers(workers)?;
             let (first_row, all_rows) = watched?;
             check_stored(settings, args.records).await?;
@@ -186,6 +187,7 @@ async fn bench(settings: &Settings, args: &OtlpArgs, sources: &Sources) -> anyho
                 "records_per_second": rate.round(),
                 "worker_cpu_seconds": round3(cpu_seconds),
                 "worker_cpu_us_per_record": round3(micros_per_record),
+                "worker_peak_rss_mib": peak_kib.map(|kib| kib / 1024),
             }))?;
             out.flush()?;
         }
