@@ -24,8 +24,11 @@ use crate::mysql::DbError;
 use crate::store::{Batch, DeadLetter, Row, WriteOutcome, Writer};
 use crate::transform::Pipeline;
 
-/// Events handled in one round of the dispatcher's loop at most.
+/// Events handled in one round of the dispatcher's loop at most,
 const EVENTS_PER_ROUND: usize = 256;
+/// and records: an OTLP message of thousands is a round of its own, so writes start (and the
+/// memory budget is checked) between such messages, not after hundreds of them.
+const RECORDS_PER_ROUND: usize = 256;
 
 /// An owned partition.
 struct Partition {
@@ -143,12 +146,15 @@ impl Dispatcher {
                 () = &mut shutdown, if self.stopping.is_none() => self.stop(),
                 event = events.recv() => match event {
                     Some(event) => {
-                        self.on_event(event)?;
+                        let mut records = self.on_event(event)?;
                         // Take what else is waiting before the bookkeeping below, which looks
                         // at every partition: once per round, not once per message.
                         for _ in 1..EVENTS_PER_ROUND {
+                            if records >= RECORDS_PER_ROUND {
+                                break;
+                            }
                             match events.try_recv() {
-                                Ok(event) => self.on_event(event)?,
+                                Ok(event) => records += self.on_event(event)?,
                                 Err(_) => break,
                             }
                         }
@@ -196,7 +202,8 @@ impl Dispatcher {
         let _ = self.requests.send(request);
     }
 
-    fn on_event(&mut self, event: Event) -> Result<(), IngestError> {
+    /// Handles one event; the records a message became, 0 for other events.
+    fn on_event(&mut self, event: Event) -> Result<usize, IngestError> {
         match event {
             Event::Assigned(assigned) => {
                 for Assigned { key, epoch, stored } in assigned {
@@ -224,7 +231,7 @@ impl Dispatcher {
             }
             Event::Message(message) => {
                 if self.stopping.is_none() {
-                    self.on_message(message)?;
+                    return self.on_message(message);
                 }
             }
             Event::Seeked { key, generation } => {
@@ -236,7 +243,7 @@ impl Dispatcher {
             }
             Event::Failed(e) => return Err(e),
         }
-        Ok(())
+        Ok(0)
     }
 
     /// The partitions gauge, set where the set of partitions changes (not per message).
@@ -247,13 +254,14 @@ impl Dispatcher {
         );
     }
 
-    fn on_message(&mut self, message: Incoming) -> Result<(), IngestError> {
+    /// Decodes a message into its partition's open batch; the records it became.
+    fn on_message(&mut self, message: Incoming) -> Result<usize, IngestError> {
         let Some(partition) = self.partitions.get_mut(&message.key) else {
             // Read before the partition was revoked; its next owner reads it again.
-            return Ok(());
+            return Ok(0);
         };
         if partition.awaiting_seek {
-            return Ok(());
+            return Ok(0);
         }
         IngestStats::add(&self.stats.consumed, 1);
         let started = Instant::now();
@@ -266,13 +274,18 @@ impl Dispatcher {
             message.size,
         );
         IngestStats::add(&self.stats.decode_nanos, elapsed_nanos(started));
+        let count = records.len();
+        // An OTLP message's documents outweigh its protobuf: the memory budget and the batch's
+        // byte limit count whichever is larger.
+        let bytes = message.size.max(held_bytes(&records));
         partition
             .batcher
-            .push(message.offset, records, message.size, Instant::now())
+            .push(message.offset, records, bytes, Instant::now())
             .map_err(|source| IngestError::OffsetBehind {
                 partition: message.key.to_string(),
                 source,
-            })
+            })?;
+        Ok(count)
     }
 
     /// Starts writing closed batches while there is room, one per partition at a time.
@@ -484,6 +497,18 @@ fn decode(
             raw: payload,
         })],
     }
+}
+
+/// The bytes of text the records hold: their documents, or the dead letters' raw bytes.
+fn held_bytes(records: &[Record]) -> usize {
+    records
+        .iter()
+        .map(|record| match record {
+            Record::Row(row) => row.document.len(),
+            Record::Dead(letter) => letter.raw.len(),
+            Record::Tombstone => 0,
+        })
+        .sum()
 }
 
 /// Stamps a batch with IDs and writes it.
