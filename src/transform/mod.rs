@@ -230,7 +230,7 @@ impl Pipeline {
     /// rows are stored together or not at all.
     pub fn map(&self, topic: &str, message: &[u8]) -> Result<MappedRow, MapError> {
         let (document, text) = parse(self.format, message)?;
-        self.map_document(topic, document, text)
+        self.map_document(topic, document, text).map_err(|(e, _)| e)
     }
 
     /// Maps every record of one message of `topic`: the message's one document for `json` and
@@ -253,53 +253,80 @@ impl Pipeline {
                 // A message is far below 2^32 records: Kafka caps it at a gigabyte.
                 let record = u32::try_from(index).unwrap_or(u32::MAX);
                 let text = document.to_string();
-                let checked = if depth(&document) > MAX_JSON_DEPTH {
-                    Err(MapError::TooDeep)
+                let mapped = if depth(&document) > MAX_JSON_DEPTH {
+                    Err((MapError::TooDeep, text))
                 } else {
-                    self.map_document(topic, document, text.clone())
+                    self.map_document(topic, document, text)
                 };
-                checked
+                mapped
                     .map(|mut row| {
                         row.record = Some(record);
                         row
                     })
-                    .map_err(|error| RecordError {
+                    .map_err(|(error, document)| RecordError {
                         record,
-                        document: text,
+                        document,
                         error,
                     })
             })
             .collect())
     }
 
-    /// Normalizes and maps one parsed document; `text` is the document as received.
+    /// Normalizes and maps one parsed document; `text` is the document as received, given back
+    /// with the error when the document cannot be mapped.
     fn map_document(
         &self,
         topic: &str,
         mut document: Json,
-        mut text: String,
-    ) -> Result<MappedRow, MapError> {
-        if self.normalizer.applies_to(topic) && self.normalizer.apply(topic, &mut document)? {
+        text: String,
+    ) -> Result<MappedRow, (MapError, String)> {
+        match self.rows(topic, &mut document) {
+            Ok((normalized, values, fanout, truncated)) => Ok(MappedRow {
+                values,
+                // The stored document is the normalized one, when a rule changed it.
+                document: normalized.unwrap_or(text),
+                fanout,
+                truncated,
+                record: None,
+            }),
+            Err(e) => Err((e, text)),
+        }
+    }
+
+    /// Normalizes `document`, then maps its values in the log table and in the fan-out tables
+    /// it goes to: its text if a rule changed it, the values, the fan-out rows and the count of
+    /// truncated values.
+    fn rows(&self, topic: &str, document: &mut Json) -> Result<Rows, MapError> {
+        let mut normalized = None;
+        if self.normalizer.applies_to(topic) && self.normalizer.apply(topic, document)? {
             // Renames and extracts can nest values deeper than MariaDB's JSON accepts.
-            if depth(&document) > MAX_JSON_DEPTH {
+            if depth(document) > MAX_JSON_DEPTH {
                 return Err(MapError::TooDeep);
             }
-            text = document.to_string();
+            normalized = Some(document.to_string());
         }
-        let mut row = self.main.map_document(&document, text)?;
-        row.fanout = Vec::with_capacity(self.routes.len());
+        let (values, mut truncated) = self.main.values(document)?;
+        let mut fanout = Vec::with_capacity(self.routes.len());
         for route in &self.routes {
-            if !route::all_hold(&route.when, &document) {
-                row.fanout.push(None);
+            if !route::all_hold(&route.when, document) {
+                fanout.push(None);
                 continue;
             }
-            let (values, truncated) = route.mapper.values(&document)?;
-            row.truncated += truncated;
-            row.fanout.push(Some(values));
+            let (values, cut) = route.mapper.values(document)?;
+            truncated += cut;
+            fanout.push(Some(values));
         }
-        Ok(row)
+        Ok((normalized, values, fanout, truncated))
     }
 }
+
+/// What [`Pipeline::rows`] makes of a document.
+type Rows = (
+    Option<String>,
+    Vec<SqlValue>,
+    Vec<Option<Vec<SqlValue>>>,
+    u32,
+);
 
 /// A record of a message of several records (OTLP) that could not be mapped: a dead letter of
 /// its own.

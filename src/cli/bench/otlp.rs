@@ -168,7 +168,7 @@ async fn bench(settings: &Settings, args: &OtlpArgs, sources: &Sources) -> anyho
             .await;
             let cpu_seconds = workers.first().and_then(|w| cpu_seconds(w.id()));
             let peak_kib = workers.first().and_then(|w| peak_rss_kib(w.id()));
-            stop_workers(workers)?;
+            let totals = stop_workers(workers)?;
             let (first_row, all_rows) = watched?;
             check_stored(settings, args.records).await?;
             let Some(cpu_seconds) = cpu_seconds else {
@@ -188,6 +188,7 @@ async fn bench(settings: &Settings, args: &OtlpArgs, sources: &Sources) -> anyho
                 "worker_cpu_seconds": round3(cpu_seconds),
                 "worker_cpu_us_per_record": round3(micros_per_record),
                 "worker_peak_rss_mib": peak_kib.map(|kib| kib / 1024),
+                "worker_totals": totals.first(),
             }))?;
             out.flush()?;
         }
