@@ -230,7 +230,7 @@ impl Pipeline {
     /// rows are stored together or not at all.
     pub fn map(&self, topic: &str, message: &[u8]) -> Result<MappedRow, MapError> {
         let (document, text) = parse(self.format, message)?;
-        self.map_document(topic, document, text).map_err(|(e, _)| e)
+        self.map_document(topic, document, text)
     }
 
     /// Maps every record of one message of `topic`: the message's one document for `json` and
@@ -245,52 +245,70 @@ impl Pipeline {
         let Some(encoding) = self.format.otlp() else {
             return Ok(vec![Ok(self.map(topic, message)?)]);
         };
-        let documents = otlp::records(encoding, message)?;
-        Ok(documents
+        let mapped: Vec<Result<MappedRow, MapError>> = otlp::records(encoding, message)?
+            .into_iter()
+            .map(|mut document| {
+                if depth(&document) > MAX_JSON_DEPTH {
+                    return Err(MapError::TooDeep);
+                }
+                let (normalized, values, fanout, truncated) = self.rows(topic, &mut document)?;
+                Ok(MappedRow {
+                    values,
+                    // One text per record: the normalized document's, or the document's own.
+                    document: normalized.unwrap_or_else(|| document.to_string()),
+                    fanout,
+                    truncated,
+                    record: None,
+                })
+            })
+            .collect();
+        // A dead letter keeps its record as decoded, before any rule: decoded again, once per
+        // message that has one, rather than kept for every record in case.
+        let originals = if mapped.iter().any(Result::is_err) {
+            otlp::records(encoding, message)?
+        } else {
+            Vec::new()
+        };
+        Ok(mapped
             .into_iter()
             .enumerate()
-            .map(|(index, document)| {
+            .map(|(index, mapped)| {
                 // A message is far below 2^32 records: Kafka caps it at a gigabyte.
                 let record = u32::try_from(index).unwrap_or(u32::MAX);
-                let text = document.to_string();
-                let mapped = if depth(&document) > MAX_JSON_DEPTH {
-                    Err((MapError::TooDeep, text))
-                } else {
-                    self.map_document(topic, document, text)
-                };
-                mapped
-                    .map(|mut row| {
+                match mapped {
+                    Ok(mut row) => {
                         row.record = Some(record);
-                        row
-                    })
-                    .map_err(|(error, document)| RecordError {
+                        Ok(row)
+                    }
+                    Err(error) => Err(RecordError {
                         record,
-                        document,
+                        document: originals
+                            .get(index)
+                            .map(Json::to_string)
+                            .unwrap_or_default(),
                         error,
-                    })
+                    }),
+                }
             })
             .collect())
     }
 
-    /// Normalizes and maps one parsed document; `text` is the document as received, given back
-    /// with the error when the document cannot be mapped.
+    /// Normalizes and maps one parsed document; `text` is the document as received.
     fn map_document(
         &self,
         topic: &str,
         mut document: Json,
         text: String,
-    ) -> Result<MappedRow, (MapError, String)> {
-        match self.rows(topic, &mut document) {
-            Ok((normalized, values, fanout, truncated)) => Ok(MappedRow {
-                values,
-                // The stored document is the normalized one, when a rule changed it.
-                document: normalized.unwrap_or(text),
-                fanout,
-                truncated,
-                record: None,
-            }),
-            Err(e) => Err((e, text)),
-        }
+    ) -> Result<MappedRow, MapError> {
+        let (normalized, values, fanout, truncated) = self.rows(topic, &mut document)?;
+        Ok(MappedRow {
+            values,
+            // The stored document is the normalized one, when a rule changed it.
+            document: normalized.unwrap_or(text),
+            fanout,
+            truncated,
+            record: None,
+        })
     }
 
     /// Normalizes `document`, then maps its values in the log table and in the fan-out tables
