@@ -527,6 +527,7 @@ async fn every_insert_method_writes_fan_out_and_rollups(method: &str) {
             }),
             Err(e) => dead_letters.push(logstamp::store::DeadLetter {
                 offset,
+                record: None,
                 reason: e.to_string(),
                 raw: message(seq),
             }),

@@ -143,10 +143,11 @@ async fn a_fresh_database_gets_every_migration_and_the_log_table() {
             (9, "service_leases_telemetry"),
             (10, "relay_loop_keys"),
             (11, "relay_conflicts"),
-            (12, "relay_dead_letters")
+            (12, "relay_dead_letters"),
+            (13, "dead_letters_record_index")
         ]
     );
-    assert_eq!(report.schema_version, 12);
+    assert_eq!(report.schema_version, 13);
     let recorded: Vec<(u32, String, String)> = conn
         .query("SELECT version, name, checksum FROM schema_migrations ORDER BY version")
         .await
@@ -179,6 +180,7 @@ async fn a_fresh_database_gets_every_migration_and_the_log_table() {
             "topic varchar(255) NOT NULL",
             "kafka_partition int(11) NOT NULL",
             "kafka_offset bigint(20) NOT NULL",
+            "record_index int(10) unsigned",
             "reason text NOT NULL",
             "raw longblob",
             "created_at datetime(6) NOT NULL",
@@ -560,7 +562,7 @@ async fn migrate_command_creates_the_database_and_says_what_it_did() {
     assert_eq!(
         lines(&second.get_output().stdout),
         [
-            serde_json::json!({"action": "migrations_up_to_date", "schema_version": 12}),
+            serde_json::json!({"action": "migrations_up_to_date", "schema_version": 13}),
             serde_json::json!({"action": "table_unchanged", "table": "logs"}),
         ]
     );

@@ -153,6 +153,7 @@ impl Fixture {
                 Ok(mapped) => rows.push(Row { id, offset, mapped }),
                 Err(e) => dead_letters.push(DeadLetter {
                     offset,
+                    record: None,
                     reason: e.to_string(),
                     raw: message.to_vec(),
                 }),

@@ -19,7 +19,7 @@ pub struct BatchLimits {
     pub linger: Duration,
 }
 
-/// What one message became.
+/// What one record of a message became (a message is one record, or several in OTLP).
 #[derive(Debug, Clone)]
 pub enum Record {
     Row(MappedRow),
@@ -94,12 +94,14 @@ impl PartitionBatcher {
         }
     }
 
-    /// Adds a message of `bytes` bytes. Offsets only go forward; gaps (compacted topics,
-    /// transaction markers) are fine.
+    /// Adds a message of `bytes` bytes and the records it became. Offsets only go forward; gaps
+    /// (compacted topics, transaction markers) are fine. A message's records all go into one
+    /// batch, however many, since its offset is committed with them: a batch may pass
+    /// `max_rows` by the records of its last message.
     pub fn push(
         &mut self,
         offset: i64,
-        record: Record,
+        records: impl IntoIterator<Item = Record>,
         bytes: usize,
         now: Instant,
     ) -> Result<(), OffsetBehind> {
@@ -111,10 +113,12 @@ impl PartitionBatcher {
         let (batch, _) = self
             .open
             .get_or_insert_with(|| (PendingBatch::new(start), now));
-        match record {
-            Record::Row(mapped) => batch.rows.push(PendingRow { offset, mapped }),
-            Record::Dead(letter) => batch.dead_letters.push(letter),
-            Record::Tombstone => batch.tombstones += 1,
+        for record in records {
+            match record {
+                Record::Row(mapped) => batch.rows.push(PendingRow { offset, mapped }),
+                Record::Dead(letter) => batch.dead_letters.push(letter),
+                Record::Tombstone => batch.tombstones += 1,
+            }
         }
         batch.next_offset = offset + 1;
         batch.bytes += bytes;
@@ -220,12 +224,14 @@ mod tests {
             document: "{}".into(),
             fanout: vec![],
             truncated: 0,
+            record: None,
         })
     }
 
     fn dead(offset: i64) -> Record {
         Record::Dead(DeadLetter {
             offset,
+            record: None,
             reason: "bad".into(),
             raw: vec![],
         })
@@ -236,7 +242,7 @@ mod tests {
         let now = Instant::now();
         let mut b = PartitionBatcher::new(limits(3, 1 << 20, 1000), Some(10));
         for offset in 10..17 {
-            b.push(offset, row(), 5, now).unwrap();
+            b.push(offset, [row()], 5, now).unwrap();
         }
         let first = b.take_next().unwrap();
         assert_eq!((first.start_offset, first.next_offset), (10, 13));
@@ -260,10 +266,10 @@ mod tests {
     fn dead_letters_count_toward_max_rows_and_tombstones_do_not() {
         let now = Instant::now();
         let mut b = PartitionBatcher::new(limits(2, 1 << 20, 1000), None);
-        b.push(0, Record::Tombstone, 0, now).unwrap();
-        b.push(1, dead(1), 3, now).unwrap();
+        b.push(0, [Record::Tombstone], 0, now).unwrap();
+        b.push(1, [dead(1)], 3, now).unwrap();
         assert!(b.take_next().is_none());
-        b.push(2, row(), 3, now).unwrap();
+        b.push(2, [row()], 3, now).unwrap();
         let batch = b.take_next().unwrap();
         assert_eq!((batch.start_offset, batch.next_offset), (0, 3));
         assert_eq!(
@@ -273,12 +279,32 @@ mod tests {
     }
 
     #[test]
+    fn a_message_of_many_records_is_one_unit_of_a_batch() {
+        let now = Instant::now();
+        let mut b = PartitionBatcher::new(limits(3, 1 << 20, 1000), Some(0));
+        b.push(0, [row()], 1, now).unwrap();
+        // Five records of one message: over max_rows, yet none is left for the next batch.
+        b.push(1, [row(), dead(1), row(), row(), row()], 1, now)
+            .unwrap();
+        b.push(2, [row()], 1, now).unwrap();
+        let first = b.take_next().unwrap();
+        assert_eq!((first.start_offset, first.next_offset), (0, 2));
+        assert_eq!((first.rows.len(), first.dead_letters.len()), (5, 1));
+        let offsets: Vec<i64> = first.rows.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, [0, 1, 1, 1, 1]);
+        b.written();
+        b.close();
+        let second = b.take_next().unwrap();
+        assert_eq!((second.start_offset, second.next_offset), (2, 3));
+    }
+
+    #[test]
     fn a_batch_closes_at_max_bytes() {
         let now = Instant::now();
         let mut b = PartitionBatcher::new(limits(100, 10, 1000), None);
-        b.push(5, row(), 6, now).unwrap();
+        b.push(5, [row()], 6, now).unwrap();
         assert!(b.take_next().is_none());
-        b.push(6, row(), 6, now).unwrap();
+        b.push(6, [row()], 6, now).unwrap();
         let batch = b.take_next().unwrap();
         assert_eq!(
             (batch.start_offset, batch.next_offset, batch.bytes),
@@ -291,8 +317,8 @@ mod tests {
         let start = Instant::now();
         let mut b = PartitionBatcher::new(limits(100, 1 << 20, 200), Some(0));
         assert_eq!(b.deadline(), None);
-        b.push(0, row(), 1, start).unwrap();
-        b.push(1, row(), 1, start + Duration::from_millis(150))
+        b.push(0, [row()], 1, start).unwrap();
+        b.push(1, [row()], 1, start + Duration::from_millis(150))
             .unwrap();
         assert_eq!(b.deadline(), Some(start + Duration::from_millis(200)));
         b.close_if_lingered(start + Duration::from_millis(199));
@@ -307,11 +333,11 @@ mod tests {
     fn a_batch_lingers_on_while_the_previous_one_is_written() {
         let start = Instant::now();
         let mut b = PartitionBatcher::new(limits(2, 1 << 20, 100), Some(0));
-        b.push(0, row(), 1, start).unwrap();
-        b.push(1, row(), 1, start).unwrap();
+        b.push(0, [row()], 1, start).unwrap();
+        b.push(1, [row()], 1, start).unwrap();
         let writing = b.take_next().unwrap();
         assert_eq!(writing.next_offset, 2);
-        b.push(2, row(), 1, start).unwrap();
+        b.push(2, [row()], 1, start).unwrap();
         let late = start + Duration::from_millis(500);
         assert_eq!(b.deadline(), None);
         b.close_if_lingered(late);
@@ -330,8 +356,8 @@ mod tests {
     fn the_first_batch_starts_at_the_stored_offset_even_past_a_gap() {
         let now = Instant::now();
         let mut b = PartitionBatcher::new(limits(2, 1 << 20, 1000), Some(100));
-        b.push(104, row(), 1, now).unwrap();
-        b.push(109, row(), 1, now).unwrap();
+        b.push(104, [row()], 1, now).unwrap();
+        b.push(109, [row()], 1, now).unwrap();
         let batch = b.take_next().unwrap();
         assert_eq!((batch.start_offset, batch.next_offset), (100, 110));
         let offsets: Vec<i64> = batch.rows.iter().map(|r| r.offset).collect();
@@ -343,18 +369,18 @@ mod tests {
         let now = Instant::now();
         let mut b = PartitionBatcher::new(limits(2, 1 << 20, 1000), Some(50));
         assert_eq!(
-            b.push(49, row(), 1, now),
+            b.push(49, [row()], 1, now),
             Err(OffsetBehind {
                 offset: 49,
                 expected: 50
             })
         );
-        b.push(50, row(), 1, now).unwrap();
-        assert!(b.push(50, row(), 1, now).is_err(), "a repeated offset");
-        b.push(51, row(), 1, now).unwrap();
+        b.push(50, [row()], 1, now).unwrap();
+        assert!(b.push(50, [row()], 1, now).is_err(), "a repeated offset");
+        b.push(51, [row()], 1, now).unwrap();
         // Closed at max_rows: the next message must still follow it.
         assert_eq!(
-            b.push(51, row(), 1, now),
+            b.push(51, [row()], 1, now),
             Err(OffsetBehind {
                 offset: 51,
                 expected: 52
@@ -367,7 +393,7 @@ mod tests {
         let now = Instant::now();
         let mut b = PartitionBatcher::new(limits(2, 1 << 20, 1000), Some(0));
         for offset in 0..5 {
-            b.push(offset, row(), 10, now).unwrap();
+            b.push(offset, [row()], 10, now).unwrap();
         }
         let writing = b.take_next().unwrap();
         assert_eq!(writing.next_offset, 2);
@@ -378,7 +404,7 @@ mod tests {
         b.written();
         assert!(b.is_idle());
         assert_eq!(b.bytes(), 0);
-        b.push(40, row(), 1, now).unwrap();
+        b.push(40, [row()], 1, now).unwrap();
         b.close();
         assert_eq!(b.take_next().unwrap().start_offset, 40);
     }

@@ -24,8 +24,11 @@ use crate::mysql::DbError;
 use crate::store::{Batch, DeadLetter, Row, WriteOutcome, Writer};
 use crate::transform::Pipeline;
 
-/// Events handled in one round of the dispatcher's loop at most.
+/// Events handled in one round of the dispatcher's loop at most,
 const EVENTS_PER_ROUND: usize = 256;
+/// and records: an OTLP message of thousands is a round of its own, so writes start (and the
+/// memory budget is checked) between such messages, not after hundreds of them.
+const RECORDS_PER_ROUND: usize = 256;
 
 /// An owned partition.
 struct Partition {
@@ -143,12 +146,15 @@ impl Dispatcher {
                 () = &mut shutdown, if self.stopping.is_none() => self.stop(),
                 event = events.recv() => match event {
                     Some(event) => {
-                        self.on_event(event)?;
+                        let mut records = self.on_event(event)?;
                         // Take what else is waiting before the bookkeeping below, which looks
                         // at every partition: once per round, not once per message.
                         for _ in 1..EVENTS_PER_ROUND {
+                            if records >= RECORDS_PER_ROUND {
+                                break;
+                            }
                             match events.try_recv() {
-                                Ok(event) => self.on_event(event)?,
+                                Ok(event) => records += self.on_event(event)?,
                                 Err(_) => break,
                             }
                         }
@@ -196,7 +202,8 @@ impl Dispatcher {
         let _ = self.requests.send(request);
     }
 
-    fn on_event(&mut self, event: Event) -> Result<(), IngestError> {
+    /// Handles one event; the records a message became, 0 for other events.
+    fn on_event(&mut self, event: Event) -> Result<usize, IngestError> {
         match event {
             Event::Assigned(assigned) => {
                 for Assigned { key, epoch, stored } in assigned {
@@ -224,7 +231,7 @@ impl Dispatcher {
             }
             Event::Message(message) => {
                 if self.stopping.is_none() {
-                    self.on_message(message)?;
+                    return self.on_message(message);
                 }
             }
             Event::Seeked { key, generation } => {
@@ -236,7 +243,7 @@ impl Dispatcher {
             }
             Event::Failed(e) => return Err(e),
         }
-        Ok(())
+        Ok(0)
     }
 
     /// The partitions gauge, set where the set of partitions changes (not per message).
@@ -247,17 +254,18 @@ impl Dispatcher {
         );
     }
 
-    fn on_message(&mut self, message: Incoming) -> Result<(), IngestError> {
+    /// Decodes a message into its partition's open batch; the records it became.
+    fn on_message(&mut self, message: Incoming) -> Result<usize, IngestError> {
         let Some(partition) = self.partitions.get_mut(&message.key) else {
             // Read before the partition was revoked; its next owner reads it again.
-            return Ok(());
+            return Ok(0);
         };
         if partition.awaiting_seek {
-            return Ok(());
+            return Ok(0);
         }
         IngestStats::add(&self.stats.consumed, 1);
         let started = Instant::now();
-        let record = decode(
+        let records = decode(
             &self.pipeline,
             self.max_message_bytes,
             &message.key.topic,
@@ -266,13 +274,18 @@ impl Dispatcher {
             message.size,
         );
         IngestStats::add(&self.stats.decode_nanos, elapsed_nanos(started));
+        let count = records.len();
+        // An OTLP message's documents outweigh its protobuf: the memory budget and the batch's
+        // byte limit count whichever is larger.
+        let bytes = message.size.max(held_bytes(&records));
         partition
             .batcher
-            .push(message.offset, record, message.size, Instant::now())
+            .push(message.offset, records, bytes, Instant::now())
             .map_err(|source| IngestError::OffsetBehind {
                 partition: message.key.to_string(),
                 source,
-            })
+            })?;
+        Ok(count)
     }
 
     /// Starts writing closed batches while there is room, one per partition at a time.
@@ -439,7 +452,8 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// What a message becomes: a row, a dead letter with the reason, or a skipped tombstone.
+/// What a message becomes: its rows (one, or one per OTLP log record), dead letters with the
+/// reason (the whole message, or a record of it), or a skipped tombstone.
 fn decode(
     pipeline: &Pipeline,
     max_message_bytes: usize,
@@ -447,29 +461,54 @@ fn decode(
     offset: i64,
     payload: Option<Vec<u8>>,
     size: usize,
-) -> Record {
+) -> Vec<Record> {
     let Some(payload) = payload else {
-        return Record::Tombstone;
+        return vec![Record::Tombstone];
     };
     if size > max_message_bytes {
         let mut raw = payload;
         raw.truncate(max_message_bytes);
-        return Record::Dead(DeadLetter {
+        return vec![Record::Dead(DeadLetter {
             offset,
+            record: None,
             reason: format!(
                 "message is {size} bytes, over ingest.max_message_bytes ({max_message_bytes}); its first {max_message_bytes} bytes are kept"
             ),
             raw,
-        });
+        })];
     }
-    match pipeline.map(topic, &payload) {
-        Ok(mapped) => Record::Row(mapped),
-        Err(e) => Record::Dead(DeadLetter {
+    match pipeline.map_records(topic, &payload) {
+        Ok(records) => records
+            .into_iter()
+            .map(|record| match record {
+                Ok(mapped) => Record::Row(mapped),
+                Err(e) => Record::Dead(DeadLetter {
+                    offset,
+                    record: Some(e.record),
+                    reason: e.error.to_string(),
+                    raw: e.document.into_bytes(),
+                }),
+            })
+            .collect(),
+        Err(e) => vec![Record::Dead(DeadLetter {
             offset,
+            record: None,
             reason: e.to_string(),
             raw: payload,
-        }),
+        })],
     }
+}
+
+/// The bytes of text the records hold: their documents, or the dead letters' raw bytes.
+fn held_bytes(records: &[Record]) -> usize {
+    records
+        .iter()
+        .map(|record| match record {
+            Record::Row(row) => row.document.len(),
+            Record::Dead(letter) => letter.raw.len(),
+            Record::Tombstone => 0,
+        })
+        .sum()
 }
 
 /// Stamps a batch with IDs and writes it.
@@ -569,9 +608,14 @@ mod tests {
     use crate::transform::{Mapper, MessageFormat, Normalizer};
 
     fn pipeline(format: MessageFormat) -> Pipeline {
+        pipeline_reading(format, "/n")
+    }
+
+    /// A pipeline of one `uint` column `n` read at `pointer`.
+    fn pipeline_reading(format: MessageFormat, pointer: &str) -> Pipeline {
         let mapper = Mapper::new(&[ColumnSpec {
             name: "n".into(),
-            pointer: "/n".into(),
+            pointer: pointer.into(),
             column_type: ColumnType::Uint,
             length: None,
             truncate: false,
@@ -579,8 +623,14 @@ mod tests {
         Pipeline::new(format, Normalizer::default(), mapper, Vec::new())
     }
 
-    fn dead_reason(record: Record) -> (String, Vec<u8>) {
-        match record {
+    /// The one record of a message that is one record.
+    fn one(mut records: Vec<Record>) -> Record {
+        assert_eq!(records.len(), 1, "{records:?}");
+        records.remove(0)
+    }
+
+    fn dead_reason(records: Vec<Record>) -> (String, Vec<u8>) {
+        match one(records) {
             Record::Dead(letter) => (letter.reason, letter.raw),
             other => panic!("not a dead letter: {other:?}"),
         }
@@ -589,10 +639,10 @@ mod tests {
     #[test]
     fn a_message_becomes_a_row_a_dead_letter_or_a_tombstone() {
         let m = pipeline(MessageFormat::Json);
-        let row = decode(&m, 100, "t", 7, Some(br#"{"n":3}"#.to_vec()), 7);
+        let row = one(decode(&m, 100, "t", 7, Some(br#"{"n":3}"#.to_vec()), 7));
         assert!(matches!(row, Record::Row(ref r) if r.document == r#"{"n":3}"#));
         assert!(matches!(
-            decode(&m, 100, "t", 7, None, 0),
+            one(decode(&m, 100, "t", 7, None, 0)),
             Record::Tombstone
         ));
         let (reason, raw) = dead_reason(decode(&m, 100, "t", 7, Some(br#"{"n":"x"}"#.to_vec()), 9));
@@ -606,7 +656,49 @@ mod tests {
             Some(b"plain text".to_vec()),
             10,
         );
-        assert!(matches!(raw_row, Record::Row(_)));
+        assert!(matches!(one(raw_row), Record::Row(_)));
+    }
+
+    #[test]
+    fn an_otlp_message_becomes_a_row_per_record_and_a_dead_letter_per_bad_record() {
+        let m = pipeline_reading(MessageFormat::OtlpJson, "/attributes/n");
+        let message = serde_json::json!({"resourceLogs": [{"scopeLogs": [{"logRecords": [
+            {"attributes": [{"key": "n", "value": {"intValue": "1"}}]},
+            {"attributes": [{"key": "n", "value": {"stringValue": "x"}}]},
+            {"attributes": [{"key": "n", "value": {"intValue": "3"}}]},
+        ]}]}]})
+        .to_string()
+        .into_bytes();
+        let size = message.len();
+        let records = decode(&m, size, "t", 9, Some(message), size);
+        assert_eq!(records.len(), 3);
+        let Record::Dead(letter) = &records[1] else {
+            panic!("record 1 is not a dead letter: {records:?}");
+        };
+        assert_eq!((letter.offset, letter.record), (9, Some(1)));
+        assert!(letter.reason.starts_with("column n:"), "{}", letter.reason);
+        let document: serde_json::Value = serde_json::from_slice(&letter.raw).unwrap();
+        assert_eq!(document["attributes"]["n"], "x");
+        for (index, n) in [(0, 1u64), (2, 3)] {
+            let Record::Row(row) = &records[index] else {
+                panic!("record {index} is not a row: {records:?}");
+            };
+            assert_eq!(row.record, Some(index as u32));
+            assert_eq!(row.values, [crate::mysql::SqlValue::Uint(n)]);
+        }
+        let (reason, raw) = dead_reason(decode(
+            &m,
+            100,
+            "t",
+            9,
+            Some(b"{\"resourceLogs\": 1}".to_vec()),
+            20,
+        ));
+        assert!(
+            reason.starts_with("message is not an OTLP logs request (OTLP/JSON: "),
+            "{reason}"
+        );
+        assert_eq!(raw, b"{\"resourceLogs\": 1}");
     }
 
     #[test]

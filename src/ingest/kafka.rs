@@ -122,6 +122,14 @@ impl DeadLetterTopic {
                 key: "offset",
                 value: Some(offset_text.as_str()),
             });
+        let record_text = letter.record.map(|r| r.to_string());
+        let headers = match &record_text {
+            Some(index) => headers.insert(Header {
+                key: "record_index",
+                value: Some(index.as_str()),
+            }),
+            None => headers,
+        };
         let record = FutureRecord::to(&self.topic)
             .key(&key)
             .payload(&letter.raw)

@@ -75,6 +75,10 @@ const BUILTIN: &[(&str, &str)] = &[
         "0012_relay_dead_letters.sql",
         include_str!("../../migrations/0012_relay_dead_letters.sql"),
     ),
+    (
+        "0013_dead_letters_record_index.sql",
+        include_str!("../../migrations/0013_dead_letters_record_index.sql"),
+    ),
 ];
 
 /// logstamp's own tables in the database of `mysql.url`: the migrations' and the runner's.

@@ -89,6 +89,9 @@ pub struct MappedRow {
     /// Columns whose string was cut to the column's length (those with `truncate`), in all the
     /// record's tables.
     pub truncated: u32,
+    /// The record's index in its message, for messages of several records (OTLP); `None` for
+    /// a message that is one record.
+    pub record: Option<u32>,
 }
 
 /// A mapped message with its ID.
@@ -102,6 +105,9 @@ pub struct Row {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeadLetter {
     pub offset: i64,
+    /// The record's index in its message, when one record of several is refused; `None`: the
+    /// whole message.
+    pub record: Option<u32>,
     pub reason: String,
     pub raw: Vec<u8>,
 }
@@ -433,6 +439,7 @@ impl Writer {
                 let row = &batch.rows[i];
                 DeadLetter {
                     offset: row.offset,
+                    record: row.mapped.record,
                     reason,
                     raw: row.mapped.document.as_bytes().to_vec(),
                 }
@@ -768,6 +775,7 @@ async fn insert_dead_letters(
                 Value::Bytes(batch.topic.as_bytes().to_vec()),
                 Value::Int(i64::from(batch.partition)),
                 Value::Int(d.offset),
+                d.record.map_or(Value::NULL, |r| Value::UInt(u64::from(r))),
                 Value::Bytes(reason.into_bytes()),
                 raw,
             ];
@@ -775,13 +783,13 @@ async fn insert_dead_letters(
         })
         .collect();
     let prefix = format!(
-        "INSERT INTO `{DEAD_LETTERS_TABLE}` (topic, kafka_partition, kafka_offset, reason, raw) \
-         VALUES "
+        "INSERT INTO `{DEAD_LETTERS_TABLE}` \
+         (topic, kafka_partition, kafka_offset, record_index, reason, raw) VALUES "
     );
     let statement = Statement {
         prefix: &prefix,
         suffix: "",
-        width: 5,
+        width: 6,
         one_affected_per_row: true,
     };
     insert::prepared_values(tx, &statement, rows, budget)

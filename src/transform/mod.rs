@@ -8,6 +8,7 @@
 
 mod convert;
 pub mod normalize;
+pub mod otlp;
 pub mod settings;
 
 use serde::{Deserialize, Serialize};
@@ -33,6 +34,12 @@ pub enum MapError {
     /// serde_json's message names the line and column, never the content.
     #[error("message is not JSON: {0}")]
     NotJson(String),
+    /// The decoder's message names the field and the reason, never the content.
+    #[error("message is not an OTLP logs request ({0})")]
+    NotOtlp(String),
+    /// A single-document mapping was given an OTLP message of another number of records.
+    #[error("message holds {0} log records, not one")]
+    NotOneRecord(usize),
     #[error("message is nested more than {MAX_JSON_DEPTH} levels deep, MariaDB's JSON limit")]
     TooDeep,
     #[error("column {column}: {reason}")]
@@ -48,14 +55,30 @@ pub enum MapError {
     },
 }
 
-/// How a message's bytes become the document the columns are mapped from.
+/// How a message's bytes become the documents the columns are mapped from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum MessageFormat {
     /// The message is a JSON document.
     Json,
     /// The message is UTF-8 text, mapped as the document `{"message": text}`.
     Raw,
+    /// The message is an OTLP `ExportLogsServiceRequest` in protobuf: one document per log
+    /// record (see [`otlp`]).
+    OtlpProto,
+    /// The same in OTLP/JSON.
+    OtlpJson,
+}
+
+impl MessageFormat {
+    /// The OTLP encoding of the format; `None` for the formats of one document per message.
+    fn otlp(self) -> Option<otlp::Encoding> {
+        match self {
+            MessageFormat::Json | MessageFormat::Raw => None,
+            MessageFormat::OtlpProto => Some(otlp::Encoding::Proto),
+            MessageFormat::OtlpJson => Some(otlp::Encoding::Json),
+        }
+    }
 }
 
 /// One column as the mapper uses it.
@@ -118,6 +141,7 @@ impl Mapper {
             document: text,
             fanout: Vec::new(),
             truncated,
+            record: None,
         })
     }
 
@@ -199,52 +223,168 @@ impl Pipeline {
         )
     }
 
-    /// Maps one message of `topic`: parses it, applies the topic's normalize rules (the stored
-    /// document is then the normalized one), and maps every table it goes to. A failed rule, or
-    /// a column that cannot be mapped in any of its tables, makes the whole record a dead
-    /// letter: its rows are stored together or not at all.
+    /// Maps one message of `topic` that holds one document (`json`, `raw`, or an OTLP message
+    /// of one record): parses it, applies the topic's normalize rules (the stored document is
+    /// then the normalized one), and maps every table it goes to. A failed rule, or a column
+    /// that cannot be mapped in any of its tables, makes the whole record a dead letter: its
+    /// rows are stored together or not at all.
     pub fn map(&self, topic: &str, message: &[u8]) -> Result<MappedRow, MapError> {
-        let (mut document, mut text) = parse(self.format, message)?;
-        if self.normalizer.applies_to(topic) && self.normalizer.apply(topic, &mut document)? {
+        let (document, text) = parse(self.format, message)?;
+        self.map_document(topic, document, text)
+    }
+
+    /// Maps every record of one message of `topic`: the message's one document for `json` and
+    /// `raw`, or each log record of an OTLP message, in order. `Err` when the message cannot be
+    /// read at all; otherwise one result per record, so one record that fails its rules or
+    /// columns does not take the others with it.
+    pub fn map_records(
+        &self,
+        topic: &str,
+        message: &[u8],
+    ) -> Result<Vec<Result<MappedRow, RecordError>>, MapError> {
+        let Some(encoding) = self.format.otlp() else {
+            return Ok(vec![Ok(self.map(topic, message)?)]);
+        };
+        let mapped: Vec<Result<MappedRow, MapError>> = otlp::records(encoding, message)?
+            .into_iter()
+            .map(|mut document| {
+                if depth(&document) > MAX_JSON_DEPTH {
+                    return Err(MapError::TooDeep);
+                }
+                let (normalized, values, fanout, truncated) = self.rows(topic, &mut document)?;
+                Ok(MappedRow {
+                    values,
+                    // One text per record: the normalized document's, or the document's own.
+                    document: normalized.unwrap_or_else(|| document.to_string()),
+                    fanout,
+                    truncated,
+                    record: None,
+                })
+            })
+            .collect();
+        // A dead letter keeps its record as decoded, before any rule: decoded again, once per
+        // message that has one, rather than kept for every record in case.
+        let originals = if mapped.iter().any(Result::is_err) {
+            otlp::records(encoding, message)?
+        } else {
+            Vec::new()
+        };
+        Ok(mapped
+            .into_iter()
+            .enumerate()
+            .map(|(index, mapped)| {
+                // A message is far below 2^32 records: Kafka caps it at a gigabyte.
+                let record = u32::try_from(index).unwrap_or(u32::MAX);
+                match mapped {
+                    Ok(mut row) => {
+                        row.record = Some(record);
+                        Ok(row)
+                    }
+                    Err(error) => Err(RecordError {
+                        record,
+                        document: originals
+                            .get(index)
+                            .map(Json::to_string)
+                            .unwrap_or_default(),
+                        error,
+                    }),
+                }
+            })
+            .collect())
+    }
+
+    /// Normalizes and maps one parsed document; `text` is the document as received.
+    fn map_document(
+        &self,
+        topic: &str,
+        mut document: Json,
+        text: String,
+    ) -> Result<MappedRow, MapError> {
+        let (normalized, values, fanout, truncated) = self.rows(topic, &mut document)?;
+        Ok(MappedRow {
+            values,
+            // The stored document is the normalized one, when a rule changed it.
+            document: normalized.unwrap_or(text),
+            fanout,
+            truncated,
+            record: None,
+        })
+    }
+
+    /// Normalizes `document`, then maps its values in the log table and in the fan-out tables
+    /// it goes to: its text if a rule changed it, the values, the fan-out rows and the count of
+    /// truncated values.
+    fn rows(&self, topic: &str, document: &mut Json) -> Result<Rows, MapError> {
+        let mut normalized = None;
+        if self.normalizer.applies_to(topic) && self.normalizer.apply(topic, document)? {
             // Renames and extracts can nest values deeper than MariaDB's JSON accepts.
-            if depth(&document) > MAX_JSON_DEPTH {
+            if depth(document) > MAX_JSON_DEPTH {
                 return Err(MapError::TooDeep);
             }
-            text = document.to_string();
+            normalized = Some(document.to_string());
         }
-        let mut row = self.main.map_document(&document, text)?;
-        row.fanout = Vec::with_capacity(self.routes.len());
+        let (values, mut truncated) = self.main.values(document)?;
+        let mut fanout = Vec::with_capacity(self.routes.len());
         for route in &self.routes {
-            if !route::all_hold(&route.when, &document) {
-                row.fanout.push(None);
+            if !route::all_hold(&route.when, document) {
+                fanout.push(None);
                 continue;
             }
-            let (values, truncated) = route.mapper.values(&document)?;
-            row.truncated += truncated;
-            row.fanout.push(Some(values));
+            let (values, cut) = route.mapper.values(document)?;
+            truncated += cut;
+            fanout.push(Some(values));
         }
-        Ok(row)
+        Ok((normalized, values, fanout, truncated))
     }
+}
+
+/// What [`Pipeline::rows`] makes of a document.
+type Rows = (
+    Option<String>,
+    Vec<SqlValue>,
+    Vec<Option<Vec<SqlValue>>>,
+    u32,
+);
+
+/// A record of a message of several records (OTLP) that could not be mapped: a dead letter of
+/// its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordError {
+    /// The record's index in its message, from 0.
+    pub record: u32,
+    /// The record's document as decoded, before any normalize rule.
+    pub document: String,
+    pub error: MapError,
 }
 
 /// The document a message holds, and its text as stored.
 fn parse(format: MessageFormat, message: &[u8]) -> Result<(Json, String), MapError> {
-    let text = utf8(message)?;
-    match format {
-        MessageFormat::Json => {
+    let (document, text) = match format.otlp() {
+        Some(encoding) => {
+            let mut records = otlp::records(encoding, message)?;
+            if records.len() != 1 {
+                return Err(MapError::NotOneRecord(records.len()));
+            }
+            let document = records.remove(0);
+            let text = document.to_string();
+            (document, text)
+        }
+        None if format == MessageFormat::Raw => {
+            let document = serde_json::json!({ "message": utf8(message)? });
+            let text = document.to_string();
+            (document, text)
+        }
+        None => {
+            let text = utf8(message)?;
             let document: Json =
                 serde_json::from_str(text).map_err(|e| MapError::NotJson(e.to_string()))?;
-            if depth(&document) > MAX_JSON_DEPTH {
-                return Err(MapError::TooDeep);
-            }
-            Ok((document, text.to_string()))
+            (document, text.to_string())
         }
-        MessageFormat::Raw => {
-            let document = serde_json::json!({ "message": text });
-            let encoded = document.to_string();
-            Ok((document, encoded))
-        }
+    };
+    if depth(&document) > MAX_JSON_DEPTH {
+        return Err(MapError::TooDeep);
     }
+    Ok((document, text))
 }
 
 fn utf8(message: &[u8]) -> Result<&str, MapError> {

@@ -503,6 +503,71 @@ fn nesting_is_limited_to_what_mariadb_json_accepts() {
     ));
 }
 
+#[test]
+fn each_otlp_record_is_normalized_and_mapped_on_its_own() {
+    use crate::transform::settings::{NormalizeRule, NormalizeStep};
+    let normalizer = Normalizer::compile(vec![NormalizeRule {
+        topics: vec![],
+        steps: vec![
+            NormalizeStep::Extract {
+                from: "/resource/service.name".into(),
+                to: "/service".into(),
+            },
+            NormalizeStep::Require {
+                field: "/service".into(),
+            },
+        ],
+    }])
+    .unwrap();
+    let main = Mapper::new(&[
+        spec("service", "/service", ColumnType::String, Some(8)),
+        spec("body", "/body", ColumnType::Text, None),
+    ]);
+    let pipeline = Pipeline::new(MessageFormat::OtlpJson, normalizer, main, Vec::new());
+    let deep = (0..MAX_JSON_DEPTH).fold(
+        json!({"stringValue": "x"}),
+        |inner, _| json!({"arrayValue": {"values": [inner]}}),
+    );
+    let resource = |name: &str| json!({"attributes": [{"key": "service.name", "value": {"stringValue": name}}]});
+    let message = json!({"resourceLogs": [
+        {"resource": resource("api"), "scopeLogs": [{"logRecords": [
+            {"body": {"stringValue": "one"}}, {"body": deep}, {"body": {"stringValue": "three"}}]}]},
+        {"scopeLogs": [{"logRecords": [{"body": {"stringValue": "no service"}}]}]},
+        {"resource": resource("too long a name"), "scopeLogs": [{"logRecords": [{}]}]},
+    ]})
+    .to_string();
+    let records = pipeline.map_records("t", message.as_bytes()).unwrap();
+    type Outcome = Result<(Option<u32>, Vec<SqlValue>), (u32, String)>;
+    let outcome: Vec<Outcome> = records
+        .into_iter()
+        .map(|r| {
+            r.map(|row| (row.record, row.values))
+                .map_err(|e| (e.record, e.error.to_string()))
+        })
+        .collect();
+    assert_eq!(
+        outcome,
+        [
+            Ok((Some(0), vec![text("api"), text("one")])),
+            Err((1, MapError::TooDeep.to_string())),
+            Ok((Some(2), vec![text("api"), text("three")])),
+            Err((
+                3,
+                "normalize[0].steps[1] (require /service): missing".to_string()
+            )),
+            Err((
+                4,
+                "column service: 15 characters, longer than the column's 8".to_string()
+            )),
+        ]
+    );
+    // A single-document mapping takes an OTLP message of exactly one record.
+    assert!(matches!(
+        pipeline.map("t", message.as_bytes()),
+        Err(MapError::NotOneRecord(5))
+    ));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Properties
 // ---------------------------------------------------------------------------------------------

@@ -92,11 +92,24 @@ impl Setup {
         file: &std::path::Path,
         message: fn(u64) -> Vec<u8>,
     ) -> Setup {
+        Setup::with_config_and(hint, partitions, file, message, &[]).await
+    }
+
+    /// `with_config` with more settings, `(key, value)`, over the file's.
+    pub async fn with_config_and(
+        hint: &str,
+        partitions: i32,
+        file: &std::path::Path,
+        message: fn(u64) -> Vec<u8>,
+        overrides: &[(&str, &str)],
+    ) -> Setup {
         let cluster = LocalCluster::start(1).unwrap();
         cluster.create_topic(TOPIC, partitions).unwrap();
         let brokers = cluster.bootstrap_servers();
         let db = TestDb::create(hint).await;
-        let settings = db.settings_with_file(Some(file), &test_overrides(&brokers));
+        let mut all = test_overrides(&brokers);
+        all.extend_from_slice(overrides);
+        let settings = db.settings_with_file(Some(file), &all);
         let mut setup = Setup::migrated(db, &brokers, settings).await;
         setup.local = Some(cluster);
         setup.file = Some(file.to_path_buf());
@@ -406,6 +419,15 @@ impl Setup {
             ("mysql.url".to_string(), s.mysql.url.expose().to_string()),
             ("kafka.brokers".into(), s.kafka.brokers.clone()),
             ("kafka.group_id".into(), s.kafka.group_id.clone()),
+            ("kafka.topics".into(), s.kafka.topics.join(",")),
+            (
+                "ingest.format".into(),
+                serde_json::to_value(s.ingest.format)
+                    .unwrap()
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            ),
             ("batch.linger_ms".into(), s.batch.linger_ms.to_string()),
             ("batch.max_rows".into(), s.batch.max_rows.to_string()),
             ("id.lease_ttl".into(), "10s".into()),

@@ -99,7 +99,7 @@ async fn bench(settings: &Settings, args: &IngestArgs, sources: &Sources) -> any
 
     let started = Instant::now();
     let mut workers = (0..args.workers)
-        .map(|_| spawn_worker(settings, sources, &brokers, &topic))
+        .map(|_| spawn_worker(settings, sources, &brokers, &topic, &[]))
         .collect::<anyhow::Result<Vec<Child>>>()?;
     let ingested = watch(settings, args.messages, &mut workers, started).await;
     let peaks: Vec<Option<u64>> = workers.iter().map(|w| peak_rss_kib(w.id())).collect();
@@ -141,12 +141,14 @@ async fn bench(settings: &Settings, args: &IngestArgs, sources: &Sources) -> any
 }
 
 /// A `logstamp ingest` of this binary, with the bench's settings file and the scratch database,
-/// the cluster and the topic; it leases a service ID of its own.
-fn spawn_worker(
+/// the cluster and the topic (also its consumer group), and settings `(key, value)` over those;
+/// it leases a service ID of its own.
+pub(super) fn spawn_worker(
     settings: &Settings,
     sources: &Sources,
     brokers: &str,
     topic: &str,
+    overrides: &[(&str, &str)],
 ) -> anyhow::Result<Child> {
     let program = std::env::current_exe().context("finding this program")?;
     let mut command = Command::new(program);
@@ -166,6 +168,7 @@ fn spawn_worker(
         // Several workers on one host: each serves its metrics on a port of its own.
         .env(env_var("telemetry.listen"), "127.0.0.1:0")
         .env_remove("RUST_LOG")
+        .envs(overrides.iter().map(|(key, value)| (env_var(key), value)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
@@ -174,7 +177,7 @@ fn spawn_worker(
 
 /// Polls the committed offsets until every message is in; returns when the first and the last
 /// rows were committed, in seconds after `started`. Shows progress on stderr.
-async fn watch(
+pub(super) async fn watch(
     settings: &Settings,
     messages: u64,
     workers: &mut [Child],
@@ -212,7 +215,7 @@ async fn watch(
 }
 
 /// SIGTERM to every worker, then each one's final totals line.
-fn stop_workers(workers: Vec<Child>) -> anyhow::Result<Vec<serde_json::Value>> {
+pub(super) fn stop_workers(workers: Vec<Child>) -> anyhow::Result<Vec<serde_json::Value>> {
     for worker in &workers {
         let pid = libc::pid_t::try_from(worker.id()).context("worker pid")?;
         // SAFETY: kill(2) with a pid of our own child and a valid signal number.
@@ -235,13 +238,13 @@ fn stop_workers(workers: Vec<Child>) -> anyhow::Result<Vec<serde_json::Value>> {
 }
 
 /// A process's peak resident memory so far, from Linux's `/proc/PID/status`.
-fn peak_rss_kib(pid: u32) -> Option<u64> {
+pub(super) fn peak_rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-async fn check_stored(settings: &Settings, messages: u64) -> anyhow::Result<()> {
+pub(super) async fn check_stored(settings: &Settings, messages: u64) -> anyhow::Result<()> {
     let mut conn = mysql_async::Conn::from_url(settings.mysql.url.expose()).await?;
     let (rows, ids): (u64, u64) = conn
         .query_first(format!(
@@ -292,6 +295,6 @@ async fn ceiling(settings: &Settings, messages: u64) -> anyhow::Result<f64> {
     Ok(messages as f64 / seconds)
 }
 
-fn round3(seconds: f64) -> f64 {
+pub(super) fn round3(seconds: f64) -> f64 {
     (seconds * 1000.0).round() / 1000.0
 }

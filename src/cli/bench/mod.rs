@@ -2,6 +2,7 @@
 //! created and dropped by the command.
 
 mod ingest;
+mod otlp;
 mod relay;
 mod store;
 
@@ -29,6 +30,9 @@ pub enum BenchCommand {
     /// Records per second from Kafka to MySQL through ingest workers, against the LOAD DATA
     /// ceiling of the same rows, with the workers' peak memory.
     Ingest(ingest::IngestArgs),
+    /// Records per second and worker CPU per record of the same log records as `otlp_proto`
+    /// (many per message) and as `json` (one per message), in alternating runs.
+    Otlp(otlp::OtlpArgs),
     /// Changes per second through the relay's capture and apply, and its lag at a fixed rate,
     /// beside MariaDB's own replication.
     Relay(relay::RelayArgs),
@@ -38,6 +42,7 @@ pub fn run(command: BenchCommand, sources: Sources) -> anyhow::Result<ExitCode> 
     match command {
         BenchCommand::Store(args) => store::store(args, sources),
         BenchCommand::Ingest(args) => ingest::ingest(args, sources),
+        BenchCommand::Otlp(args) => otlp::otlp(args, sources),
         BenchCommand::Relay(args) => {
             relay::run(args, load_settings(&sources)?)?;
             Ok(ExitCode::SUCCESS)
