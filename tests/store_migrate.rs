@@ -142,10 +142,11 @@ async fn a_fresh_database_gets_every_migration_and_the_log_table() {
             (8, "relay_applied_gtids"),
             (9, "service_leases_telemetry"),
             (10, "relay_loop_keys"),
-            (11, "relay_conflicts")
+            (11, "relay_conflicts"),
+            (12, "zone_map")
         ]
     );
-    assert_eq!(report.schema_version, 11);
+    assert_eq!(report.schema_version, 12);
     let recorded: Vec<(u32, String, String)> = conn
         .query("SELECT version, name, checksum FROM schema_migrations ORDER BY version")
         .await
@@ -559,7 +560,7 @@ async fn migrate_command_creates_the_database_and_says_what_it_did() {
     assert_eq!(
         lines(&second.get_output().stdout),
         [
-            serde_json::json!({"action": "migrations_up_to_date", "schema_version": 11}),
+            serde_json::json!({"action": "migrations_up_to_date", "schema_version": 12}),
             serde_json::json!({"action": "table_unchanged", "table": "logs"}),
         ]
     );

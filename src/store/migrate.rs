@@ -71,6 +71,10 @@ const BUILTIN: &[(&str, &str)] = &[
         "0011_relay_conflicts.sql",
         include_str!("../../migrations/0011_relay_conflicts.sql"),
     ),
+    (
+        "0012_zone_map.sql",
+        include_str!("../../migrations/0012_zone_map.sql"),
+    ),
 ];
 
 /// logstamp's own tables in the database of `mysql.url`: the migrations' and the runner's.

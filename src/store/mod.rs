@@ -7,12 +7,15 @@ pub mod migrate;
 pub mod partition_plan;
 pub mod partitions;
 pub mod query;
+pub mod rebuild;
 pub mod rollup;
 pub mod rollup_plan;
 pub mod route;
 pub mod schema;
 pub mod settings;
 pub mod writer;
+pub mod zone_map;
+pub mod zone_plan;
 
 pub use partition_plan::{PartitionBound, PartitionPlan, Period, PlanError};
 pub use writer::{Batch, Committed, DeadLetter, MappedRow, Row, WriteOutcome, Writer};

@@ -14,19 +14,16 @@ use serde::Serialize;
 use super::log_table::read_columns;
 use super::schema::ColumnType;
 use crate::id::Layout;
+use crate::mysql::DbError;
 use crate::mysql::encode::{mysql_value, size_bound};
-use crate::mysql::lock::{table_lock, with_lock};
 use crate::mysql::retry::RetryPolicy;
 use crate::mysql::rows::first;
-use crate::mysql::{self, DbError};
+use crate::store::rebuild::in_steps;
 use crate::store::rollup_plan::{MeasureKind, RollupPlan, RollupRow};
 
 /// A rebuild recomputes this much time per transaction, so locks are held briefly and progress
 /// can be shown. Every bucket size divides it.
 pub const REBUILD_STEP_SECONDS: u64 = 86_400;
-
-/// How long a rebuild waits for the source table's lock (held by partition maintenance).
-const LOCK_WAIT_SECONDS: u32 = 60;
 
 /// `CREATE TABLE IF NOT EXISTS` for a rollup.
 pub fn create_table_sql(plan: &RollupPlan) -> String {
@@ -253,53 +250,24 @@ pub async fn rebuild(
         to: format_time(to),
         ..RebuildReport::default()
     };
-    let database = mysql::current_database(conn).await?;
-    let lock = table_lock(&database, plan.source.as_str());
     let (delete, insert) = rebuild_sql(plan, layout);
-    let done = with_lock(conn, &lock, LOCK_WAIT_SECONDS, async |conn| {
-        let mut start = from;
-        while start < to {
-            let end = (start + REBUILD_STEP_SECONDS).min(to);
-            let mut tries = retry.tries();
-            let (rows, counted) = loop {
-                match rebuild_step(conn, plan, layout, (&delete, &insert), (start, end)).await {
-                    Err(e) if lost_to_a_writer(&e) => {
-                        let what = format!("rebuilding {} (it met a batch writer)", plan.name);
-                        if !tries.wait_after(&what, &e).await {
-                            return Err(e);
-                        }
-                    }
-                    result => break result?,
-                }
-            };
+    in_steps(
+        conn,
+        &plan.source,
+        &format!("rebuilding {}", plan.name),
+        (from, to, REBUILD_STEP_SECONDS),
+        retry,
+        async |conn, start, end| {
+            rebuild_step(conn, plan, layout, (&delete, &insert), (start, end)).await
+        },
+        |end, (rows, counted)| {
             report.rows += rows;
             report.counted += counted;
             progress(end, &report);
-            start = end;
-        }
-        Ok(())
-    })
+        },
+    )
     .await?;
-    if done.is_none() {
-        return Err(DbError::Busy(format!(
-            "table {} stayed locked for {LOCK_WAIT_SECONDS}s (partition maintenance or another \
-             rebuild); try again",
-            plan.source
-        )));
-    }
     Ok(report)
-}
-
-/// Deadlock (1213) and lock wait timeout (1205): the rebuild step lost to a batch writer and
-/// rolled back; it is run again.
-const CONFLICT_CODES: &[u16] = &[1205, 1213];
-
-/// Only conflicts with writers are retried; anything else (a lost connection also loses the
-/// lock) ends the rebuild, which can simply be run again.
-fn lost_to_a_writer(error: &DbError) -> bool {
-    error
-        .server_code()
-        .is_some_and(|c| CONFLICT_CODES.contains(&c))
 }
 
 /// One transaction of a rebuild; returns the rollup rows written and the raw rows counted.

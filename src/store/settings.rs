@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use super::Period;
 use super::partition_plan::PartitionScheme;
-use super::schema::ColumnSpec;
+use super::schema::{ColumnSpec, ColumnType};
+use super::zone_plan::ZonePlan;
 use crate::id::Layout;
 use crate::mysql::Ident;
 use crate::mysql::ident::serialize_bare;
@@ -59,6 +60,10 @@ pub struct StoreSettings {
     pub give_up_after: Duration,
     pub payload: bool,
     pub columns: Vec<ColumnSpec>,
+    /// The log table's event-time column (a datetime column of `columns`), kept in the zone
+    /// map for queries by event time; empty: none.
+    #[serde(default)]
+    pub event_time: String,
     /// Fan-out tables: records (or those meeting `when`) also go there, with the same ID.
     #[serde(default)]
     pub tables: Vec<FanoutTable>,
@@ -80,6 +85,9 @@ pub struct FanoutTable {
     #[serde(default)]
     pub payload: bool,
     pub columns: Vec<ColumnSpec>,
+    /// This table's event-time column, as `store.event_time`; empty: none.
+    #[serde(default)]
+    pub event_time: String,
 }
 
 /// How the writer sends rows to MySQL.
@@ -117,6 +125,7 @@ impl StoreSettings {
         at_most("store.concurrency", self.concurrency, 1_024)?;
         at_most_a_year("store.give_up_after", self.give_up_after)?;
         distinct_columns("store.columns", &self.columns)?;
+        event_time_column("store.event_time", &self.event_time, &self.columns)?;
         let mut tables = HashSet::from([self.table.as_str().to_ascii_lowercase()]);
         for table in &self.tables {
             let key = format!("store.tables.{}", table.name);
@@ -130,11 +139,70 @@ impl StoreSettings {
                 return Err(SettingError::new(&key, "needs at least one column"));
             }
             distinct_columns(&key, &table.columns)?;
+            event_time_column(
+                &format!("{key}.event_time"),
+                &table.event_time,
+                &table.columns,
+            )?;
             for condition in &table.when {
                 condition.check().map_err(|e| SettingError::new(&key, e))?;
             }
         }
         Ok(())
+    }
+
+    /// The tables with an event time, each with where that time is among its values.
+    pub fn zone_plans(&self) -> Vec<ZonePlan> {
+        let tables = [(&self.table, &self.event_time, &self.columns)]
+            .into_iter()
+            .chain(
+                self.tables
+                    .iter()
+                    .map(|t| (&t.name, &t.event_time, &t.columns)),
+            );
+        tables
+            .enumerate()
+            .filter_map(|(table_index, (table, event_time, columns))| {
+                let column_index = columns.iter().position(|c| c.name == *event_time)?;
+                Some(ZonePlan {
+                    table: table.clone(),
+                    table_index,
+                    column: columns[column_index].ident().ok()?,
+                    column_index,
+                })
+            })
+            .collect()
+    }
+}
+
+/// An event time, when given, is one of the table's `datetime` columns.
+fn event_time_column(key: &str, name: &str, columns: &[ColumnSpec]) -> Result<(), SettingError> {
+    if name.is_empty() {
+        return Ok(());
+    }
+    let datetimes: Vec<&str> = columns
+        .iter()
+        .filter(|c| c.column_type == ColumnType::Datetime)
+        .map(|c| c.name.as_str())
+        .collect();
+    match columns.iter().find(|c| c.name == name) {
+        Some(c) if c.column_type == ColumnType::Datetime => Ok(()),
+        found => Err(SettingError::new(
+            key,
+            format!(
+                "{name:?} {}: the event time is a datetime column of the table ({})",
+                if found.is_some() {
+                    "is not a datetime column"
+                } else {
+                    "is not a column of the table"
+                },
+                if datetimes.is_empty() {
+                    "it has none".to_string()
+                } else {
+                    datetimes.join(", ")
+                }
+            ),
+        )),
     }
 }
 

@@ -28,6 +28,8 @@ use mysql_async::{
 use tokio::sync::OnceCell;
 
 use super::rollup;
+use super::zone_map;
+use super::zone_plan::ZonePlan;
 use crate::id::Layout;
 use crate::mysql::retry::{RetryPolicy, retrying};
 use crate::mysql::rows::first;
@@ -142,6 +144,10 @@ struct Inner {
     /// The fan-out tables, in the order of [`MappedRow::fanout`].
     fanout: Vec<Target>,
     rollups: Vec<RollupTarget>,
+    /// The tables with an event time, whose zone rows each batch adds to.
+    zones: Vec<ZonePlan>,
+    /// The zone map's upsert text, built once.
+    zone_upsert: (String, String, usize),
     layout: Layout,
     method: InsertMethod,
     retry: RetryPolicy,
@@ -195,6 +201,8 @@ impl Writer {
                 target: Target::new(store.table.clone(), idents(&store.columns)?, store.payload),
                 fanout,
                 rollups: rollups.iter().map(RollupTarget::new).collect(),
+                zones: store.zone_plans(),
+                zone_upsert: zone_map::upsert_statement(),
                 layout,
                 method: store.insert_method,
                 retry: store.retry_policy(),
@@ -510,7 +518,51 @@ impl Writer {
         self.insert(tx, rows, budget).await.map_err(|e| {
             e.refused_as(|reason| format!("the database refused the row: {reason}"))
         })?;
-        self.add_to_rollups(tx, rows, budget).await
+        self.add_to_rollups(tx, rows, budget).await?;
+        self.add_to_zone_map(tx, rows, budget).await
+    }
+
+    /// Widens the zone rows of the records' buckets in every table with an event time. Last in
+    /// the batch's writes, so the shared rows of the current minute are held briefly.
+    async fn add_to_zone_map(
+        &self,
+        tx: &mut Transaction<'_>,
+        rows: &[Row],
+        budget: usize,
+    ) -> Result<(), InsertError> {
+        let (prefix, suffix, width) = &self.inner.zone_upsert;
+        for plan in &self.inner.zones {
+            let zones = plan.aggregate(
+                &self.inner.layout,
+                rows.iter()
+                    .filter_map(|row| Some((row.id, table_values(row, plan.table_index)?))),
+            );
+            if zones.is_empty() {
+                continue;
+            }
+            let statement = Statement {
+                prefix,
+                suffix,
+                width: *width,
+                one_affected_per_row: false,
+            };
+            let values = zones
+                .iter()
+                .map(|zone| zone_map::upsert_values(&plan.table, zone))
+                .collect();
+            insert::prepared_values(tx, &statement, values, budget)
+                .await
+                .map_err(|e| {
+                    e.refused_as(|reason| {
+                        format!(
+                            "the database refused adding the record to the zone map of {}: \
+                             {reason}",
+                            plan.table
+                        )
+                    })
+                })?;
+        }
+        Ok(())
     }
 
     /// Adds the records to every rollup. A total out of its column's range (a DOUBLE sum past
@@ -529,13 +581,9 @@ impl Writer {
             width,
         } in &self.inner.rollups
         {
-            let stored = rows.iter().filter_map(|row| {
-                let values = match plan.source_index {
-                    0 => Some(row.mapped.values.as_slice()),
-                    n => row.mapped.fanout.get(n - 1)?.as_deref(),
-                };
-                Some((row.id, values?))
-            });
+            let stored = rows
+                .iter()
+                .filter_map(|row| Some((row.id, table_values(row, plan.source_index)?)));
             let aggregate = plan.aggregate(&self.inner.layout, stored);
             if aggregate.is_empty() {
                 continue;
@@ -794,6 +842,15 @@ async fn insert_dead_letters(
             }
         })?;
     Ok(dead_letters.len())
+}
+
+/// A record's values in table `index` (0: the log table, then the fan-out tables); `None`
+/// where it was not routed.
+fn table_values(row: &Row, index: usize) -> Option<&[SqlValue]> {
+    match index {
+        0 => Some(row.mapped.values.as_slice()),
+        n => row.mapped.fanout.get(n - 1)?.as_deref(),
+    }
 }
 
 /// A record's row in the log table.
