@@ -17,6 +17,7 @@ mod plan;
 mod query;
 mod relay;
 mod rollup;
+mod zonemap;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -76,6 +77,9 @@ enum Command {
     /// Rollup tables: rebuild a time range from the raw rows.
     #[command(subcommand)]
     Rollup(rollup::RollupCommand),
+    /// The zone map of event times (store.event_time): rebuild it from the rows.
+    #[command(subcommand)]
+    Zonemap(zonemap::ZonemapCommand),
 }
 
 /// A mistake in how the command was called (exit code 2), as opposed to a failure of the work.
@@ -187,6 +191,7 @@ fn run(command: Command, sources: Sources) -> anyhow::Result<ExitCode> {
         Command::Leases(cmd) => leases::run(cmd, sources),
         Command::Relay(cmd) => relay::run(cmd, sources),
         Command::Rollup(cmd) => rollup::run(cmd, sources),
+        Command::Zonemap(cmd) => zonemap::run(cmd, sources),
     }
 }
 
