@@ -138,6 +138,9 @@ fn progress_bar(ids: IdRange, plan: &ZonePlan) -> ProgressBar {
     } else {
         ProgressBar::hidden()
     };
-    bar.set_message(format!("rebuilding the zone map of {}", plan.table.as_str()));
+    bar.set_message(format!(
+        "rebuilding the zone map of {}",
+        plan.table.as_str()
+    ));
     bar
 }

@@ -27,8 +27,8 @@ use serde::ser::SerializeMap;
 
 use super::log_table::TableSpec;
 use super::schema::{ColumnSpec, ColumnType};
-use crate::id::{IdError, IdRange, Layout};
 use super::zone_map;
+use crate::id::{IdError, IdRange, Layout};
 use crate::mysql::encode::mysql_value;
 use crate::mysql::rows::take;
 use crate::mysql::{self, DbError, Flavor, Ident, SqlValue};

@@ -223,20 +223,42 @@ async fn rebuild_step(
     Ok((zones, counted.unwrap_or(0)))
 }
 
-/// The lowest and highest ID of `table` plus one, `None` when it is empty: the range a rebuild
-/// of the whole table covers.
+/// The IDs a rebuild of the whole table covers: from the lowest to past the highest of the
+/// table's IDs and of its zone rows' buckets (so stale zone rows are cleared too); `None` when
+/// there are neither.
 pub async fn id_span(conn: &mut Conn, table: &Ident) -> Result<Option<IdRange>, DbError> {
-    let row: Option<MysqlRow> = conn
+    let context = || format!("reading the ID span of {table} and its zone map");
+    let rows: Option<MysqlRow> = conn
         .query_first(format!("SELECT MIN(`id`), MAX(`id`) FROM {table}"))
         .await
-        .map_err(DbError::mysql(format!("reading the ID span of {table}")))?;
-    let Some(mut row) = row else { return Ok(None) };
-    let low: Option<u64> = take(&mut row, 0, "MIN(id)")?;
-    let high: Option<u64> = take(&mut row, 1, "MAX(id)")?;
-    Ok(low.zip(high).map(|(start, high)| IdRange {
-        start,
-        end: high.saturating_add(1),
-    }))
+        .map_err(DbError::mysql(context()))?;
+    let zones: Option<MysqlRow> = conn
+        .exec_first(
+            format!(
+                "SELECT MIN(`bucket_start`), MAX(`bucket_start`) FROM `{ZONE_MAP_TABLE}` \
+                 WHERE `table_name` = ?"
+            ),
+            (table.as_str(),),
+        )
+        .await
+        .map_err(DbError::mysql(context()))?;
+    let mut span: Option<IdRange> = None;
+    for row in [rows, zones].into_iter().flatten() {
+        let mut row = row;
+        let low: Option<u64> = take(&mut row, 0, "the lowest ID")?;
+        let high: Option<u64> = take(&mut row, 1, "the highest ID")?;
+        if let Some((low, high)) = low.zip(high) {
+            let end = high.saturating_add(1);
+            span = Some(match span {
+                Some(s) => IdRange {
+                    start: s.start.min(low),
+                    end: s.end.max(end),
+                },
+                None => IdRange { start: low, end },
+            });
+        }
+    }
+    Ok(span)
 }
 
 #[cfg(test)]
