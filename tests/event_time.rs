@@ -20,13 +20,11 @@ use logstamp::id::{IdRange, Layout};
 use logstamp::store::log_table::TableSpec;
 use logstamp::store::query::{self, EventQuery};
 use logstamp::store::settings::InsertMethod;
-use logstamp::store::{Batch, Row, Writer, migrate, partitions};
+use logstamp::store::{Batch, Writer, migrate, partitions};
 use logstamp::transform::Mapper;
 use support::TestDb;
 
 const BIN: &str = env!("CARGO_BIN_EXE_logstamp");
-const GROUP: &str = "g";
-const TOPIC: &str = "logs";
 
 fn at(text: &str) -> DateTime<Utc> {
     text.parse().unwrap()
@@ -137,11 +135,9 @@ impl Fixture {
     }
 
     fn batch(&mut self, records: &[Record]) -> Batch {
-        let start_offset = self.next_offset;
-        let rows = records
+        let rows: Vec<(u64, serde_json::Value)> = records
             .iter()
-            .enumerate()
-            .map(|(i, r)| {
+            .map(|r| {
                 let time = r
                     .event
                     .map(|t| t.and_utc().to_rfc3339_opts(SecondsFormat::Millis, true));
@@ -149,23 +145,12 @@ impl Fixture {
                     "time": time, "level": "info", "host": "h", "service": "s",
                     "message": format!("record {}", r.id),
                 });
-                Row {
-                    id: r.id,
-                    offset: start_offset + i as i64,
-                    mapped: self.mapper.map(message.to_string().as_bytes()).unwrap(),
-                }
+                (r.id, message)
             })
             .collect();
-        self.next_offset += records.len() as i64;
-        Batch {
-            consumer_group: GROUP.into(),
-            topic: TOPIC.into(),
-            partition: 0,
-            start_offset,
-            next_offset: self.next_offset,
-            rows,
-            dead_letters: Vec::new(),
-        }
+        let batch = support::batch(&self.mapper, 0, self.next_offset, &rows);
+        self.next_offset = batch.next_offset;
+        batch
     }
 
     async fn write(&mut self, batches: &[Vec<Record>]) {

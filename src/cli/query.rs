@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 
 use logstamp::config::{Settings, Sources};
 use logstamp::mysql;
+use logstamp::store::follow::{self, Follow, FollowFrom};
 use logstamp::store::log_table::TableSpec;
 use logstamp::store::query::{self, EventQuery, Record, TimeQuery, parse_filter};
 use logstamp::store::rollup::{self, RollupRecord};
@@ -48,6 +49,10 @@ pub struct QueryArgs {
     /// (its event-time column, store.event_time, found through the zone map).
     #[arg(long, value_enum, default_value = "id", conflicts_with = "rollup")]
     by: TimeKind,
+    /// Keep printing rows as they are committed, like `tail -f`, until SIGINT or SIGTERM (or
+    /// --limit rows): from --from/--since if given, else only rows committed from now on.
+    #[arg(long, conflicts_with_all = ["explain", "rollup"])]
+    follow: bool,
 }
 
 /// The two times of a record.
@@ -84,6 +89,9 @@ struct Range {
 
 pub fn run(args: QueryArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&sources)?;
+    if args.follow {
+        return follow(&settings, &args);
+    }
     let (from, to) = args.time.parse()?;
     if let Some(name) = &args.rollup {
         return read_rollup(&settings, name, (from, to), args.format);
@@ -190,6 +198,63 @@ fn by_event(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `query --follow`: new rows as they are committed (see `logstamp::store::follow`).
+fn follow(settings: &Settings, args: &QueryArgs) -> anyhow::Result<ExitCode> {
+    if args.by == TimeKind::Event {
+        return Err(UsageError::new(
+            "--follow",
+            "follows rows as they are stamped and committed; use it without --by event \
+             (--where can filter on the event time)",
+        )
+        .into());
+    }
+    let spec = table_spec(settings, args.table.as_deref())?;
+    let layout = settings.id.layout;
+    let from = match args.time.parse_open()?.0 {
+        Some(from) => FollowFrom::Id(
+            layout
+                .first_id_at(from.timestamp())
+                .map_err(|e| UsageError::new("--from", e))?,
+        ),
+        None => FollowFrom::Now,
+    };
+    let mut plan = Follow {
+        from,
+        window: settings.store.commit_window(),
+        poll: FOLLOW_POLL,
+        filter: Vec::new(),
+    };
+    if let Some(text) = &args.filter {
+        plan.filter =
+            parse_filter(text, &spec.columns).map_err(|e| UsageError::new("--where", e))?;
+    }
+    let mut sink = Sink::new(Output::new(), args.format, header(&spec));
+    sink.live = true;
+    let limit = args.limit;
+    let url = settings.mysql.url.clone();
+    with_conn(&url, async |conn| {
+        let mut printed = 0u64;
+        let following = follow::follow(conn, &spec, &layout, &plan, |record| {
+            printed += 1;
+            match sink.push(record) {
+                ControlFlow::Continue(()) if limit.is_none_or(|l| printed < l) => {
+                    ControlFlow::Continue(())
+                }
+                _ => ControlFlow::Break(()),
+            }
+        });
+        tokio::select! {
+            result = following => result.map(|_| ()),
+            () = super::relay::wait_for_signal() => Ok(()),
+        }
+    })?;
+    sink.finish().context("writing output")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// How often `--follow` looks for new rows.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// The column names a table's rows print with.
 fn header(spec: &TableSpec) -> Vec<String> {
     let mut header = vec!["id".to_string()];
@@ -290,6 +355,8 @@ struct Sink {
     sample: Vec<Vec<String>>,
     widths: Option<Vec<usize>>,
     failed: Option<io::Error>,
+    /// Print each row at once (`--follow`), instead of buffering.
+    live: bool,
 }
 
 /// A row as the sink prints it: JSON for `--format json`, cells for a table.
@@ -320,6 +387,7 @@ impl Sink {
             sample: Vec::new(),
             widths: None,
             failed: None,
+            live: false,
         }
     }
 
@@ -328,12 +396,16 @@ impl Sink {
             Format::Json => self.out.json(&record),
             Format::Table => {
                 self.sample.push(record.cells());
-                if self.sample.len() >= TABLE_SAMPLE_ROWS || self.widths.is_some() {
+                if self.sample.len() >= TABLE_SAMPLE_ROWS || self.widths.is_some() || self.live {
                     self.flush_table()
                 } else {
                     Ok(())
                 }
             }
+        };
+        let written = match written {
+            Ok(()) if self.live => self.out.flush(),
+            other => other,
         };
         match written {
             Ok(()) => ControlFlow::Continue(()),

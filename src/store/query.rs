@@ -395,11 +395,6 @@ pub fn select_ranges_sql(
     filter: &[Condition],
     limit: Option<u64>,
 ) -> (String, Vec<Value>) {
-    let mut columns = vec!["`id`".to_string()];
-    columns.extend(spec.columns.iter().map(|c| format!("`{}`", c.name)));
-    if spec.payload {
-        columns.push("`payload`".into());
-    }
     let mut params = Vec::with_capacity(2 * ranges.len() + filter.len() + 1);
     let mut bounds = Vec::with_capacity(ranges.len());
     for range in ranges {
@@ -414,18 +409,59 @@ pub fn select_ranges_sql(
     };
     let mut sql = format!(
         "SELECT {} FROM {} WHERE {bounds}",
-        columns.join(", "),
+        selected_columns(spec),
         spec.table
     );
-    for c in filter {
-        sql.push_str(&format!(" AND {} {} ?", c.column, c.op.sql()));
-        params.push(c.value.to_value());
-    }
+    push_filter(&mut sql, &mut params, filter);
     sql.push_str(" ORDER BY `id`");
     if let Some(limit) = limit {
         sql.push_str(" LIMIT ?");
         params.push(Value::UInt(limit));
     }
+    (sql, params)
+}
+
+/// `id`, each mapped column and `payload` (if kept), quoted, as a select list.
+fn selected_columns(spec: &TableSpec) -> String {
+    let mut columns = vec!["`id`".to_string()];
+    columns.extend(spec.columns.iter().map(|c| format!("`{}`", c.name)));
+    if spec.payload {
+        columns.push("`payload`".into());
+    }
+    columns.join(", ")
+}
+
+/// Appends ` AND column op ?` per condition, binding each value.
+fn push_filter(sql: &mut String, params: &mut Vec<Value>, filter: &[Condition]) {
+    for c in filter {
+        sql.push_str(&format!(" AND {} {} ?", c.column, c.op.sql()));
+        params.push(c.value.to_value());
+    }
+}
+
+/// The IDs from a bound on, by a locking read (`query --follow`, see [`super::follow`]).
+pub fn select_ids_sql(spec: &TableSpec) -> String {
+    format!(
+        "SELECT `id` FROM {} WHERE `id` >= ? ORDER BY `id` LOCK IN SHARE MODE",
+        spec.table
+    )
+}
+
+/// The rows of the IDs listed that meet the filter, in ID order.
+pub fn select_listed_sql(
+    spec: &TableSpec,
+    ids: &[u64],
+    filter: &[Condition],
+) -> (String, Vec<Value>) {
+    let mut params: Vec<Value> = ids.iter().map(|id| Value::UInt(*id)).collect();
+    let marks = vec!["?"; ids.len()].join(", ");
+    let mut sql = format!(
+        "SELECT {} FROM {} WHERE `id` IN ({marks})",
+        selected_columns(spec),
+        spec.table
+    );
+    push_filter(&mut sql, &mut params, filter);
+    sql.push_str(" ORDER BY `id`");
     (sql, params)
 }
 
@@ -661,7 +697,8 @@ pub fn explain(flavor: Flavor) -> &'static str {
     }
 }
 
-fn record(spec: &TableSpec, mut row: Row) -> Result<Record, DbError> {
+/// A row of `spec`'s table, read with [`selected_columns`], as a record.
+pub(crate) fn record(spec: &TableSpec, mut row: Row) -> Result<Record, DbError> {
     let id: u64 = take(&mut row, 0, "id")?;
     let mut columns = Vec::with_capacity(spec.columns.len() + 1);
     for (i, c) in spec.columns.iter().enumerate() {

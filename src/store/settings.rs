@@ -112,10 +112,21 @@ impl fmt::Display for InsertMethod {
     }
 }
 
+/// What the commit window adds to `store.give_up_after`: for the last attempt's own time, and
+/// for worker clocks somewhat behind the database's.
+pub const COMMIT_WINDOW_MARGIN: Duration = Duration::from_secs(60);
+
 impl StoreSettings {
     /// How the writer, start-up and `rollup rebuild` retry: for `give_up_after` at most.
     pub fn retry_policy(&self) -> RetryPolicy {
         RetryPolicy::giving_up_after(self.give_up_after)
+    }
+
+    /// How long after the second in its lowest ID a batch may still commit, by the database's
+    /// clock: `give_up_after` and [`COMMIT_WINDOW_MARGIN`]. The writer refuses to commit later;
+    /// `query --follow` re-reads this much of the table's tail.
+    pub fn commit_window(&self) -> Duration {
+        self.give_up_after + COMMIT_WINDOW_MARGIN
     }
 
     /// Valid, distinct column and table names; fan-out tables with columns and conditions that

@@ -27,6 +27,7 @@ use mysql_async::{
 };
 use tokio::sync::OnceCell;
 
+use super::follow;
 use super::rollup;
 use super::zone_map;
 use super::zone_plan::ZonePlan;
@@ -151,6 +152,8 @@ struct Inner {
     layout: Layout,
     method: InsertMethod,
     retry: RetryPolicy,
+    /// How long after its stamping a batch may still commit.
+    commit_window: std::time::Duration,
     /// Largest statement, from the server's `max_allowed_packet`.
     statement_budget: OnceCell<usize>,
     /// `method` as the server allows it (see [`insert::method_on`]), once the server is known.
@@ -206,6 +209,7 @@ impl Writer {
                 layout,
                 method: store.insert_method,
                 retry: store.retry_policy(),
+                commit_window: store.commit_window(),
                 statement_budget: OnceCell::new(),
                 method_on_server: OnceCell::new(),
             }),
@@ -375,6 +379,12 @@ impl Writer {
             let step = self.in_transaction(&mut tx, batch, budget, isolating).await;
             match step {
                 Ok(Step::Commit(committed)) => {
+                    if let Err(e) = self.check_commit_window(&mut tx, batch).await {
+                        if let Err(rollback) = tx.rollback().await {
+                            tracing::debug!("rolling back a late batch: {rollback}");
+                        }
+                        return Err(e);
+                    }
                     tx.commit()
                         .await
                         .map_err(DbError::mysql(batch_context(batch, "committing")))?;
@@ -411,6 +421,49 @@ impl Writer {
         Err(DbError::Invariant(batch_context(
             batch,
             "a row was refused, then none was when isolating it",
+        )))
+    }
+
+    /// Refuses to commit a batch whose lowest ID is more than the commit window
+    /// ([`StoreSettings::commit_window`]) older than the database's clock: the last statement
+    /// before `COMMIT`, after every row is inserted. This is what lets `query --follow` (see
+    /// [`crate::store::follow`]) know when no more rows of a second can appear. The batch is not
+    /// retried with the same IDs (it would only be later still): the worker stops, and the next
+    /// owner of the partition reads the messages again and stamps them anew.
+    async fn check_commit_window(
+        &self,
+        tx: &mut Transaction<'_>,
+        batch: &Batch,
+    ) -> Result<(), DbError> {
+        let Some(lowest) = batch.rows.iter().map(|r| r.id).min() else {
+            return Ok(());
+        };
+        let stamped = self.inner.layout.decode(lowest).unix_seconds;
+        let deadline = stamped.saturating_add(self.inner.commit_window.as_secs());
+        let row: Option<MysqlRow> = tx
+            .exec_first(
+                "SELECT UTC_TIMESTAMP(6) < ?",
+                (follow::datetime_value(deadline),),
+            )
+            .await
+            .map_err(DbError::mysql(batch_context(
+                batch,
+                "checking the commit window",
+            )))?;
+        let in_time: Option<bool> = first(row, "the commit window check")?;
+        if in_time == Some(true) {
+            return Ok(());
+        }
+        Err(DbError::Refused(batch_context(
+            batch,
+            &format!(
+                "not committing: its IDs were stamped at {} and the commit window ({}s, \
+                 store.give_up_after plus {}s) has passed by the database's clock; the worker's \
+                 clock may be behind the database's. The next owner reads the batch again",
+                crate::time::format_utc(stamped),
+                self.inner.commit_window.as_secs(),
+                crate::store::settings::COMMIT_WINDOW_MARGIN.as_secs(),
+            ),
         )))
     }
 
