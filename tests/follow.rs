@@ -78,7 +78,7 @@ async fn rows_committed_out_of_id_order_are_printed_once_each() {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let plan = Follow {
         from: FollowFrom::Id(layout.first_id_at(now as i64 - 10).unwrap()),
-        window: settings.store.commit_window(),
+        window: settings.store.commit_window().unwrap(),
         poll: Duration::from_millis(100),
         filter: Vec::new(),
     };
@@ -224,19 +224,22 @@ async fn rows_committed_out_of_id_order_are_printed_once_each() {
 #[tokio::test]
 async fn a_batch_past_its_commit_window_is_not_committed() {
     let db = TestDb::create("follow_late").await;
-    let settings = db.settings(&[("store.give_up_after", "10s")]);
+    let settings = db.settings(&[
+        ("store.give_up_after", "10s"),
+        ("store.commit_window", "70s"),
+    ]);
     db.migrate(&settings).await;
     let layout = settings.id.layout;
     let mapper = Mapper::new(&settings.store.columns);
     let writer = support::writer(&settings);
     let now = chrono::Utc::now().timestamp() as u64;
-    // Stamped 71 s ago: past 10 s + 60 s, by the database's clock.
+    // Stamped 71 s ago: past the window of 70 s, by the database's clock.
     let late = [layout.encode(now - 71, 1, 0).unwrap()];
     let error = writer
         .write(&support::batch(&mapper, 0, 0, &messages(&late)))
         .await
         .unwrap_err();
-    assert!(error.to_string().contains("commit window"), "{error}");
+    assert!(error.to_string().contains("store.commit_window"), "{error}");
     assert!(!error.is_transient());
     let mut conn = db.conn().await;
     let rows: Option<u64> = conn.query_first("SELECT COUNT(*) FROM logs").await.unwrap();

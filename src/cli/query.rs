@@ -210,6 +210,13 @@ fn follow(settings: &Settings, args: &QueryArgs) -> anyhow::Result<ExitCode> {
     }
     let spec = table_spec(settings, args.table.as_deref())?;
     let layout = settings.id.layout;
+    let window = settings.store.commit_window().ok_or_else(|| {
+        UsageError::new(
+            "--follow",
+            "store.commit_window is off: without it no row is ever known to be the last of its \
+             second; set it (the workers' too)",
+        )
+    })?;
     let from = match args.time.parse_open()?.0 {
         Some(from) => FollowFrom::Id(
             layout
@@ -220,7 +227,7 @@ fn follow(settings: &Settings, args: &QueryArgs) -> anyhow::Result<ExitCode> {
     };
     let mut plan = Follow {
         from,
-        window: settings.store.commit_window(),
+        window,
         poll: FOLLOW_POLL,
         filter: Vec::new(),
     };

@@ -29,7 +29,7 @@ pub struct PartitionSettings {
     #[serde(with = "as_text")]
     pub time_zone: Zone,
     pub ahead: u32,
-    pub retention: Retention,
+    pub retention: DurationOrOff,
 }
 
 impl PartitionSettings {
@@ -58,6 +58,8 @@ pub struct StoreSettings {
     /// How long a batch failing for a transient reason is retried before the writer gives up.
     #[serde(with = "duration_text")]
     pub give_up_after: Duration,
+    /// How long after its stamping a batch may still commit (see [`StoreSettings::commit_window`]).
+    pub commit_window: DurationOrOff,
     pub payload: bool,
     pub columns: Vec<ColumnSpec>,
     /// The log table's event-time column (a datetime column of `columns`), kept in the zone
@@ -112,9 +114,9 @@ impl fmt::Display for InsertMethod {
     }
 }
 
-/// What the commit window adds to `store.give_up_after`: for the last attempt's own time, and
-/// for worker clocks somewhat behind the database's.
-pub const COMMIT_WINDOW_MARGIN: Duration = Duration::from_secs(60);
+/// The least the commit window exceeds `store.give_up_after` by: for the last attempt's own
+/// time, and for worker clocks somewhat behind the database's.
+pub const COMMIT_WINDOW_MARGIN: Duration = Duration::from_secs(30);
 
 impl StoreSettings {
     /// How the writer, start-up and `rollup rebuild` retry: for `give_up_after` at most.
@@ -123,10 +125,12 @@ impl StoreSettings {
     }
 
     /// How long after the second in its lowest ID a batch may still commit, by the database's
-    /// clock: `give_up_after` and [`COMMIT_WINDOW_MARGIN`]. The writer refuses to commit later;
-    /// `query --follow` re-reads this much of the table's tail.
-    pub fn commit_window(&self) -> Duration {
-        self.give_up_after + COMMIT_WINDOW_MARGIN
+    /// clock (`None`: no limit): the setting, raised to `give_up_after` plus
+    /// [`COMMIT_WINDOW_MARGIN`] so a batch retried that long can still commit. The writer refuses
+    /// to commit later; `query --follow` re-reads this much of the table's tail, and needs it.
+    pub fn commit_window(&self) -> Option<Duration> {
+        let least = self.give_up_after + COMMIT_WINDOW_MARGIN;
+        self.commit_window.0.map(|window| window.max(least))
     }
 
     /// Valid, distinct column and table names; fan-out tables with columns and conditions that
@@ -135,6 +139,9 @@ impl StoreSettings {
         at_least_one("store.concurrency", self.concurrency as u64)?;
         at_most("store.concurrency", self.concurrency, 1_024)?;
         at_most_a_year("store.give_up_after", self.give_up_after)?;
+        if let Some(window) = self.commit_window.0 {
+            at_most_a_year("store.commit_window", window)?;
+        }
         distinct_columns("store.columns", &self.columns)?;
         event_time_column("store.event_time", &self.event_time, &self.columns)?;
         let mut tables = HashSet::from([self.table.as_str().to_ascii_lowercase()]);
@@ -232,25 +239,26 @@ fn distinct_columns(key: &str, columns: &[ColumnSpec]) -> Result<(), SettingErro
     Ok(())
 }
 
-/// How long partitions are kept; `None` keeps them forever (`"off"`).
+/// A duration, or `"off"` (`None`): how long partitions are kept (off: forever), or the commit
+/// window (off: none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Retention(pub Option<Duration>);
+pub struct DurationOrOff(pub Option<Duration>);
 
-impl<'de> Deserialize<'de> for Retention {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Retention, D::Error> {
+impl<'de> Deserialize<'de> for DurationOrOff {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<DurationOrOff, D::Error> {
         let text = String::deserialize(d)?;
         if matches!(text.trim(), "off" | "") {
-            return Ok(Retention(None));
+            return Ok(DurationOrOff(None));
         }
         humantime::parse_duration(text.trim())
-            .map(|d| Retention(Some(d)))
+            .map(|d| DurationOrOff(Some(d)))
             .map_err(|e| {
                 serde::de::Error::custom(format!("{e}: use a duration like \"90days\" or \"off\""))
             })
     }
 }
 
-impl Serialize for Retention {
+impl Serialize for DurationOrOff {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self.0 {
             None => s.serialize_str("off"),

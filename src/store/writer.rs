@@ -152,8 +152,8 @@ struct Inner {
     layout: Layout,
     method: InsertMethod,
     retry: RetryPolicy,
-    /// How long after its stamping a batch may still commit.
-    commit_window: std::time::Duration,
+    /// How long after its stamping a batch may still commit (`None`: no limit).
+    commit_window: Option<std::time::Duration>,
     /// Largest statement, from the server's `max_allowed_packet`.
     statement_budget: OnceCell<usize>,
     /// `method` as the server allows it (see [`insert::method_on`]), once the server is known.
@@ -435,11 +435,14 @@ impl Writer {
         tx: &mut Transaction<'_>,
         batch: &Batch,
     ) -> Result<(), DbError> {
+        let Some(window) = self.inner.commit_window else {
+            return Ok(());
+        };
         let Some(lowest) = batch.rows.iter().map(|r| r.id).min() else {
             return Ok(());
         };
         let stamped = self.inner.layout.decode(lowest).unix_seconds;
-        let deadline = stamped.saturating_add(self.inner.commit_window.as_secs());
+        let deadline = stamped.saturating_add(window.as_secs());
         let row: Option<MysqlRow> = tx
             .exec_first(
                 "SELECT UTC_TIMESTAMP(6) < ?",
@@ -457,12 +460,11 @@ impl Writer {
         Err(DbError::Refused(batch_context(
             batch,
             &format!(
-                "not committing: its IDs were stamped at {} and the commit window ({}s, \
-                 store.give_up_after plus {}s) has passed by the database's clock; the worker's \
-                 clock may be behind the database's. The next owner reads the batch again",
+                "not committing: its IDs were stamped at {} and store.commit_window ({}s) has \
+                 passed by the database's clock; the worker's clock may be behind the \
+                 database's. The next owner reads the batch again",
                 crate::time::format_utc(stamped),
-                self.inner.commit_window.as_secs(),
-                crate::store::settings::COMMIT_WINDOW_MARGIN.as_secs(),
+                window.as_secs(),
             ),
         )))
     }
