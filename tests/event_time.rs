@@ -19,6 +19,8 @@ use logstamp::config::Settings;
 use logstamp::id::{IdRange, Layout};
 use logstamp::store::log_table::TableSpec;
 use logstamp::store::query::{self, EventQuery};
+use logstamp::store::rollup;
+use logstamp::store::rollup_plan::{Bucket, BucketBy, RollupPlan, RollupSettings, SourceTable};
 use logstamp::store::settings::InsertMethod;
 use logstamp::store::{Batch, Writer, migrate, partitions};
 use logstamp::transform::Mapper;
@@ -52,14 +54,14 @@ struct Record {
 
 /// Batches of records: each a burst of stamp times with a service ID, whose event times are
 /// current (seconds before the stamp), hours before, days before, or missing.
-fn backlog(layout: &Layout, seed: u64, bursts: usize) -> Vec<Vec<Record>> {
+fn backlog(layout: &Layout, seed: u64, bursts: usize, first_service: u32) -> Vec<Vec<Record>> {
     let mut rng = Lcg(seed);
     let start = at("2040-03-05T00:00:00Z").timestamp() as u64;
     let mut counters: HashMap<(u64, u32), u32> = HashMap::new();
     let mut batches = Vec::new();
     for _ in 0..bursts {
         let second = start + rng.below(4 * 86_400);
-        let service = 1 + rng.below(3) as u32;
+        let service = first_service + rng.below(3) as u32;
         let kind = rng.below(4);
         let mut batch = Vec::new();
         for _ in 0..(20 + rng.below(120)) {
@@ -101,12 +103,31 @@ impl Fixture {
     async fn new(hint: &str, method: InsertMethod) -> Fixture {
         let db = TestDb::create(hint).await;
         let method = serde_json::to_value(method).unwrap();
-        let settings = db.settings(&[
+        let mut settings = db.settings(&[
             ("store.event_time", "event_time"),
             ("store.insert_method", method.as_str().unwrap()),
             ("store.give_up_after", "30s"),
             ("partitions.retention", "2days"),
+            // The backlog is stamped in 2040, long before this clock.
+            ("store.commit_window", "off"),
         ]);
+        // Records per hour of event time and level.
+        let per_hour = RollupSettings {
+            name: "events_per_hour".into(),
+            source: String::new(),
+            bucket: Bucket::Hour,
+            bucket_by: BucketBy::Event,
+            dimensions: vec!["level".into()],
+            sums: vec![],
+            mins: vec![],
+            maxs: vec![],
+        };
+        let source = SourceTable {
+            name: &settings.store.table,
+            columns: &settings.store.columns,
+            event_time: &settings.store.event_time,
+        };
+        settings.rollup_plans = vec![RollupPlan::compile(&per_hour, &[source]).unwrap()];
         logstamp::mysql::create_database(&db.mysql_url())
             .await
             .unwrap();
@@ -117,7 +138,7 @@ impl Fixture {
             &migrate::builtin().unwrap(),
             &spec,
             &[],
-            &[],
+            &settings.rollup_plans,
             at("2040-03-05T00:00:00Z"),
             false,
         )
@@ -141,8 +162,9 @@ impl Fixture {
                 let time = r
                     .event
                     .map(|t| t.and_utc().to_rfc3339_opts(SecondsFormat::Millis, true));
+                let level = ["info", "warn", "error"][(r.id % 3) as usize];
                 let message = serde_json::json!({
-                    "time": time, "level": "info", "host": "h", "service": "s",
+                    "time": time, "level": level, "host": "h", "service": "s",
                     "message": format!("record {}", r.id),
                 });
                 (r.id, message)
@@ -200,6 +222,27 @@ fn expected_zones(layout: &Layout, records: &[Record]) -> Zones {
 /// A time as DATETIME text, to the microsecond.
 fn sql_time(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%S%.6f").to_string()
+}
+
+/// The rollup by event time as stored: (hour, level) → records.
+async fn stored_rollup(conn: &mut Conn) -> BTreeMap<(String, String), u64> {
+    let rows: Vec<(String, String, u64)> = conn
+        .query("SELECT CAST(bucket AS CHAR), level, n FROM events_per_hour")
+        .await
+        .unwrap();
+    rows.into_iter().map(|(b, l, n)| ((b, l), n)).collect()
+}
+
+/// The same counted with plain SQL over the whole table.
+async fn rollup_oracle(conn: &mut Conn) -> BTreeMap<(String, String), u64> {
+    let rows: Vec<(String, String, u64)> = conn
+        .query(
+            "SELECT DATE_FORMAT(event_time, '%Y-%m-%d %H:00:00'), level, COUNT(*) FROM logs \
+             WHERE event_time IS NOT NULL GROUP BY 1, 2",
+        )
+        .await
+        .unwrap();
+    rows.into_iter().map(|(b, l, n)| ((b, l), n)).collect()
 }
 
 /// The oracle: every row of the whole table whose event time is in `[from, to)`.
@@ -333,7 +376,7 @@ async fn check_ranges(conn: &mut Conn, spec: &TableSpec, seed: u64, stage: &str)
 async fn queries_by_event_time_equal_a_full_scan_before_and_after_drops_and_rebuilds() {
     let mut f = Fixture::new("event_time", InsertMethod::Batch).await;
     let layout = f.settings.id.layout;
-    let batches = backlog(&layout, 7, 60);
+    let batches = backlog(&layout, 7, 60, 1);
     f.write(&batches).await;
     let records: Vec<Record> = batches.concat();
     let mut conn = f.db.conn().await;
@@ -360,8 +403,9 @@ async fn queries_by_event_time_equal_a_full_scan_before_and_after_drops_and_rebu
     assert_eq!(by_event(&mut conn, &f.spec, from, to).await, backlog_rows);
 
     // The command line says the same, and --explain names the ranges and partitions.
+    let url = f.db.url.clone();
     let env = [
-        ("LOGSTAMP__MYSQL__URL", f.db.url.as_str()),
+        ("LOGSTAMP__MYSQL__URL", url.as_str()),
         ("LOGSTAMP__STORE__EVENT_TIME", "event_time"),
     ];
     let out = std::process::Command::new(BIN)
@@ -422,6 +466,37 @@ async fn queries_by_event_time_equal_a_full_scan_before_and_after_drops_and_rebu
         .collect();
     assert_eq!(listed, partitions_named(&mut conn, from, to).await);
     assert!(!explained["ranges"].as_array().unwrap().is_empty());
+
+    // The rollup by event time equals a count of the table, also after a rebuild of every
+    // bucket that ran while another batch writer added more of the backlog.
+    assert_eq!(
+        stored_rollup(&mut conn).await,
+        rollup_oracle(&mut conn).await
+    );
+    let more = backlog(&layout, 8, 20, 4);
+    let plan = f.settings.rollup_plans[0].clone();
+    let mut rebuild_conn = f.db.conn().await;
+    let retry = f.settings.store.retry_policy();
+    let span = (
+        at("2040-03-01T00:00:00Z").timestamp() as u64,
+        at("2040-03-10T00:00:00Z").timestamp() as u64,
+    );
+    let (_, rebuilt) = tokio::join!(
+        f.write(&more),
+        rollup::rebuild(&mut rebuild_conn, &plan, &layout, span, retry, |_, _| {})
+    );
+    let rebuilt = rebuilt.unwrap();
+    assert!(rebuilt.counted > 0);
+    assert_eq!(
+        stored_rollup(&mut conn).await,
+        rollup_oracle(&mut conn).await
+    );
+    let records: Vec<Record> = records.into_iter().chain(more.concat()).collect();
+    assert_eq!(
+        stored_zones(&mut conn).await,
+        expected_zones(&layout, &records)
+    );
+    rebuild_conn.disconnect().await.unwrap();
 
     // Retention drops the first two days' partitions (and pmin's rows): the zone map forgets
     // their buckets, and queries still equal the full scan of what is left.
@@ -490,7 +565,7 @@ async fn queries_by_event_time_equal_a_full_scan_before_and_after_drops_and_rebu
 async fn every_method_keeps_the_zone_map(method: InsertMethod) {
     let mut f = Fixture::new("zone_method", method).await;
     let layout = f.settings.id.layout;
-    let batches = backlog(&layout, 3, 6);
+    let batches = backlog(&layout, 3, 6, 1);
     f.write(&batches).await;
     let mut conn = f.db.conn().await;
     assert_eq!(

@@ -118,6 +118,7 @@ impl Fixture {
         let source = SourceTable {
             name: &settings.store.table,
             columns: &settings.store.columns,
+            event_time: "",
         };
         settings.rollup_plans = rollups
             .iter()
@@ -1019,6 +1020,7 @@ async fn a_rollup_sum_out_of_range_dead_letters_only_its_record(method: InsertMe
         name: "d_per_minute".into(),
         source: String::new(),
         bucket: Bucket::Minute,
+        bucket_by: Default::default(),
         dimensions: vec!["s".into()],
         sums: vec!["d".into()],
         mins: vec![],
