@@ -958,3 +958,40 @@ fn unknown_rollups_and_tables_are_usage_errors() {
             "--table: nope is not a table of the settings (logs, log_errors, log_http)",
         ));
 }
+
+#[test]
+fn query_by_event_time_and_follow_refuse_what_they_cannot_do() {
+    // No event time in the settings: nothing to query by (before connecting anywhere).
+    let out = logstamp()
+        .args(["query", "--by", "event", "--since", "1h"])
+        .assert()
+        .code(2);
+    assert_one_line_error(
+        &out.get_output().stderr,
+        &["--by event", "store.event_time"],
+    );
+    // An event time that is not a datetime column is a bad setting.
+    let out = logstamp()
+        .env("LOGSTAMP__STORE__EVENT_TIME", "level")
+        .args(["query", "--by", "event", "--since", "1h"])
+        .assert()
+        .code(2);
+    assert_one_line_error(
+        &out.get_output().stderr,
+        &["store.event_time", "not a datetime column", "event_time"],
+    );
+    // Following needs the writers' commit window.
+    let out = logstamp()
+        .env("LOGSTAMP__STORE__COMMIT_WINDOW", "off")
+        .args(["query", "--follow"])
+        .assert()
+        .code(2);
+    assert_one_line_error(
+        &out.get_output().stderr,
+        &["--follow", "store.commit_window"],
+    );
+    logstamp()
+        .args(["query", "--follow", "--explain"])
+        .assert()
+        .code(2);
+}

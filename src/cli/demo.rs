@@ -408,7 +408,10 @@ async fn sample_event_query(conn: &mut Conn, spec: &TableSpec) -> anyhow::Result
         .1;
     let scanned: u64 = conn
         .exec_first(
-            format!("SELECT COUNT(*) FROM {} WHERE {column} >= ? AND {column} < ?", spec.table),
+            format!(
+                "SELECT COUNT(*) FROM {} WHERE {column} >= ? AND {column} < ?",
+                spec.table
+            ),
             (
                 from.naive_utc().format("%F %T").to_string(),
                 to.naive_utc().format("%F %T").to_string(),
