@@ -509,6 +509,50 @@ mod tests {
     }
 
     #[test]
+    fn buckets_of_event_time_come_from_the_event_column() {
+        let logs = Ident::new("logs").unwrap();
+        let mut columns = columns();
+        columns.push(column("at", ColumnType::Datetime, None));
+        let by_event = RollupSettings {
+            bucket_by: BucketBy::Event,
+            ..settings(&["level"], &[], &[])
+        };
+        let source = |event_time| SourceTable {
+            name: &logs,
+            columns: &columns,
+            event_time,
+        };
+        let refused = RollupPlan::compile(&by_event, &[source("")]).unwrap_err();
+        assert!(refused.contains("needs an event time"), "{refused}");
+        let plan = RollupPlan::compile(&by_event, &[source("at")]).unwrap();
+        let layout = Layout::new(10, 0).unwrap();
+        let stamped = layout.encode(1_700_000_000, 1, 0).unwrap();
+        let at = |h| {
+            chrono::NaiveDate::from_ymd_opt(2023, 1, 2)
+                .unwrap()
+                .and_hms_opt(h, 30, 0)
+                .map_or(SqlValue::Null, SqlValue::Datetime)
+        };
+        let row = |event: SqlValue| {
+            let mut values = vec![SqlValue::Null; 5];
+            values[1] = SqlValue::Text("info".into());
+            values.push(event);
+            values
+        };
+        let rows = [row(at(7)), row(at(7)), row(at(9)), row(SqlValue::Null)];
+        let aggregate = plan.aggregate(&layout, rows.iter().map(|r| (stamped, r.as_slice())));
+        // Two hours of event time, whatever the ID says; the row without one is not counted.
+        let hour = |h: u64| bucket_value(1_672_617_600 + h * 3600);
+        assert_eq!(
+            aggregate
+                .iter()
+                .map(|r| (r.bucket.clone(), r.n))
+                .collect::<Vec<_>>(),
+            [(hour(7), 2), (hour(9), 1)]
+        );
+    }
+
+    #[test]
     fn counts_sums_and_extremes_per_bucket_and_dimension() {
         let plan = compile(&settings(
             &["service", "level"],
