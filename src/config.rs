@@ -348,10 +348,12 @@ fn compile_rollups(
     let mut sources = vec![SourceTable {
         name: &store.table,
         columns: &store.columns,
+        event_time: &store.event_time,
     }];
     sources.extend(store.tables.iter().map(|t| SourceTable {
         name: &t.name,
         columns: &t.columns,
+        event_time: &t.event_time,
     }));
     let mut plans: Vec<RollupPlan> = Vec::new();
     for rollup in rollups {

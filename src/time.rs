@@ -29,6 +29,11 @@ pub enum TimeError {
     BadTime(String),
     #[error("cannot read date {0:?}: use {1}")]
     BadDate(String, &'static str),
+    #[error(
+        "cannot read time {0:?}: {1}; a relative time is now, today, yesterday, tomorrow, \
+         -DURATION or +DURATION (-15m, -2h, +1day), or DURATION ago (2h ago)"
+    )]
+    BadRelative(String, String),
 }
 
 impl Zone {
@@ -147,6 +152,55 @@ pub fn parse_time(text: &str, zone: &Zone) -> Result<DateTime<Utc>, TimeError> {
         return Ok(zone.resolve(date.and_time(NaiveTime::MIN)));
     }
     Err(TimeError::BadTime(text.to_string()))
+}
+
+/// Parses what a person types for a time: the absolute forms of [`parse_time`], or a time
+/// relative to `now`: `now`; `today`, `yesterday` or `tomorrow` (midnight in `zone`);
+/// `-DURATION` or `DURATION ago` (before now) and `+DURATION` (after now), with durations as
+/// humantime reads them (`15m`, `2h 30m`, `1day`).
+pub fn parse_time_at(
+    text: &str,
+    zone: &Zone,
+    now: DateTime<Utc>,
+) -> Result<DateTime<Utc>, TimeError> {
+    let text = text.trim();
+    let lower = text.to_ascii_lowercase();
+    let midnight = |days: i64| {
+        let date = zone.local(now).date() + Duration::days(days);
+        zone.resolve(date.and_time(NaiveTime::MIN))
+    };
+    match lower.as_str() {
+        "now" => return Ok(now),
+        "today" => return Ok(midnight(0)),
+        "yesterday" => return Ok(midnight(-1)),
+        "tomorrow" => return Ok(midnight(1)),
+        _ => {}
+    }
+    let (sign, duration) = if let Some(rest) = lower.strip_prefix('-') {
+        (-1, rest)
+    } else if let Some(rest) = lower.strip_prefix('+') {
+        (1, rest)
+    } else if let Some(rest) = lower.strip_suffix("ago") {
+        (-1, rest)
+    } else {
+        return parse_time(text, zone).map_err(|_| {
+            TimeError::BadRelative(
+                text.to_string(),
+                "use YYYY-MM-DD, YYYY-MM-DD HH:MM:SS or RFC 3339".into(),
+            )
+        });
+    };
+    // `-05:00` and `+08:00` are not durations; an RFC 3339 time never starts with a sign.
+    let duration = humantime::parse_duration(duration.trim())
+        .map_err(|e| TimeError::BadRelative(text.to_string(), e.to_string()))?;
+    let duration = Duration::from_std(duration)
+        .map_err(|e| TimeError::BadRelative(text.to_string(), e.to_string()))?;
+    let shifted = if sign < 0 {
+        now.checked_sub_signed(duration)
+    } else {
+        now.checked_add_signed(duration)
+    };
+    shifted.ok_or_else(|| TimeError::BadRelative(text.to_string(), "out of range".into()))
 }
 
 /// Parses `YYYY-MM` (the first of the month) or `YYYY-MM-DD`.

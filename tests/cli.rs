@@ -414,6 +414,76 @@ fn id_range_after_2038_is_exact() {
 }
 
 #[test]
+fn id_range_takes_times_relative_to_now() {
+    // The hidden --now pins the clock: 2026-11-24T20:00:00Z, already the 25th in Shanghai.
+    let pinned = Utc
+        .with_ymd_and_hms(2026, 11, 24, 20, 0, 0)
+        .unwrap()
+        .timestamp() as u64;
+    let range = |args: &[&str]| {
+        let mut all = vec!["id", "range", "--now", "2026-11-24T20:00:00Z"];
+        all.extend_from_slice(args);
+        let r = json_lines(&stdout_of(logstamp().args(&all))).remove(0);
+        (
+            r["start_id"].as_u64().unwrap() >> 32,
+            r["end_id"].as_u64().unwrap() >> 32,
+        )
+    };
+    // --to defaults to now; --since D is --from -D.
+    assert_eq!(range(&["--from", "-15m"]), (pinned - 900, pinned));
+    assert_eq!(range(&["--since", "2h"]), (pinned - 7200, pinned));
+    assert_eq!(
+        range(&["--from", "2h ago", "--to", "-1h"]),
+        (pinned - 7200, pinned - 3600)
+    );
+    assert_eq!(
+        range(&["--from", "-1h", "--to", "now"]),
+        (pinned - 3600, pinned)
+    );
+    let midnight_utc = pinned - 20 * 3600;
+    assert_eq!(
+        range(&["--from", "yesterday", "--to", "today"]),
+        (midnight_utc - 86_400, midnight_utc)
+    );
+    // Today in Shanghai began at 16:00 UTC on the 24th.
+    let shanghai_midnight = pinned - 4 * 3600;
+    assert_eq!(
+        range(&["--from", "today", "--tz", "Asia/Shanghai"]),
+        (shanghai_midnight, pinned)
+    );
+    assert_eq!(
+        range(&["--from", "yesterday", "--to", "today", "--tz", "+08:00"]),
+        (shanghai_midnight - 86_400, shanghai_midnight)
+    );
+    // Without a pinned clock, "now" is the real time.
+    let before = now();
+    let out = stdout_of(logstamp().args(["id", "range", "--since", "10m"]));
+    let after = now();
+    let r = &json_lines(&out)[0];
+    let end = r["end_id"].as_u64().unwrap() >> 32;
+    assert!(
+        (before..=after + 1).contains(&end),
+        "{before} {end} {after}"
+    );
+    // The end is rounded up to a whole second, the start down.
+    let start = r["start_id"].as_u64().unwrap() >> 32;
+    assert!((600..=601).contains(&(end - start)), "{start} {end}");
+
+    // No start, or both starts, are usage errors.
+    let out = logstamp().args(["id", "range"]).assert().code(2);
+    assert_one_line_error(&out.get_output().stderr, &["--from", "--since"]);
+    logstamp()
+        .args(["id", "range", "--from", "-1h", "--since", "1h"])
+        .assert()
+        .code(2);
+    let out = logstamp()
+        .args(["id", "range", "--since", "forever"])
+        .assert()
+        .code(2);
+    assert_one_line_error(&out.get_output().stderr, &["--since", "forever"]);
+}
+
+#[test]
 fn id_range_mistakes_are_usage_errors() {
     let cases: [(&[&str], &[&str]); 5] = [
         (
@@ -439,7 +509,10 @@ fn id_range_mistakes_are_usage_errors() {
             &["--tz"],
         ),
         (&["--from", "5 Aug 2020", "--to", "2020-08-06"], &["--from"]),
-        (&["--from", "2020-08-05", "--to", "tomorrow"], &["--to"]),
+        (
+            &["--from", "2020-08-05", "--to", "next week"],
+            &["--to", "-DURATION"],
+        ),
         (
             &["--from", "2020-08-06", "--to", "2020-08-05"],
             &["reversed"],
@@ -884,4 +957,41 @@ fn unknown_rollups_and_tables_are_usage_errors() {
         .stderr(predicate::str::contains(
             "--table: nope is not a table of the settings (logs, log_errors, log_http)",
         ));
+}
+
+#[test]
+fn query_by_event_time_and_follow_refuse_what_they_cannot_do() {
+    // No event time in the settings: nothing to query by (before connecting anywhere).
+    let out = logstamp()
+        .args(["query", "--by", "event", "--since", "1h"])
+        .assert()
+        .code(2);
+    assert_one_line_error(
+        &out.get_output().stderr,
+        &["--by event", "store.event_time"],
+    );
+    // An event time that is not a datetime column is a bad setting.
+    let out = logstamp()
+        .env("LOGSTAMP__STORE__EVENT_TIME", "level")
+        .args(["query", "--by", "event", "--since", "1h"])
+        .assert()
+        .code(2);
+    assert_one_line_error(
+        &out.get_output().stderr,
+        &["store.event_time", "not a datetime column", "event_time"],
+    );
+    // Following needs the writers' commit window.
+    let out = logstamp()
+        .env("LOGSTAMP__STORE__COMMIT_WINDOW", "off")
+        .args(["query", "--follow"])
+        .assert()
+        .code(2);
+    assert_one_line_error(
+        &out.get_output().stderr,
+        &["--follow", "store.commit_window"],
+    );
+    logstamp()
+        .args(["query", "--follow", "--explain"])
+        .assert()
+        .code(2);
 }

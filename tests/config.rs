@@ -15,7 +15,7 @@ use logstamp::config::{ConfigError, DEFAULT_TOML, Settings, Sources, env_var};
 use logstamp::id::settings::{AutoRange, ServiceIdSetting};
 use logstamp::relay::settings::LoopFilterMode;
 use logstamp::store::Period;
-use logstamp::store::settings::{InsertMethod, Retention};
+use logstamp::store::settings::{DurationOrOff, InsertMethod};
 use logstamp::telemetry::LogFormat;
 use logstamp::time::Zone;
 
@@ -97,7 +97,7 @@ fn defaults_load() {
     assert_eq!(s.kafka.topics, ["logs"]);
     assert_eq!(s.partitions.period, Period::Day);
     assert_eq!(s.partitions.time_zone, Zone::UTC);
-    assert_eq!(s.partitions.retention, Retention(None));
+    assert_eq!(s.partitions.retention, DurationOrOff(None));
     assert_eq!(s.store.table.as_str(), "logs");
     assert_eq!(s.store.insert_method, InsertMethod::Batch);
     assert_eq!(s.telemetry.log_format, LogFormat::Text);
@@ -178,7 +178,7 @@ fn env_values_of_every_type() {
     assert_eq!(s.partitions.time_zone, "+08:00".parse::<Zone>().unwrap());
     assert_eq!(
         s.partitions.retention,
-        Retention(Some(Duration::from_secs(90 * 86_400)))
+        DurationOrOff(Some(Duration::from_secs(90 * 86_400)))
     );
     assert_eq!(s.store.table.as_str(), "app_logs");
     assert_eq!(s.store.insert_method, InsertMethod::LoadData);

@@ -198,7 +198,8 @@ fn long_running(args: &[String]) -> bool {
     matches!(
         words.as_slice(),
         ["ingest", ..] | ["demo", ..] | ["dev-broker", ..] | ["bench", ..] | ["relay", "run", ..]
-    ) || needs_a_binlog(&words)
+    ) || args.iter().any(|a| a == "--follow")
+        || needs_a_binlog(&words)
         || needs_remote_dcs(&words)
 }
 

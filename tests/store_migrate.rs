@@ -144,10 +144,11 @@ async fn a_fresh_database_gets_every_migration_and_the_log_table() {
             (10, "relay_loop_keys"),
             (11, "relay_conflicts"),
             (12, "relay_dead_letters"),
-            (13, "dead_letters_record_index")
+            (13, "dead_letters_record_index"),
+            (14, "zone_map")
         ]
     );
-    assert_eq!(report.schema_version, 13);
+    assert_eq!(report.schema_version, 14);
     let recorded: Vec<(u32, String, String)> = conn
         .query("SELECT version, name, checksum FROM schema_migrations ORDER BY version")
         .await
@@ -562,7 +563,7 @@ async fn migrate_command_creates_the_database_and_says_what_it_did() {
     assert_eq!(
         lines(&second.get_output().stdout),
         [
-            serde_json::json!({"action": "migrations_up_to_date", "schema_version": 13}),
+            serde_json::json!({"action": "migrations_up_to_date", "schema_version": 14}),
             serde_json::json!({"action": "table_unchanged", "table": "logs"}),
         ]
     );

@@ -109,6 +109,8 @@ impl Fixture {
         let mut all = vec![
             ("store.insert_method", method_name.as_str().unwrap()),
             ("store.give_up_after", "30s"),
+            // The tests' IDs are of any time, most long past.
+            ("store.commit_window", "off"),
         ];
         all.extend_from_slice(overrides);
         let mut settings = db.settings(&all);
@@ -116,6 +118,7 @@ impl Fixture {
         let source = SourceTable {
             name: &settings.store.table,
             columns: &settings.store.columns,
+            event_time: "",
         };
         settings.rollup_plans = rollups
             .iter()
@@ -1018,6 +1021,7 @@ async fn a_rollup_sum_out_of_range_dead_letters_only_its_record(method: InsertMe
         name: "d_per_minute".into(),
         source: String::new(),
         bucket: Bucket::Minute,
+        bucket_by: Default::default(),
         dimensions: vec!["s".into()],
         sums: vec!["d".into()],
         mins: vec![],

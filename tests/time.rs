@@ -16,6 +16,7 @@ use proptest::prelude::*;
 
 use logstamp::time::{
     TimeError, Zone, ceil_seconds, floor_seconds, format_utc, parse_month_or_day, parse_time,
+    parse_time_at,
 };
 
 fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32) -> DateTime<Utc> {
@@ -600,4 +601,108 @@ fn nth_weekday_helper_matches_known_dates() {
         nth_weekday(2021, 11, Weekday::Sun, 1),
         NaiveDate::from_ymd_opt(2021, 11, 7).unwrap()
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Relative times: now, today, yesterday, tomorrow, -DURATION, +DURATION, DURATION ago
+// ---------------------------------------------------------------------------------------------
+
+fn relative(text: &str, zone_text: &str, now: DateTime<Utc>) -> DateTime<Utc> {
+    parse_time_at(text, &zone(zone_text), now).unwrap_or_else(|e| panic!("{text:?}: {e}"))
+}
+
+#[test]
+fn durations_count_back_or_forward_from_now() {
+    let now = utc(2026, 11, 24, 20, 0, 0);
+    assert_eq!(relative("now", "UTC", now), now);
+    assert_eq!(relative(" NOW ", "UTC", now), now);
+    assert_eq!(relative("-15m", "UTC", now), utc(2026, 11, 24, 19, 45, 0));
+    assert_eq!(relative("-2h", "UTC", now), utc(2026, 11, 24, 18, 0, 0));
+    assert_eq!(
+        relative("-2h 30m", "UTC", now),
+        utc(2026, 11, 24, 17, 30, 0)
+    );
+    assert_eq!(relative("+1day", "UTC", now), utc(2026, 11, 25, 20, 0, 0));
+    assert_eq!(relative("2h ago", "UTC", now), utc(2026, 11, 24, 18, 0, 0));
+    assert_eq!(
+        relative("90s ago", "UTC", now),
+        utc(2026, 11, 24, 19, 58, 30)
+    );
+    // A zone does not change a duration.
+    assert_eq!(
+        relative("-15m", "Asia/Shanghai", now),
+        utc(2026, 11, 24, 19, 45, 0)
+    );
+}
+
+#[test]
+fn today_and_yesterday_are_midnights_in_the_zone() {
+    // 20:00 UTC is already the next day in Shanghai (04:00 on the 25th).
+    let now = utc(2026, 11, 24, 20, 0, 0);
+    assert_eq!(relative("today", "UTC", now), utc(2026, 11, 24, 0, 0, 0));
+    assert_eq!(
+        relative("yesterday", "UTC", now),
+        utc(2026, 11, 23, 0, 0, 0)
+    );
+    assert_eq!(relative("tomorrow", "UTC", now), utc(2026, 11, 25, 0, 0, 0));
+    assert_eq!(
+        relative("today", "Asia/Shanghai", now),
+        utc(2026, 11, 24, 16, 0, 0)
+    );
+    assert_eq!(
+        relative("Yesterday", "+08:00", now),
+        utc(2026, 11, 23, 16, 0, 0)
+    );
+    // New York on the day clocks go back: the day is 25 hours long, and starts at 04:00 UTC.
+    let after_fall_back = utc(2026, 11, 1, 12, 0, 0);
+    assert_eq!(
+        relative("today", "America/New_York", after_fall_back),
+        utc(2026, 11, 1, 4, 0, 0)
+    );
+    assert_eq!(
+        relative("tomorrow", "America/New_York", after_fall_back),
+        utc(2026, 11, 2, 5, 0, 0)
+    );
+}
+
+#[test]
+fn absolute_forms_still_parse_beside_relative_ones() {
+    let now = utc(2026, 11, 24, 20, 0, 0);
+    assert_eq!(
+        relative("2024-05-01", "+08:00", now),
+        parse("2024-05-01", "+08:00")
+    );
+    assert_eq!(
+        relative("2024-05-01T00:00:00-05:00", "UTC", now),
+        utc(2024, 5, 1, 5, 0, 0)
+    );
+    assert_eq!(
+        relative("2024-05-01 08:00:00", "UTC", now),
+        utc(2024, 5, 1, 8, 0, 0)
+    );
+}
+
+#[test]
+fn bad_relative_times_say_what_is_accepted() {
+    let now = utc(2026, 11, 24, 20, 0, 0);
+    for bad in [
+        "-15",
+        "-",
+        "+",
+        "ago",
+        "-15 parsecs",
+        "-5:00",
+        "soon",
+        "-999999999999years",
+    ] {
+        match parse_time_at(bad, &Zone::UTC, now) {
+            Ok(t) => panic!("{bad:?} read as {t}"),
+            Err(e) => {
+                let text = e.to_string();
+                assert!(text.contains(bad.trim()), "{bad:?}: {text}");
+            }
+        }
+    }
+    let e = parse_time_at("-15 parsecs", &Zone::UTC, now).unwrap_err();
+    assert!(e.to_string().contains("-DURATION"), "{e}");
 }

@@ -26,7 +26,7 @@ use logstamp::mysql;
 use logstamp::mysql::MysqlUrl;
 use logstamp::store::lease::HeldLease;
 use logstamp::store::log_table::TableSpec;
-use logstamp::store::query::{self, TimeQuery};
+use logstamp::store::query::{self, EventQuery, TimeQuery};
 use logstamp::store::{migrate, partitions};
 use logstamp::time::format_utc;
 
@@ -85,7 +85,9 @@ fn demo_settings(sources: Sources, url: &MysqlUrl, brokers: &str) -> anyhow::Res
         // it short.
         .set("kafka.properties.session.timeout.ms", 3000)
         .set("kafka.properties.heartbeat.interval.ms", 300)
-        .set("id.service_id", "auto");
+        .set("id.service_id", "auto")
+        // The lines' own times, kept in the zone map so the summary can query by them.
+        .set("store.event_time", "event_time");
     Ok(load_settings(&sources)?)
 }
 
@@ -377,8 +379,80 @@ async fn summarize(
         .await?;
     if let Some(newest) = newest {
         sample_query(conn, spec, newest).await?;
+        sample_event_query(conn, spec).await?;
     }
     Ok(duplicates)
+}
+
+/// An hour of event time two days back, as `logstamp query --by event` reads it, beside the
+/// same hour by ID time (which finds nothing: every ID is from today) and a full scan's count.
+async fn sample_event_query(conn: &mut Conn, spec: &TableSpec) -> anyhow::Result<()> {
+    let Some(column) = &spec.event_time else {
+        return Ok(());
+    };
+    let two_days_ago = (Utc::now() - chrono::Duration::days(2)).timestamp();
+    let from = chrono::DateTime::from_timestamp(two_days_ago - two_days_ago % 3600, 0)
+        .ok_or_else(|| anyhow!("two days ago is out of range"))?;
+    let to = from + chrono::Duration::hours(1);
+    let mut shown = Vec::new();
+    let (ranges, found) =
+        query::run_by_event(conn, spec, &EventQuery::between(from, to), |record| {
+            if shown.len() < 3 {
+                shown.push(shown_line(&record));
+            }
+            std::ops::ControlFlow::Continue(())
+        })
+        .await?;
+    let read = query::explain_by_event(conn, spec, &EventQuery::between(from, to))
+        .await?
+        .1;
+    let scanned: u64 = conn
+        .exec_first(
+            format!(
+                "SELECT COUNT(*) FROM {} WHERE {column} >= ? AND {column} < ?",
+                spec.table
+            ),
+            (
+                from.naive_utc().format("%F %T").to_string(),
+                to.naive_utc().format("%F %T").to_string(),
+            ),
+        )
+        .await?
+        .unwrap_or(0);
+    let by_id = TimeQuery::between(&spec.scheme.layout, from, to)?;
+    let mut stamped_then = 0u64;
+    query::run(conn, spec, &by_id, |_| {
+        stamped_then += 1;
+        std::ops::ControlFlow::Continue(())
+    })
+    .await?;
+    println!(
+        "by event     events of {} to {}: {found} records (a full scan of {column}: {scanned}), \
+         ID ranges read: {}, partitions read: {}; by ID time the same hour holds {stamped_then}",
+        from.to_rfc3339(),
+        to.to_rfc3339(),
+        ranges.len(),
+        read.join(", ")
+    );
+    for line in shown {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// A record as one line of the summary: the ID, then its columns but the payload.
+fn shown_line(record: &query::Record) -> String {
+    let columns: Vec<String> = record
+        .columns
+        .iter()
+        .filter(|(name, _)| name != "payload")
+        .map(|(_, value)| match value {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .collect();
+    let line = format!("  {}  {}", record.id, columns.join("  "));
+    line.chars().take(150).collect()
 }
 
 /// The last minute of IDs, as `logstamp query` reads it: the partitions MySQL reads and a few
@@ -405,17 +479,7 @@ async fn sample_query(conn: &mut Conn, spec: &TableSpec, newest: u64) -> anyhow:
     );
     let mut shown = Vec::new();
     query::run(conn, spec, &query, |record| {
-        let columns: Vec<String> = record
-            .columns
-            .iter()
-            .filter(|(name, _)| name != "payload")
-            .map(|(_, value)| match value {
-                serde_json::Value::String(s) => s.clone(),
-                other => other.to_string(),
-            })
-            .collect();
-        let line = format!("  {}  {}", record.id, columns.join("  "));
-        shown.push(line.chars().take(150).collect::<String>());
+        shown.push(shown_line(&record));
         std::ops::ControlFlow::Continue(())
     })
     .await?;
@@ -427,7 +491,10 @@ async fn sample_query(conn: &mut Conn, spec: &TableSpec, newest: u64) -> anyhow:
 
 /// The commands to explore the demo's data with.
 fn try_next(url: &MysqlUrl) {
-    let env = format!("LOGSTAMP__MYSQL__URL={}", url.redacted());
+    let env = format!(
+        "LOGSTAMP__MYSQL__URL={} LOGSTAMP__STORE__EVENT_TIME=event_time",
+        url.redacted()
+    );
     let today = Utc::now().date_naive();
     let tomorrow = today + chrono::Days::new(1);
     println!();
@@ -437,6 +504,9 @@ fn try_next(url: &MysqlUrl) {
             "query --from {today} --to {tomorrow} --where \"level = 'error'\" --limit 10 --format table"
         ),
         format!("query --from {today} --to {tomorrow} --explain"),
+        "query --by event --from -2days --to -47h --limit 10 --format table".to_string(),
+        "query --by event --from -2days --to -47h --explain".to_string(),
+        "query --follow".to_string(),
         "partitions list".to_string(),
         "leases list".to_string(),
     ] {

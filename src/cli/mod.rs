@@ -17,6 +17,7 @@ mod plan;
 mod query;
 mod relay;
 mod rollup;
+mod zonemap;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -24,7 +25,7 @@ use std::process::ExitCode;
 use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand};
 
-use logstamp::time::{Zone, parse_time};
+use logstamp::time::{Zone, parse_time_at};
 
 use logstamp::config::{ConfigError, Settings, Sources};
 use logstamp::mysql::DbError;
@@ -76,6 +77,9 @@ enum Command {
     /// Rollup tables: rebuild a time range from the raw rows.
     #[command(subcommand)]
     Rollup(rollup::RollupCommand),
+    /// The zone map of event times (store.event_time): rebuild it from the rows.
+    #[command(subcommand)]
+    Zonemap(zonemap::ZonemapCommand),
 }
 
 /// A mistake in how the command was called (exit code 2), as opposed to a failure of the work.
@@ -89,26 +93,62 @@ impl UsageError {
     }
 }
 
-/// `--from TIME --to TIME [--tz ZONE]`, shared by the commands that take a time range.
+/// `--from TIME [--to TIME] [--tz ZONE]` or `--since DURATION`, shared by the commands that
+/// take a time range. Times may be relative to now (`-15m`, `today`).
 #[derive(Debug, clap::Args)]
 pub struct TimeRangeArgs {
-    /// Start, included: YYYY-MM-DD, YYYY-MM-DD HH:MM:SS, or RFC 3339.
-    #[arg(long, value_name = "TIME")]
-    from: String,
-    /// End, excluded; same forms as --from.
-    #[arg(long, value_name = "TIME")]
-    to: String,
-    /// Zone of times without an offset: +08:00 or an IANA name.
+    /// Start, included: YYYY-MM-DD, YYYY-MM-DD HH:MM:SS, RFC 3339, or relative: now, today,
+    /// yesterday, -15m, 2h ago.
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    from: Option<String>,
+    /// The last DURATION up to --to: `--since 2h` is `--from -2h`.
+    #[arg(long, value_name = "DURATION", conflicts_with = "from")]
+    since: Option<String>,
+    /// End, excluded; same forms as --from; default now.
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    to: Option<String>,
+    /// Zone of times without an offset, and of today and yesterday: +08:00 or an IANA name.
     #[arg(long, value_name = "ZONE", default_value = "UTC")]
     tz: String,
+    /// Pins "now" for relative times (tests).
+    #[arg(long = "now", hide = true, value_name = "TIME")]
+    pinned_now: Option<String>,
 }
 
 impl TimeRangeArgs {
-    /// The two instants, or a usage error naming the flag at fault.
+    /// The two instants, or a usage error naming the flag at fault. One of --from and --since
+    /// is needed.
     pub fn parse(&self) -> Result<(DateTime<Utc>, DateTime<Utc>), UsageError> {
+        let (from, to) = self.parse_open()?;
+        let from = from.ok_or_else(|| {
+            UsageError::new(
+                "--from",
+                "give the start of the range: --from TIME or --since DURATION",
+            )
+        })?;
+        Ok((from, to))
+    }
+
+    /// The start, if --from or --since gave one, and the end (now unless --to is given).
+    pub fn parse_open(&self) -> Result<(Option<DateTime<Utc>>, DateTime<Utc>), UsageError> {
         let zone: Zone = self.tz.parse().map_err(|e| UsageError::new("--tz", e))?;
-        let from = parse_time(&self.from, &zone).map_err(|e| UsageError::new("--from", e))?;
-        let to = parse_time(&self.to, &zone).map_err(|e| UsageError::new("--to", e))?;
+        let now = db::now_or(self.pinned_now.as_deref())?;
+        let to = match &self.to {
+            Some(text) => {
+                parse_time_at(text, &zone, now).map_err(|e| UsageError::new("--to", e))?
+            }
+            None => now,
+        };
+        let from = match (&self.from, &self.since) {
+            (Some(text), _) => {
+                Some(parse_time_at(text, &zone, now).map_err(|e| UsageError::new("--from", e))?)
+            }
+            (None, Some(duration)) => {
+                let text = format!("-{}", duration.trim().trim_start_matches('-'));
+                Some(parse_time_at(&text, &zone, to).map_err(|e| UsageError::new("--since", e))?)
+            }
+            (None, None) => None,
+        };
         Ok((from, to))
     }
 }
@@ -151,6 +191,7 @@ fn run(command: Command, sources: Sources) -> anyhow::Result<ExitCode> {
         Command::Leases(cmd) => leases::run(cmd, sources),
         Command::Relay(cmd) => relay::run(cmd, sources),
         Command::Rollup(cmd) => rollup::run(cmd, sources),
+        Command::Zonemap(cmd) => zonemap::run(cmd, sources),
     }
 }
 

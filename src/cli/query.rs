@@ -12,12 +12,13 @@ use chrono::{DateTime, Utc};
 
 use logstamp::config::{Settings, Sources};
 use logstamp::mysql;
+use logstamp::store::follow::{self, Follow, FollowFrom};
 use logstamp::store::log_table::TableSpec;
-use logstamp::store::query::{self, Record, TimeQuery, parse_filter};
+use logstamp::store::query::{self, EventQuery, Record, TimeQuery, parse_filter};
 use logstamp::store::rollup::{self, RollupRecord};
 use logstamp::store::rollup_plan::RollupPlan;
 
-use super::db::block_on;
+use super::db::{block_on, with_conn};
 use super::output::{Format, Output, aligned, ignore_closed_pipe};
 use super::{TimeRangeArgs, UsageError, load_settings};
 
@@ -44,6 +45,21 @@ pub struct QueryArgs {
     /// Print the partitions MySQL would read instead of the rows.
     #[arg(long)]
     explain: bool,
+    /// Which time the range is of: id (when the record was stamped, the ID's time) or event
+    /// (its event-time column, store.event_time, found through the zone map).
+    #[arg(long, value_enum, default_value = "id", conflicts_with = "rollup")]
+    by: TimeKind,
+    /// Keep printing rows as they are committed, like `tail -f`, until SIGINT or SIGTERM (or
+    /// --limit rows): from --from/--since if given, else only rows committed from now on.
+    #[arg(long, conflicts_with_all = ["explain", "rollup"])]
+    follow: bool,
+}
+
+/// The two times of a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum TimeKind {
+    Id,
+    Event,
 }
 
 #[derive(Serialize)]
@@ -54,13 +70,36 @@ struct Explained<'a> {
     partitions: Vec<String>,
 }
 
+#[derive(Serialize)]
+struct ExplainedByEvent<'a> {
+    table: &'a str,
+    by: &'static str,
+    from: String,
+    to: String,
+    /// The ID ranges whose minutes of stamp time hold rows of the range.
+    ranges: Vec<Range>,
+    partitions: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Range {
+    start_id: u64,
+    end_id: u64,
+}
+
 pub fn run(args: QueryArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&sources)?;
+    if args.follow {
+        return follow(&settings, &args);
+    }
     let (from, to) = args.time.parse()?;
     if let Some(name) = &args.rollup {
         return read_rollup(&settings, name, (from, to), args.format);
     }
     let spec = table_spec(&settings, args.table.as_deref())?;
+    if args.by == TimeKind::Event {
+        return by_event(&settings, &spec, &args, (from, to));
+    }
     let mut query = TimeQuery::between(&settings.id.layout, from, to)
         .map_err(|e| UsageError::new("--from/--to", e))?;
     if let Some(text) = &args.filter {
@@ -89,12 +128,7 @@ pub fn run(args: QueryArgs, sources: Sources) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
-    let mut header = vec!["id".to_string()];
-    header.extend(spec.columns.iter().map(|c| c.name.clone()));
-    if spec.payload {
-        header.push("payload".into());
-    }
-    let mut sink = Sink::new(out, args.format, header);
+    let mut sink = Sink::new(out, args.format, header(&spec));
     block_on(async {
         let mut conn = mysql::connect(&url).await?;
         let result = query::run(&mut conn, &spec, &query, |record| sink.push(record)).await;
@@ -103,6 +137,139 @@ pub fn run(args: QueryArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     })??;
     sink.finish().context("writing output")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `query --by event`: the rows whose event time is in `[from, to)`, through the zone map.
+fn by_event(
+    settings: &Settings,
+    spec: &TableSpec,
+    args: &QueryArgs,
+    (from, to): (DateTime<Utc>, DateTime<Utc>),
+) -> anyhow::Result<ExitCode> {
+    if spec.event_time.is_none() {
+        return Err(UsageError::new(
+            "--by event",
+            format!(
+                "table {} has no event time: set store.event_time (or event_time of its \
+                 [[store.tables]]) and run `logstamp zonemap rebuild` for the rows already there",
+                spec.table.as_str()
+            ),
+        )
+        .into());
+    }
+    if from > to {
+        return Err(UsageError::new("--from/--to", "the range is reversed").into());
+    }
+    let mut query = EventQuery::between(from, to);
+    if let Some(text) = &args.filter {
+        query.filter =
+            parse_filter(text, &spec.columns).map_err(|e| UsageError::new("--where", e))?;
+    }
+    query.limit = args.limit;
+    let url = settings.mysql.url.clone();
+    if args.explain {
+        let (ranges, partitions) = with_conn(&url, async |conn| {
+            query::explain_by_event(conn, spec, &query).await
+        })?;
+        let mut out = Output::new();
+        out.json(&ExplainedByEvent {
+            table: spec.table.as_str(),
+            by: "event",
+            from: from.to_rfc3339(),
+            to: to.to_rfc3339(),
+            ranges: ranges
+                .iter()
+                .map(|r| Range {
+                    start_id: r.start,
+                    end_id: r.end,
+                })
+                .collect(),
+            partitions,
+        })
+        .context("writing output")?;
+        out.finish().context("writing output")?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut sink = Sink::new(Output::new(), args.format, header(spec));
+    with_conn(&url, async |conn| {
+        query::run_by_event(conn, spec, &query, |record| sink.push(record)).await
+    })?;
+    sink.finish().context("writing output")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `query --follow`: new rows as they are committed (see `logstamp::store::follow`).
+fn follow(settings: &Settings, args: &QueryArgs) -> anyhow::Result<ExitCode> {
+    if args.by == TimeKind::Event {
+        return Err(UsageError::new(
+            "--follow",
+            "follows rows as they are stamped and committed; use it without --by event \
+             (--where can filter on the event time)",
+        )
+        .into());
+    }
+    let spec = table_spec(settings, args.table.as_deref())?;
+    let layout = settings.id.layout;
+    let window = settings.store.commit_window().ok_or_else(|| {
+        UsageError::new(
+            "--follow",
+            "store.commit_window is off: without it no row is ever known to be the last of its \
+             second; set it (the workers' too)",
+        )
+    })?;
+    let from = match args.time.parse_open()?.0 {
+        Some(from) => FollowFrom::Id(
+            layout
+                .first_id_at(from.timestamp())
+                .map_err(|e| UsageError::new("--from", e))?,
+        ),
+        None => FollowFrom::Now,
+    };
+    let mut plan = Follow {
+        from,
+        window,
+        poll: FOLLOW_POLL,
+        filter: Vec::new(),
+    };
+    if let Some(text) = &args.filter {
+        plan.filter =
+            parse_filter(text, &spec.columns).map_err(|e| UsageError::new("--where", e))?;
+    }
+    let mut sink = Sink::new(Output::new(), args.format, header(&spec));
+    sink.live = true;
+    let limit = args.limit;
+    let url = settings.mysql.url.clone();
+    with_conn(&url, async |conn| {
+        let mut printed = 0u64;
+        let following = follow::follow(conn, &spec, &layout, &plan, |record| {
+            printed += 1;
+            match sink.push(record) {
+                ControlFlow::Continue(()) if limit.is_none_or(|l| printed < l) => {
+                    ControlFlow::Continue(())
+                }
+                _ => ControlFlow::Break(()),
+            }
+        });
+        tokio::select! {
+            result = following => result.map(|_| ()),
+            () = super::relay::wait_for_signal() => Ok(()),
+        }
+    })?;
+    sink.finish().context("writing output")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// How often `--follow` looks for new rows.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The column names a table's rows print with.
+fn header(spec: &TableSpec) -> Vec<String> {
+    let mut header = vec!["id".to_string()];
+    header.extend(spec.columns.iter().map(|c| c.name.clone()));
+    if spec.payload {
+        header.push("payload".into());
+    }
+    header
 }
 
 /// The log table or the fan-out table named.
@@ -195,6 +362,8 @@ struct Sink {
     sample: Vec<Vec<String>>,
     widths: Option<Vec<usize>>,
     failed: Option<io::Error>,
+    /// Print each row at once (`--follow`), instead of buffering.
+    live: bool,
 }
 
 /// A row as the sink prints it: JSON for `--format json`, cells for a table.
@@ -225,6 +394,7 @@ impl Sink {
             sample: Vec::new(),
             widths: None,
             failed: None,
+            live: false,
         }
     }
 
@@ -233,12 +403,16 @@ impl Sink {
             Format::Json => self.out.json(&record),
             Format::Table => {
                 self.sample.push(record.cells());
-                if self.sample.len() >= TABLE_SAMPLE_ROWS || self.widths.is_some() {
+                if self.sample.len() >= TABLE_SAMPLE_ROWS || self.widths.is_some() || self.live {
                     self.flush_table()
                 } else {
                     Ok(())
                 }
             }
+        };
+        let written = match written {
+            Ok(()) if self.live => self.out.flush(),
+            other => other,
         };
         match written {
             Ok(()) => ControlFlow::Continue(()),

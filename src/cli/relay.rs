@@ -141,7 +141,7 @@ fn run_relay(sources: Sources) -> anyhow::Result<ExitCode> {
 
 /// SIGINT or SIGTERM; if signals cannot be watched, never (the process is then stopped by
 /// a kill).
-async fn wait_for_signal() {
+pub(super) async fn wait_for_signal() {
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut signal) => {

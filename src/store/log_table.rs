@@ -24,6 +24,8 @@ pub struct TableSpec {
     pub columns: Vec<ColumnSpec>,
     pub payload: bool,
     pub scheme: PartitionScheme,
+    /// The event-time column kept in the zone map (`store.event_time`), if any.
+    pub event_time: Option<Ident>,
 }
 
 impl TableSpec {
@@ -34,6 +36,7 @@ impl TableSpec {
             columns: store.columns.clone(),
             payload: store.payload,
             scheme,
+            event_time: event_time_ident(&store.event_time),
         }
     }
 
@@ -47,6 +50,7 @@ impl TableSpec {
                 columns: t.columns.clone(),
                 payload: t.payload,
                 scheme: scheme.clone(),
+                event_time: event_time_ident(&t.event_time),
             })
             .collect()
     }
@@ -58,6 +62,11 @@ impl TableSpec {
         all.extend(fanout);
         all
     }
+}
+
+/// A validated `event_time` setting as a column name; empty: none.
+fn event_time_ident(name: &str) -> Option<Ident> {
+    Ident::new(name).ok()
 }
 
 /// A row of `logstamp_tables`: how a log table was made.

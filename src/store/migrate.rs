@@ -79,6 +79,10 @@ const BUILTIN: &[(&str, &str)] = &[
         "0013_dead_letters_record_index.sql",
         include_str!("../../migrations/0013_dead_letters_record_index.sql"),
     ),
+    (
+        "0014_zone_map.sql",
+        include_str!("../../migrations/0014_zone_map.sql"),
+    ),
 ];
 
 /// logstamp's own tables in the database of `mysql.url`: the migrations' and the runner's.

@@ -1,18 +1,22 @@
 //! Everything logstamp does in MySQL. The submodules here without I/O hold the pure parts
 //! (identifiers, partition bounds, DDL text) so they are tested without a server.
 
+pub mod follow;
 pub mod lease;
 pub mod log_table;
 pub mod migrate;
 pub mod partition_plan;
 pub mod partitions;
 pub mod query;
+pub mod rebuild;
 pub mod rollup;
 pub mod rollup_plan;
 pub mod route;
 pub mod schema;
 pub mod settings;
 pub mod writer;
+pub mod zone_map;
+pub mod zone_plan;
 
 pub use partition_plan::{PartitionBound, PartitionPlan, Period, PlanError};
 pub use writer::{Batch, Committed, DeadLetter, MappedRow, Row, WriteOutcome, Writer};

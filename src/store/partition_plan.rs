@@ -404,6 +404,13 @@ impl Maintenance {
     pub fn is_empty(&self) -> bool {
         self.add.is_empty() && self.drop.is_empty()
     }
+
+    /// The lowest ID the table can still hold once `drop` is done (`None`: nothing dropped):
+    /// `pmin`'s new bound, or the bound of the last partition dropped.
+    pub fn first_kept_id(&self) -> Option<u64> {
+        self.pmin_to
+            .or_else(|| self.drop.iter().filter_map(|p| p.less_than).max())
+    }
 }
 
 /// Decides the maintenance of a table partitioned as `existing` (checked by

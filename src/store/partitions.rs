@@ -15,6 +15,7 @@ use super::log_table::{TableSpec, check_record, read_partitioning, read_record};
 use super::partition_plan::{
     Maintenance, PartitionInfo, Partitioning, check_partitioning, describe, plan_maintenance,
 };
+use super::zone_map;
 use crate::mysql::DbError;
 use crate::mysql::current_database;
 use crate::mysql::lock::{table_lock, with_lock};
@@ -47,6 +48,10 @@ pub async fn ensure(
         })?;
         if !dry_run {
             run(conn, spec, &partitioning, &plan).await?;
+            if let Some(first_kept) = plan.first_kept_id() {
+                let forgotten = zone_map::forget_below(conn, &spec.table, first_kept).await?;
+                tracing::info!(table = %spec.table, forgotten, "zone map rows of dropped partitions deleted");
+            }
         }
         Ok(plan)
     })
@@ -364,6 +369,7 @@ mod tests {
         assert!(m.add.is_empty());
         // pmin is kept, emptied with them, and raised to where the oldest day kept starts.
         assert_eq!(m.pmin_to, existing[1].less_than);
+        assert_eq!(m.first_kept_id(), m.pmin_to);
         assert_eq!(
             m.pmin_to,
             Some((at("2040-03-02T00:00:00Z").timestamp() as u64) << 32)
@@ -371,12 +377,18 @@ mod tests {
         // pmin alone past the cutoff waits for the first day: nothing to do.
         let m = plan_maintenance(&existing, at("2040-03-03T23:59:59Z"), &s.scheme).unwrap();
         assert!(m.is_empty() && m.pmin_to.is_none(), "{m:?}");
+        assert_eq!(m.first_kept_id(), None);
 
         // A table from before pmin: the same partitions are dropped, and nothing is raised.
         let old = old_table(&s, "2040-03-01", "2040-03-05");
         let m = plan_maintenance(&old, at("2040-03-05T00:00:00Z"), &s.scheme).unwrap();
         assert_eq!(names_dropped(&m), ["p20400301", "p20400302"]);
         assert_eq!(m.pmin_to, None);
+        // The zone map forgets what lay below the first day kept.
+        assert_eq!(
+            m.first_kept_id(),
+            Some((at("2040-03-03T00:00:00Z").timestamp() as u64) << 32)
+        );
 
         let off = spec(&[("partitions.ahead", "0")]);
         assert!(off.scheme.retention.is_none());

@@ -21,15 +21,17 @@ use std::ops::ControlFlow;
 use chrono::{DateTime, NaiveDate, NaiveDateTime, SecondsFormat, Utc};
 use futures_util::StreamExt;
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Row, Value};
+use mysql_async::{Conn, IsolationLevel, Row, TxOpts, Value};
 use serde::Serialize;
 use serde::ser::SerializeMap;
 
 use super::log_table::TableSpec;
 use super::schema::{ColumnSpec, ColumnType};
+use super::zone_map;
 use crate::id::{IdError, IdRange, Layout};
+use crate::mysql::encode::mysql_value;
 use crate::mysql::rows::take;
-use crate::mysql::{self, DbError, Flavor, Ident};
+use crate::mysql::{self, DbError, Flavor, Ident, SqlValue};
 use crate::time::{ceil_seconds, floor_seconds};
 
 /// A comparison in a filter.
@@ -65,6 +67,8 @@ pub enum Literal {
     Int(i64),
     UInt(u64),
     Float(f64),
+    /// A time (UTC), for bounds on an event-time column.
+    Datetime(NaiveDateTime),
 }
 
 impl Literal {
@@ -74,6 +78,7 @@ impl Literal {
             Literal::Int(i) => Value::Int(*i),
             Literal::UInt(u) => Value::UInt(*u),
             Literal::Float(f) => Value::Double(*f),
+            Literal::Datetime(t) => mysql_value(&SqlValue::Datetime(*t)),
         }
     }
 }
@@ -378,27 +383,218 @@ impl TimeQuery {
 /// The statement and its parameters: the ID bounds as unsigned parameters, then each filter
 /// value. Column names come from the validated settings and are quoted.
 pub fn select_sql(spec: &TableSpec, query: &TimeQuery) -> (String, Vec<Value>) {
+    select_ranges_sql(spec, &[query.range], &query.filter, query.limit)
+}
+
+/// The statement reading the rows of several ID ranges (in ID order, disjoint) that meet every
+/// condition: one `id >= ? AND id < ?` per range, joined by `OR`, which MySQL prunes to the
+/// partitions holding them.
+pub fn select_ranges_sql(
+    spec: &TableSpec,
+    ranges: &[IdRange],
+    filter: &[Condition],
+    limit: Option<u64>,
+) -> (String, Vec<Value>) {
+    let mut params = Vec::with_capacity(2 * ranges.len() + filter.len() + 1);
+    let mut bounds = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        bounds.push("`id` >= ? AND `id` < ?");
+        params.push(Value::UInt(range.start));
+        params.push(Value::UInt(range.end));
+    }
+    let bounds = match bounds.len() {
+        0 => "FALSE".to_string(),
+        1 => bounds.join(""),
+        _ => format!("({})", bounds.join(" OR ")),
+    };
+    let mut sql = format!(
+        "SELECT {} FROM {} WHERE {bounds}",
+        selected_columns(spec),
+        spec.table
+    );
+    push_filter(&mut sql, &mut params, filter);
+    sql.push_str(" ORDER BY `id`");
+    if let Some(limit) = limit {
+        sql.push_str(" LIMIT ?");
+        params.push(Value::UInt(limit));
+    }
+    (sql, params)
+}
+
+/// `id`, each mapped column and `payload` (if kept), quoted, as a select list.
+fn selected_columns(spec: &TableSpec) -> String {
     let mut columns = vec!["`id`".to_string()];
     columns.extend(spec.columns.iter().map(|c| format!("`{}`", c.name)));
     if spec.payload {
         columns.push("`payload`".into());
     }
-    let mut sql = format!(
-        "SELECT {} FROM {} WHERE `id` >= ? AND `id` < ?",
-        columns.join(", "),
-        spec.table
-    );
-    let mut params = vec![Value::UInt(query.range.start), Value::UInt(query.range.end)];
-    for c in &query.filter {
+    columns.join(", ")
+}
+
+/// Appends ` AND column op ?` per condition, binding each value.
+fn push_filter(sql: &mut String, params: &mut Vec<Value>, filter: &[Condition]) {
+    for c in filter {
         sql.push_str(&format!(" AND {} {} ?", c.column, c.op.sql()));
         params.push(c.value.to_value());
     }
+}
+
+/// The IDs from a bound on, by a locking read (`query --follow`, see [`super::follow`]).
+pub fn select_ids_sql(spec: &TableSpec) -> String {
+    format!(
+        "SELECT `id` FROM {} WHERE `id` >= ? ORDER BY `id` LOCK IN SHARE MODE",
+        spec.table
+    )
+}
+
+/// The rows of the IDs listed that meet the filter, in ID order.
+pub fn select_listed_sql(
+    spec: &TableSpec,
+    ids: &[u64],
+    filter: &[Condition],
+) -> (String, Vec<Value>) {
+    let mut params: Vec<Value> = ids.iter().map(|id| Value::UInt(*id)).collect();
+    let marks = vec!["?"; ids.len()].join(", ");
+    let mut sql = format!(
+        "SELECT {} FROM {} WHERE `id` IN ({marks})",
+        selected_columns(spec),
+        spec.table
+    );
+    push_filter(&mut sql, &mut params, filter);
     sql.push_str(" ORDER BY `id`");
-    if let Some(limit) = query.limit {
-        sql.push_str(" LIMIT ?");
-        params.push(Value::UInt(limit));
-    }
     (sql, params)
+}
+
+/// The rows of a table whose event time lies in `[from, to)`, through the zone map (see
+/// [`crate::store::zone_plan`]): exact, and reading only the ID ranges whose minutes of stamp
+/// time hold such rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventQuery {
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
+    pub filter: Vec<Condition>,
+    pub limit: Option<u64>,
+}
+
+/// ID ranges per statement of a query by event time: a long `OR` list costs the optimizer
+/// more than a second statement.
+pub const RANGES_PER_STATEMENT: usize = 256;
+
+impl EventQuery {
+    /// Every row with an event time in `[from, to)`, unfiltered.
+    pub fn between(from: DateTime<Utc>, to: DateTime<Utc>) -> EventQuery {
+        EventQuery {
+            from,
+            to,
+            filter: Vec::new(),
+            limit: None,
+        }
+    }
+
+    /// The conditions on the event-time column, then the filter.
+    fn conditions(&self, column: &Ident) -> Vec<Condition> {
+        let mut conditions = vec![
+            Condition {
+                column: column.clone(),
+                op: Op::Ge,
+                value: Literal::Datetime(self.from.naive_utc()),
+            },
+            Condition {
+                column: column.clone(),
+                op: Op::Lt,
+                value: Literal::Datetime(self.to.naive_utc()),
+            },
+        ];
+        conditions.extend(self.filter.iter().cloned());
+        conditions
+    }
+}
+
+/// The event-time column of the table, or why it has none.
+pub fn event_column(spec: &TableSpec) -> Result<&Ident, DbError> {
+    spec.event_time.as_ref().ok_or_else(|| {
+        DbError::config(
+            "store.event_time",
+            format!(
+                "table {} has no event time to query by: set its event_time and run \
+                 `logstamp zonemap rebuild` for the rows already there",
+                spec.table
+            ),
+        )
+    })
+}
+
+/// Runs a query by event time and hands each row to `each`, in ID order, until the rows end or
+/// `each` breaks. The zone map and the table are read in one consistent snapshot, so every
+/// row committed before it whose event time is in the range is found. Returns the ID ranges
+/// read and the number of rows handed over.
+pub async fn run_by_event(
+    conn: &mut Conn,
+    spec: &TableSpec,
+    query: &EventQuery,
+    mut each: impl FnMut(Record) -> ControlFlow<()>,
+) -> Result<(Vec<IdRange>, u64), DbError> {
+    let column = event_column(spec)?;
+    let context = || format!("querying table {} by event time", spec.table);
+    let mut tx = conn
+        .start_transaction(snapshot())
+        .await
+        .map_err(DbError::mysql(context()))?;
+    let ranges = zone_map::ranges(&mut tx, &spec.table, (query.from, query.to), false).await?;
+    let conditions = query.conditions(column);
+    let mut count = 0;
+    'chunks: for chunk in ranges.chunks(RANGES_PER_STATEMENT) {
+        let limit = match query.limit {
+            Some(limit) if count >= limit => break,
+            Some(limit) => Some(limit - count),
+            None => None,
+        };
+        let (sql, params) = select_ranges_sql(spec, chunk, &conditions, limit);
+        let mut rows = tx
+            .exec_stream::<Row, _, _>(sql, params)
+            .await
+            .map_err(DbError::mysql(context()))?;
+        while let Some(row) = rows.next().await {
+            let row = row.map_err(DbError::mysql(context()))?;
+            count += 1;
+            if each(record(spec, row)?).is_break() {
+                break 'chunks;
+            }
+        }
+    }
+    tx.commit().await.map_err(DbError::mysql(context()))?;
+    Ok((ranges, count))
+}
+
+/// The ID ranges a query by event time reads, and the partitions MySQL reads for them.
+pub async fn explain_by_event(
+    conn: &mut Conn,
+    spec: &TableSpec,
+    query: &EventQuery,
+) -> Result<(Vec<IdRange>, Vec<String>), DbError> {
+    let column = event_column(spec)?;
+    let ranges = zone_map::ranges(conn, &spec.table, (query.from, query.to), false).await?;
+    let conditions = query.conditions(column);
+    let mut partitions: Vec<String> = Vec::new();
+    for chunk in ranges.chunks(RANGES_PER_STATEMENT) {
+        let (sql, params) = select_ranges_sql(spec, chunk, &conditions, query.limit);
+        for p in explained_partitions(conn, spec, &sql, params).await? {
+            if !partitions.contains(&p) {
+                partitions.push(p);
+            }
+        }
+    }
+    Ok((ranges, partitions))
+}
+
+/// A read-only transaction on one consistent snapshot.
+fn snapshot() -> TxOpts {
+    let mut options = TxOpts::default();
+    options
+        .with_isolation_level(IsolationLevel::RepeatableRead)
+        .with_consistent_snapshot(true)
+        .with_readonly(true);
+    options
 }
 
 /// One row: the ID, then each column by name, as JSON.
@@ -452,6 +648,16 @@ pub async fn explain_partitions(
     query: &TimeQuery,
 ) -> Result<Vec<String>, DbError> {
     let (sql, params) = select_sql(spec, query);
+    explained_partitions(conn, spec, &sql, params).await
+}
+
+/// The partitions in the `EXPLAIN` of a statement on `spec`'s table.
+async fn explained_partitions(
+    conn: &mut Conn,
+    spec: &TableSpec,
+    sql: &str,
+    params: Vec<Value>,
+) -> Result<Vec<String>, DbError> {
     let context = || format!("explaining a query of table {}", spec.table);
     let explain = explain(mysql::flavor(conn).await?);
     let rows: Vec<Row> = conn
@@ -491,7 +697,8 @@ pub fn explain(flavor: Flavor) -> &'static str {
     }
 }
 
-fn record(spec: &TableSpec, mut row: Row) -> Result<Record, DbError> {
+/// A row of `spec`'s table, read with [`selected_columns`], as a record.
+pub(crate) fn record(spec: &TableSpec, mut row: Row) -> Result<Record, DbError> {
     let id: u64 = take(&mut row, 0, "id")?;
     let mut columns = Vec::with_capacity(spec.columns.len() + 1);
     for (i, c) in spec.columns.iter().enumerate() {

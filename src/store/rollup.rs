@@ -14,19 +14,17 @@ use serde::Serialize;
 use super::log_table::read_columns;
 use super::schema::ColumnType;
 use crate::id::Layout;
+use crate::mysql::DbError;
 use crate::mysql::encode::{mysql_value, size_bound};
-use crate::mysql::lock::{table_lock, with_lock};
 use crate::mysql::retry::RetryPolicy;
 use crate::mysql::rows::first;
-use crate::mysql::{self, DbError};
-use crate::store::rollup_plan::{MeasureKind, RollupPlan, RollupRow};
+use crate::store::rebuild::in_steps;
+use crate::store::rollup_plan::{Bucket, MeasureKind, RollupPlan, RollupRow};
+use crate::store::zone_map;
 
 /// A rebuild recomputes this much time per transaction, so locks are held briefly and progress
 /// can be shown. Every bucket size divides it.
 pub const REBUILD_STEP_SECONDS: u64 = 86_400;
-
-/// How long a rebuild waits for the source table's lock (held by partition maintenance).
-const LOCK_WAIT_SECONDS: u32 = 60;
 
 /// `CREATE TABLE IF NOT EXISTS` for a rollup.
 pub fn create_table_sql(plan: &RollupPlan) -> String {
@@ -169,17 +167,38 @@ pub fn widen_to_buckets(plan: &RollupPlan, from: u64, to: u64) -> (u64, u64) {
 /// range's rollup rows, then insert them again from a `GROUP BY` over the raw rows of the
 /// matching ID range. Bucket starts are computed as in [`RollupPlan::aggregate`], by adding
 /// seconds to 1970-01-01 (not `FROM_UNIXTIME`, which stops at 2038 on MariaDB 10.11), and
-/// missing dimensions count as the type's zero, as the writer counts them.
+/// missing dimensions count as the type's zero, as the writer counts them. For a rollup by
+/// event time the insert is [`rebuild_insert`] over the step's ID ranges instead.
 pub fn rebuild_sql(plan: &RollupPlan, layout: &Layout) -> (String, String) {
-    let width = plan.bucket.seconds();
-    let epoch = layout.epoch_unix_seconds();
     let delete = format!(
         "DELETE FROM {} WHERE `bucket` >= ? AND `bucket` < ?",
         plan.name
     );
-    let mut select = vec![format!(
-        "TIMESTAMP'1970-01-01 00:00:00' + INTERVAL (((`id` >> 32) + {epoch}) DIV {width} * {width}) SECOND"
-    )];
+    (
+        delete,
+        rebuild_insert(plan, layout, "`id` >= ? AND `id` < ?"),
+    )
+}
+
+/// The `INSERT ... SELECT ... GROUP BY` recomputing a rollup from the source rows meeting
+/// `condition`. Buckets of event time are the event time cut to the bucket (stored in UTC).
+pub fn rebuild_insert(plan: &RollupPlan, layout: &Layout, condition: &str) -> String {
+    let width = plan.bucket.seconds();
+    let epoch = layout.epoch_unix_seconds();
+    let bucket = match &plan.event_time {
+        None => format!(
+            "TIMESTAMP'1970-01-01 00:00:00' + INTERVAL (((`id` >> 32) + {epoch}) DIV {width} * {width}) SECOND"
+        ),
+        Some(event) => {
+            let cut = match plan.bucket {
+                Bucket::Minute => "%Y-%m-%d %H:%i:00",
+                Bucket::Hour => "%Y-%m-%d %H:00:00",
+                Bucket::Day => "%Y-%m-%d 00:00:00",
+            };
+            format!("CAST(DATE_FORMAT({}, '{cut}') AS DATETIME)", event.name)
+        }
+    };
+    let mut select = vec![bucket];
     for d in &plan.dimensions {
         let zero = match d.column_type {
             ColumnType::String => "''",
@@ -205,15 +224,14 @@ pub fn rebuild_sql(plan: &RollupPlan, layout: &Layout) -> (String, String) {
         .iter()
         .map(|n| format!("`{n}`"))
         .collect();
-    let insert = format!(
-        "INSERT INTO {} ({}) SELECT {} FROM {} WHERE `id` >= ? AND `id` < ? GROUP BY {}",
+    format!(
+        "INSERT INTO {} ({}) SELECT {} FROM {} WHERE {condition} GROUP BY {}",
         plan.name,
         columns.join(", "),
         select.join(", "),
         plan.source,
         group_by.join(", ")
-    );
-    (delete, insert)
+    )
 }
 
 /// What a rebuild did.
@@ -253,56 +271,35 @@ pub async fn rebuild(
         to: format_time(to),
         ..RebuildReport::default()
     };
-    let database = mysql::current_database(conn).await?;
-    let lock = table_lock(&database, plan.source.as_str());
     let (delete, insert) = rebuild_sql(plan, layout);
-    let done = with_lock(conn, &lock, LOCK_WAIT_SECONDS, async |conn| {
-        let mut start = from;
-        while start < to {
-            let end = (start + REBUILD_STEP_SECONDS).min(to);
-            let mut tries = retry.tries();
-            let (rows, counted) = loop {
-                match rebuild_step(conn, plan, layout, (&delete, &insert), (start, end)).await {
-                    Err(e) if lost_to_a_writer(&e) => {
-                        let what = format!("rebuilding {} (it met a batch writer)", plan.name);
-                        if !tries.wait_after(&what, &e).await {
-                            return Err(e);
-                        }
-                    }
-                    result => break result?,
-                }
-            };
+    in_steps(
+        conn,
+        &plan.source,
+        &format!("rebuilding {}", plan.name),
+        (from, to, REBUILD_STEP_SECONDS),
+        retry,
+        async |conn, start, end| {
+            rebuild_step(conn, plan, layout, (&delete, &insert), (start, end)).await
+        },
+        |end, (rows, counted)| {
             report.rows += rows;
             report.counted += counted;
             progress(end, &report);
-            start = end;
-        }
-        Ok(())
-    })
+        },
+    )
     .await?;
-    if done.is_none() {
-        return Err(DbError::Busy(format!(
-            "table {} stayed locked for {LOCK_WAIT_SECONDS}s (partition maintenance or another \
-             rebuild); try again",
-            plan.source
-        )));
-    }
     Ok(report)
 }
 
-/// Deadlock (1213) and lock wait timeout (1205): the rebuild step lost to a batch writer and
-/// rolled back; it is run again.
-const CONFLICT_CODES: &[u16] = &[1205, 1213];
-
-/// Only conflicts with writers are retried; anything else (a lost connection also loses the
-/// lock) ends the rebuild, which can simply be run again.
-fn lost_to_a_writer(error: &DbError) -> bool {
-    error
-        .server_code()
-        .is_some_and(|c| CONFLICT_CODES.contains(&c))
-}
-
 /// One transaction of a rebuild; returns the rollup rows written and the raw rows counted.
+///
+/// By event time, the raw rows of the step's buckets can be anywhere in the table: the step
+/// reads the zone map's ID ranges that may hold them with a locking read, after its `DELETE`
+/// (which locks the rollup's rows and gaps of the range). A batch that committed before that
+/// read is in the ranges read and in the recount; one still open holds its zone rows, so the
+/// read waits for it; one starting later waits for the step's locks (on the zone rows, or on
+/// the rollup rows it adds to) and then adds to the recount. So by event time too no batch is
+/// counted twice or lost.
 async fn rebuild_step(
     conn: &mut Conn,
     plan: &RollupPlan,
@@ -311,9 +308,6 @@ async fn rebuild_step(
     (start, end): (u64, u64),
 ) -> Result<(u64, u64), DbError> {
     let context = || format!("rebuilding {} from {}", plan.name, format_time(start));
-    let ids = layout
-        .id_range(to_i64(start), to_i64(end))
-        .map_err(|e| DbError::Invariant(format!("{}: {e}", context())))?;
     let mut options = TxOpts::default();
     options.with_isolation_level(IsolationLevel::RepeatableRead);
     let mut tx = conn
@@ -324,10 +318,40 @@ async fn rebuild_step(
     tx.exec_drop(delete, bounds.clone())
         .await
         .map_err(DbError::mysql(context()))?;
-    tx.exec_drop(insert, (ids.start, ids.end))
-        .await
-        .map_err(DbError::mysql(context()))?;
-    let rows = tx.affected_rows();
+    let rows = match &plan.event_time {
+        None => {
+            let ids = layout
+                .id_range(to_i64(start), to_i64(end))
+                .map_err(|e| DbError::Invariant(format!("{}: {e}", context())))?;
+            tx.exec_drop(insert, (ids.start, ids.end))
+                .await
+                .map_err(DbError::mysql(context()))?;
+            tx.affected_rows()
+        }
+        Some(event) => {
+            let instant = |s: u64| {
+                DateTime::<Utc>::from_timestamp(to_i64(s), 0).unwrap_or(DateTime::<Utc>::MAX_UTC)
+            };
+            let ranges =
+                zone_map::ranges(&mut tx, &plan.source, (instant(start), instant(end)), true)
+                    .await?;
+            if ranges.is_empty() {
+                0
+            } else {
+                let ids = vec!["`id` >= ? AND `id` < ?"; ranges.len()].join(" OR ");
+                let condition = format!("({ids}) AND {0} >= ? AND {0} < ?", event.name);
+                let mut params: Vec<Value> = ranges
+                    .iter()
+                    .flat_map(|r| [Value::UInt(r.start), Value::UInt(r.end)])
+                    .collect();
+                params.extend([bounds.0.clone(), bounds.1.clone()]);
+                tx.exec_drop(rebuild_insert(plan, layout, &condition), params)
+                    .await
+                    .map_err(DbError::mysql(context()))?;
+                tx.affected_rows()
+            }
+        }
+    };
     let counted: Option<MysqlRow> = tx
         .exec_first(
             format!(
@@ -479,6 +503,7 @@ mod tests {
                 name: "per_hour".into(),
                 source: String::new(),
                 bucket: Bucket::Hour,
+                bucket_by: Default::default(),
                 dimensions: vec!["service".into()],
                 sums: vec!["latency_ms".into()],
                 mins: vec![],
@@ -487,6 +512,7 @@ mod tests {
             &[SourceTable {
                 name: &logs,
                 columns: &columns,
+                event_time: "",
             }],
         )
         .unwrap()

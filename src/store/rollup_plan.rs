@@ -39,6 +39,18 @@ impl Bucket {
     }
 }
 
+/// Which time a rollup's buckets are of.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BucketBy {
+    /// The second in the record's ID: when it was stamped.
+    #[default]
+    Id,
+    /// The source table's event-time column (`event_time`): when it happened. Rows without
+    /// one are not counted.
+    Event,
+}
+
 /// One `[[rollups]]` entry as written in the settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -49,6 +61,9 @@ pub struct RollupSettings {
     #[serde(default)]
     pub source: String,
     pub bucket: Bucket,
+    /// Which time the buckets are of: `id` (stamp time, the default) or `event`.
+    #[serde(default)]
+    pub bucket_by: BucketBy,
     /// Columns of the source table the rows are grouped by: string, int, uint or bool.
     #[serde(default)]
     pub dimensions: Vec<String>,
@@ -106,14 +121,17 @@ pub struct RollupPlan {
     /// The source's place among the tables: 0 for `store.table`, then `[[store.tables]]` in order.
     pub source_index: usize,
     pub bucket: Bucket,
+    /// With buckets of event time: the source's event-time column.
+    pub event_time: Option<SourceColumn>,
     pub dimensions: Vec<SourceColumn>,
     pub measures: Vec<Measure>,
 }
 
-/// A table as rollups see it: its name and mapped columns.
+/// A table as rollups see it: its name, mapped columns and event-time column (empty: none).
 pub struct SourceTable<'a> {
     pub name: &'a Ident,
     pub columns: &'a [ColumnSpec],
+    pub event_time: &'a str,
 }
 
 impl RollupPlan {
@@ -202,16 +220,40 @@ impl RollupPlan {
                 });
             }
         }
+        let event_time = match settings.bucket_by {
+            BucketBy::Id => None,
+            BucketBy::Event if source.event_time.is_empty() => {
+                return Err(format!(
+                    "bucket_by = \"event\" needs an event time: {} has none (store.event_time, \
+                     or event_time of its [[store.tables]])",
+                    source.name
+                ));
+            }
+            BucketBy::Event => Some(column(source.event_time)?),
+        };
         let plan = RollupPlan {
             name,
             source: source.name.clone(),
             source_index,
             bucket: settings.bucket,
+            event_time,
             dimensions,
             measures,
         };
         plan.check_columns()?;
         Ok(plan)
+    }
+
+    /// The Unix seconds a row is counted at: its ID's, or its event time's (`None`: it has
+    /// none, or one before 1970, which no bucket holds).
+    fn bucket_seconds(&self, layout: &Layout, id: u64, values: &[SqlValue]) -> Option<u64> {
+        match &self.event_time {
+            None => Some(layout.decode(id).unix_seconds),
+            Some(column) => match values.get(column.index) {
+                Some(SqlValue::Datetime(t)) => u64::try_from(t.and_utc().timestamp()).ok(),
+                _ => None,
+            },
+        }
     }
 
     /// The rollup table's columns in order: `bucket`, the dimensions, `n`, the measures.
@@ -259,7 +301,10 @@ impl RollupPlan {
     ) -> Vec<RollupRow> {
         let mut groups: BTreeMap<(u64, Vec<DimensionKey>), Totals> = BTreeMap::new();
         for (id, values) in rows {
-            let bucket = self.bucket.start(layout.decode(id).unix_seconds);
+            let Some(seconds) = self.bucket_seconds(layout, id, values) else {
+                continue;
+            };
+            let bucket = self.bucket.start(seconds);
             let key = self
                 .dimensions
                 .iter()
@@ -442,6 +487,7 @@ mod tests {
             name: "per_hour".into(),
             source: String::new(),
             bucket: Bucket::Hour,
+            bucket_by: Default::default(),
             dimensions: dimensions.iter().map(|s| s.to_string()).collect(),
             sums: sums.iter().map(|s| s.to_string()).collect(),
             mins: vec![],
@@ -457,8 +503,53 @@ mod tests {
             &[SourceTable {
                 name: &logs,
                 columns: &columns,
+                event_time: "",
             }],
         )
+    }
+
+    #[test]
+    fn buckets_of_event_time_come_from_the_event_column() {
+        let logs = Ident::new("logs").unwrap();
+        let mut columns = columns();
+        columns.push(column("at", ColumnType::Datetime, None));
+        let by_event = RollupSettings {
+            bucket_by: BucketBy::Event,
+            ..settings(&["level"], &[], &[])
+        };
+        let source = |event_time| SourceTable {
+            name: &logs,
+            columns: &columns,
+            event_time,
+        };
+        let refused = RollupPlan::compile(&by_event, &[source("")]).unwrap_err();
+        assert!(refused.contains("needs an event time"), "{refused}");
+        let plan = RollupPlan::compile(&by_event, &[source("at")]).unwrap();
+        let layout = Layout::new(10, 0).unwrap();
+        let stamped = layout.encode(1_700_000_000, 1, 0).unwrap();
+        let at = |h| {
+            chrono::NaiveDate::from_ymd_opt(2023, 1, 2)
+                .unwrap()
+                .and_hms_opt(h, 30, 0)
+                .map_or(SqlValue::Null, SqlValue::Datetime)
+        };
+        let row = |event: SqlValue| {
+            let mut values = vec![SqlValue::Null; 5];
+            values[1] = SqlValue::Text("info".into());
+            values.push(event);
+            values
+        };
+        let rows = [row(at(7)), row(at(7)), row(at(9)), row(SqlValue::Null)];
+        let aggregate = plan.aggregate(&layout, rows.iter().map(|r| (stamped, r.as_slice())));
+        // Two hours of event time, whatever the ID says; the row without one is not counted.
+        let hour = |h: u64| bucket_value(1_672_617_600 + h * 3600);
+        assert_eq!(
+            aggregate
+                .iter()
+                .map(|r| (r.bucket.clone(), r.n))
+                .collect::<Vec<_>>(),
+            [(hour(7), 2), (hour(9), 1)]
+        );
     }
 
     #[test]
@@ -567,6 +658,7 @@ mod tests {
             &[SourceTable {
                 name: &logs,
                 columns: &wide,
+                event_time: "",
             }],
         );
         assert!(refused.unwrap_err().contains("3072"));

@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use super::Period;
 use super::partition_plan::PartitionScheme;
-use super::schema::ColumnSpec;
+use super::schema::{ColumnSpec, ColumnType};
+use super::zone_plan::ZonePlan;
 use crate::id::Layout;
 use crate::mysql::Ident;
 use crate::mysql::ident::serialize_bare;
@@ -28,7 +29,7 @@ pub struct PartitionSettings {
     #[serde(with = "as_text")]
     pub time_zone: Zone,
     pub ahead: u32,
-    pub retention: Retention,
+    pub retention: DurationOrOff,
 }
 
 impl PartitionSettings {
@@ -57,8 +58,14 @@ pub struct StoreSettings {
     /// How long a batch failing for a transient reason is retried before the writer gives up.
     #[serde(with = "duration_text")]
     pub give_up_after: Duration,
+    /// How long after its stamping a batch may still commit (see [`StoreSettings::commit_window`]).
+    pub commit_window: DurationOrOff,
     pub payload: bool,
     pub columns: Vec<ColumnSpec>,
+    /// The log table's event-time column (a datetime column of `columns`), kept in the zone
+    /// map for queries by event time; empty: none.
+    #[serde(default)]
+    pub event_time: String,
     /// Fan-out tables: records (or those meeting `when`) also go there, with the same ID.
     #[serde(default)]
     pub tables: Vec<FanoutTable>,
@@ -80,6 +87,9 @@ pub struct FanoutTable {
     #[serde(default)]
     pub payload: bool,
     pub columns: Vec<ColumnSpec>,
+    /// This table's event-time column, as `store.event_time`; empty: none.
+    #[serde(default)]
+    pub event_time: String,
 }
 
 /// How the writer sends rows to MySQL.
@@ -104,10 +114,23 @@ impl fmt::Display for InsertMethod {
     }
 }
 
+/// The least the commit window exceeds `store.give_up_after` by: for the last attempt's own
+/// time, and for worker clocks somewhat behind the database's.
+pub const COMMIT_WINDOW_MARGIN: Duration = Duration::from_secs(30);
+
 impl StoreSettings {
     /// How the writer, start-up and `rollup rebuild` retry: for `give_up_after` at most.
     pub fn retry_policy(&self) -> RetryPolicy {
         RetryPolicy::giving_up_after(self.give_up_after)
+    }
+
+    /// How long after the second in its lowest ID a batch may still commit, by the database's
+    /// clock (`None`: no limit): the setting, raised to `give_up_after` plus
+    /// [`COMMIT_WINDOW_MARGIN`] so a batch retried that long can still commit. The writer refuses
+    /// to commit later; `query --follow` re-reads this much of the table's tail, and needs it.
+    pub fn commit_window(&self) -> Option<Duration> {
+        let least = self.give_up_after + COMMIT_WINDOW_MARGIN;
+        self.commit_window.0.map(|window| window.max(least))
     }
 
     /// Valid, distinct column and table names; fan-out tables with columns and conditions that
@@ -116,7 +139,11 @@ impl StoreSettings {
         at_least_one("store.concurrency", self.concurrency as u64)?;
         at_most("store.concurrency", self.concurrency, 1_024)?;
         at_most_a_year("store.give_up_after", self.give_up_after)?;
+        if let Some(window) = self.commit_window.0 {
+            at_most_a_year("store.commit_window", window)?;
+        }
         distinct_columns("store.columns", &self.columns)?;
+        event_time_column("store.event_time", &self.event_time, &self.columns)?;
         let mut tables = HashSet::from([self.table.as_str().to_ascii_lowercase()]);
         for table in &self.tables {
             let key = format!("store.tables.{}", table.name);
@@ -130,11 +157,70 @@ impl StoreSettings {
                 return Err(SettingError::new(&key, "needs at least one column"));
             }
             distinct_columns(&key, &table.columns)?;
+            event_time_column(
+                &format!("{key}.event_time"),
+                &table.event_time,
+                &table.columns,
+            )?;
             for condition in &table.when {
                 condition.check().map_err(|e| SettingError::new(&key, e))?;
             }
         }
         Ok(())
+    }
+
+    /// The tables with an event time, each with where that time is among its values.
+    pub fn zone_plans(&self) -> Vec<ZonePlan> {
+        let tables = [(&self.table, &self.event_time, &self.columns)]
+            .into_iter()
+            .chain(
+                self.tables
+                    .iter()
+                    .map(|t| (&t.name, &t.event_time, &t.columns)),
+            );
+        tables
+            .enumerate()
+            .filter_map(|(table_index, (table, event_time, columns))| {
+                let column_index = columns.iter().position(|c| c.name == *event_time)?;
+                Some(ZonePlan {
+                    table: table.clone(),
+                    table_index,
+                    column: columns[column_index].ident().ok()?,
+                    column_index,
+                })
+            })
+            .collect()
+    }
+}
+
+/// An event time, when given, is one of the table's `datetime` columns.
+fn event_time_column(key: &str, name: &str, columns: &[ColumnSpec]) -> Result<(), SettingError> {
+    if name.is_empty() {
+        return Ok(());
+    }
+    let datetimes: Vec<&str> = columns
+        .iter()
+        .filter(|c| c.column_type == ColumnType::Datetime)
+        .map(|c| c.name.as_str())
+        .collect();
+    match columns.iter().find(|c| c.name == name) {
+        Some(c) if c.column_type == ColumnType::Datetime => Ok(()),
+        found => Err(SettingError::new(
+            key,
+            format!(
+                "{name:?} {}: the event time is a datetime column of the table ({})",
+                if found.is_some() {
+                    "is not a datetime column"
+                } else {
+                    "is not a column of the table"
+                },
+                if datetimes.is_empty() {
+                    "it has none".to_string()
+                } else {
+                    datetimes.join(", ")
+                }
+            ),
+        )),
     }
 }
 
@@ -153,25 +239,26 @@ fn distinct_columns(key: &str, columns: &[ColumnSpec]) -> Result<(), SettingErro
     Ok(())
 }
 
-/// How long partitions are kept; `None` keeps them forever (`"off"`).
+/// A duration, or `"off"` (`None`): how long partitions are kept (off: forever), or the commit
+/// window (off: none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Retention(pub Option<Duration>);
+pub struct DurationOrOff(pub Option<Duration>);
 
-impl<'de> Deserialize<'de> for Retention {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Retention, D::Error> {
+impl<'de> Deserialize<'de> for DurationOrOff {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<DurationOrOff, D::Error> {
         let text = String::deserialize(d)?;
         if matches!(text.trim(), "off" | "") {
-            return Ok(Retention(None));
+            return Ok(DurationOrOff(None));
         }
         humantime::parse_duration(text.trim())
-            .map(|d| Retention(Some(d)))
+            .map(|d| DurationOrOff(Some(d)))
             .map_err(|e| {
                 serde::de::Error::custom(format!("{e}: use a duration like \"90days\" or \"off\""))
             })
     }
 }
 
-impl Serialize for Retention {
+impl Serialize for DurationOrOff {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self.0 {
             None => s.serialize_str("off"),

@@ -27,7 +27,10 @@ use mysql_async::{
 };
 use tokio::sync::OnceCell;
 
+use super::follow;
 use super::rollup;
+use super::zone_map;
+use super::zone_plan::ZonePlan;
 use crate::id::Layout;
 use crate::mysql::retry::{RetryPolicy, retrying};
 use crate::mysql::rows::first;
@@ -148,9 +151,15 @@ struct Inner {
     /// The fan-out tables, in the order of [`MappedRow::fanout`].
     fanout: Vec<Target>,
     rollups: Vec<RollupTarget>,
+    /// The tables with an event time, whose zone rows each batch adds to.
+    zones: Vec<ZonePlan>,
+    /// The zone map's upsert text, built once.
+    zone_upsert: (String, String, usize),
     layout: Layout,
     method: InsertMethod,
     retry: RetryPolicy,
+    /// How long after its stamping a batch may still commit (`None`: no limit).
+    commit_window: Option<std::time::Duration>,
     /// Largest statement, from the server's `max_allowed_packet`.
     statement_budget: OnceCell<usize>,
     /// `method` as the server allows it (see [`insert::method_on`]), once the server is known.
@@ -201,9 +210,12 @@ impl Writer {
                 target: Target::new(store.table.clone(), idents(&store.columns)?, store.payload),
                 fanout,
                 rollups: rollups.iter().map(RollupTarget::new).collect(),
+                zones: store.zone_plans(),
+                zone_upsert: zone_map::upsert_statement(),
                 layout,
                 method: store.insert_method,
                 retry: store.retry_policy(),
+                commit_window: store.commit_window(),
                 statement_budget: OnceCell::new(),
                 method_on_server: OnceCell::new(),
             }),
@@ -373,6 +385,12 @@ impl Writer {
             let step = self.in_transaction(&mut tx, batch, budget, isolating).await;
             match step {
                 Ok(Step::Commit(committed)) => {
+                    if let Err(e) = self.check_commit_window(&mut tx, batch).await {
+                        if let Err(rollback) = tx.rollback().await {
+                            tracing::debug!("rolling back a late batch: {rollback}");
+                        }
+                        return Err(e);
+                    }
                     tx.commit()
                         .await
                         .map_err(DbError::mysql(batch_context(batch, "committing")))?;
@@ -409,6 +427,51 @@ impl Writer {
         Err(DbError::Invariant(batch_context(
             batch,
             "a row was refused, then none was when isolating it",
+        )))
+    }
+
+    /// Refuses to commit a batch whose lowest ID is more than the commit window
+    /// ([`StoreSettings::commit_window`]) older than the database's clock: the last statement
+    /// before `COMMIT`, after every row is inserted. This is what lets `query --follow` (see
+    /// [`crate::store::follow`]) know when no more rows of a second can appear. The batch is not
+    /// retried with the same IDs (it would only be later still): the worker stops, and the next
+    /// owner of the partition reads the messages again and stamps them anew.
+    async fn check_commit_window(
+        &self,
+        tx: &mut Transaction<'_>,
+        batch: &Batch,
+    ) -> Result<(), DbError> {
+        let Some(window) = self.inner.commit_window else {
+            return Ok(());
+        };
+        let Some(lowest) = batch.rows.iter().map(|r| r.id).min() else {
+            return Ok(());
+        };
+        let stamped = self.inner.layout.decode(lowest).unix_seconds;
+        let deadline = stamped.saturating_add(window.as_secs());
+        let row: Option<MysqlRow> = tx
+            .exec_first(
+                "SELECT UTC_TIMESTAMP(6) < ?",
+                (follow::datetime_value(deadline),),
+            )
+            .await
+            .map_err(DbError::mysql(batch_context(
+                batch,
+                "checking the commit window",
+            )))?;
+        let in_time: Option<bool> = first(row, "the commit window check")?;
+        if in_time == Some(true) {
+            return Ok(());
+        }
+        Err(DbError::Refused(batch_context(
+            batch,
+            &format!(
+                "not committing: its IDs were stamped at {} and store.commit_window ({}s) has \
+                 passed by the database's clock; the worker's clock may be behind the \
+                 database's. The next owner reads the batch again",
+                crate::time::format_utc(stamped),
+                window.as_secs(),
+            ),
         )))
     }
 
@@ -517,7 +580,51 @@ impl Writer {
         self.insert(tx, rows, budget).await.map_err(|e| {
             e.refused_as(|reason| format!("the database refused the row: {reason}"))
         })?;
-        self.add_to_rollups(tx, rows, budget).await
+        self.add_to_rollups(tx, rows, budget).await?;
+        self.add_to_zone_map(tx, rows, budget).await
+    }
+
+    /// Widens the zone rows of the records' buckets in every table with an event time. Last in
+    /// the batch's writes, so the shared rows of the current minute are held briefly.
+    async fn add_to_zone_map(
+        &self,
+        tx: &mut Transaction<'_>,
+        rows: &[Row],
+        budget: usize,
+    ) -> Result<(), InsertError> {
+        let (prefix, suffix, width) = &self.inner.zone_upsert;
+        for plan in &self.inner.zones {
+            let zones = plan.aggregate(
+                &self.inner.layout,
+                rows.iter()
+                    .filter_map(|row| Some((row.id, table_values(row, plan.table_index)?))),
+            );
+            if zones.is_empty() {
+                continue;
+            }
+            let statement = Statement {
+                prefix,
+                suffix,
+                width: *width,
+                one_affected_per_row: false,
+            };
+            let values = zones
+                .iter()
+                .map(|zone| zone_map::upsert_values(&plan.table, zone))
+                .collect();
+            insert::prepared_values(tx, &statement, values, budget)
+                .await
+                .map_err(|e| {
+                    e.refused_as(|reason| {
+                        format!(
+                            "the database refused adding the record to the zone map of {}: \
+                             {reason}",
+                            plan.table
+                        )
+                    })
+                })?;
+        }
+        Ok(())
     }
 
     /// Adds the records to every rollup. A total out of its column's range (a DOUBLE sum past
@@ -536,13 +643,9 @@ impl Writer {
             width,
         } in &self.inner.rollups
         {
-            let stored = rows.iter().filter_map(|row| {
-                let values = match plan.source_index {
-                    0 => Some(row.mapped.values.as_slice()),
-                    n => row.mapped.fanout.get(n - 1)?.as_deref(),
-                };
-                Some((row.id, values?))
-            });
+            let stored = rows
+                .iter()
+                .filter_map(|row| Some((row.id, table_values(row, plan.source_index)?)));
             let aggregate = plan.aggregate(&self.inner.layout, stored);
             if aggregate.is_empty() {
                 continue;
@@ -802,6 +905,15 @@ async fn insert_dead_letters(
             }
         })?;
     Ok(dead_letters.len())
+}
+
+/// A record's values in table `index` (0: the log table, then the fan-out tables); `None`
+/// where it was not routed.
+fn table_values(row: &Row, index: usize) -> Option<&[SqlValue]> {
+    match index {
+        0 => Some(row.mapped.values.as_slice()),
+        n => row.mapped.fanout.get(n - 1)?.as_deref(),
+    }
 }
 
 /// A record's row in the log table.

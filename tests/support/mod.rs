@@ -166,3 +166,31 @@ impl Drop for TestDb {
         }
     }
 }
+
+/// A batch of partition `partition` of topic `logs` (group `g`) from `start_offset`: one row
+/// per `(ID, message)`, mapped by `mapper`, at consecutive offsets.
+pub fn batch(
+    mapper: &logstamp::transform::Mapper,
+    partition: i32,
+    start_offset: i64,
+    rows: &[(u64, serde_json::Value)],
+) -> logstamp::store::Batch {
+    let rows: Vec<logstamp::store::Row> = rows
+        .iter()
+        .zip(start_offset..)
+        .map(|((id, message), offset)| logstamp::store::Row {
+            id: *id,
+            offset,
+            mapped: mapper.map(message.to_string().as_bytes()).unwrap(),
+        })
+        .collect();
+    logstamp::store::Batch {
+        consumer_group: "g".into(),
+        topic: "logs".into(),
+        partition,
+        start_offset,
+        next_offset: start_offset + rows.len() as i64,
+        rows,
+        dead_letters: Vec::new(),
+    }
+}

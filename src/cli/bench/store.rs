@@ -15,6 +15,7 @@ use serde_json::json;
 
 use logstamp::config::{Settings, Sources};
 use logstamp::id::IdGenerator;
+use logstamp::store::settings::DurationOrOff;
 use logstamp::store::settings::{InsertMethod, StoreSettings};
 use logstamp::store::{Batch, Row, WriteOutcome, Writer};
 use logstamp::transform::Mapper;
@@ -144,6 +145,8 @@ async fn bench_in(settings: &Settings, plan: &Plan) -> anyhow::Result<()> {
             reset(&mut conn, settings).await?;
             let store = StoreSettings {
                 insert_method: method,
+                // Batches are stamped once, before the runs, and written again in each.
+                commit_window: DurationOrOff(None),
                 ..settings.store.clone()
             };
             let writer = Writer::new(
