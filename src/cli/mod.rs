@@ -17,6 +17,7 @@ mod plan;
 mod query;
 mod relay;
 mod rollup;
+mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -76,6 +77,8 @@ enum Command {
     /// Rollup tables: rebuild a time range from the raw rows.
     #[command(subcommand)]
     Rollup(rollup::RollupCommand),
+    /// Serve the JSON query API and the log explorer page until SIGTERM or SIGINT.
+    Serve(serve::ServeArgs),
 }
 
 /// A mistake in how the command was called (exit code 2), as opposed to a failure of the work.
@@ -151,6 +154,7 @@ fn run(command: Command, sources: Sources) -> anyhow::Result<ExitCode> {
         Command::Leases(cmd) => leases::run(cmd, sources),
         Command::Relay(cmd) => relay::run(cmd, sources),
         Command::Rollup(cmd) => rollup::run(cmd, sources),
+        Command::Serve(args) => serve::run(args, sources),
     }
 }
 

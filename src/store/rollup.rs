@@ -12,13 +12,14 @@ use mysql_async::{Conn, IsolationLevel, Row as MysqlRow, TxOpts, Value};
 use serde::Serialize;
 
 use super::log_table::read_columns;
+use super::query::{Count, key_text};
 use super::schema::ColumnType;
 use crate::id::Layout;
 use crate::mysql::encode::{mysql_value, size_bound};
 use crate::mysql::lock::{table_lock, with_lock};
 use crate::mysql::retry::RetryPolicy;
-use crate::mysql::rows::first;
-use crate::mysql::{self, DbError};
+use crate::mysql::rows::{first, take};
+use crate::mysql::{self, DbError, Ident};
 use crate::store::rollup_plan::{MeasureKind, RollupPlan, RollupRow};
 
 /// A rebuild recomputes this much time per transaction, so locks are held briefly and progress
@@ -398,6 +399,44 @@ pub async fn read(
         }
     }
     Ok(())
+}
+
+/// The rollup's counts per `interval` seconds (a multiple of its bucket) and per value of its
+/// dimension `by`, over its other dimensions, for buckets with `from <= bucket < to` (Unix
+/// seconds).
+pub async fn histogram(
+    conn: &mut Conn,
+    plan: &RollupPlan,
+    by: &Ident,
+    interval: u64,
+    (from, to): (u64, u64),
+) -> Result<Vec<Count>, DbError> {
+    // The session's zone is UTC, so UNIX_TIMESTAMP reads the bucket as the UTC time it is.
+    let sql = format!(
+        "SELECT UNIX_TIMESTAMP(`bucket`) DIV ? AS `slot`, {by} AS `key`, SUM(`n`) FROM {} \
+         WHERE `bucket` >= ? AND `bucket` < ? GROUP BY `slot`, `key`",
+        plan.name
+    );
+    let interval = interval.max(1);
+    let rows: Vec<MysqlRow> = conn
+        .exec(sql, (interval, datetime(from), datetime(to)))
+        .await
+        .map_err(DbError::mysql(format!(
+            "counting from rollup {}",
+            plan.name
+        )))?;
+    rows.into_iter()
+        .map(|mut row| {
+            let slot: u64 = take(&mut row, 0, "interval")?;
+            let key: Value = take(&mut row, 1, by.as_str())?;
+            let n: u64 = take(&mut row, 2, "count")?;
+            Ok(Count {
+                start: slot.saturating_mul(interval),
+                key: key_text(&key),
+                n,
+            })
+        })
+        .collect()
 }
 
 /// A value read from a rollup as JSON: the bucket as RFC 3339 text, numbers as numbers (DECIMAL
