@@ -265,6 +265,7 @@ function clearLines() {
   shown = new Set();
   $("lines").tBodies[0].replaceChildren();
   $("lines").dataset.count = 0;
+  $("more").hidden = true;
 }
 
 // ---- loading a view ----
