@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 use serde_json::Value;
@@ -104,18 +104,11 @@ fn drive(base: &str, from: u64, to: u64, artefacts: &Path) -> (Killed, mpsc::Rec
 
 /// The next report, which must be `step`.
 fn next(reports: &mpsc::Receiver<Value>, step: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let report = reports
-            .recv_timeout(left)
-            .unwrap_or_else(|e| panic!("no {step} from the browser: {e}"));
-        assert_ne!(report["step"], "page-error", "{report}");
-        if report["step"] == step {
-            return report;
-        }
-        panic!("expected {step}, the browser said {report}");
-    }
+    let report = reports
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("no {step} from the browser: {e}"));
+    assert_eq!(report["step"], step, "the browser said {report}");
+    report
 }
 
 /// Unix seconds of an RFC 3339 time in the page's URL, and the ID range the server reads for
