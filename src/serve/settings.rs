@@ -22,7 +22,10 @@ pub struct ServeSettings {
     /// Requests to the API must carry `Authorization: Bearer <token>`; empty: no token asked.
     pub token: Token,
     /// The server read (a read-only account's URL); empty: `mysql.url`.
-    #[serde(deserialize_with = "optional_url")]
+    #[serde(
+        deserialize_with = "optional_url",
+        serialize_with = "optional_url_text"
+    )]
     pub mysql_url: Option<MysqlUrl>,
     /// Rows one request returns at most.
     pub max_rows: u64,
@@ -103,6 +106,14 @@ impl<'de> Deserialize<'de> for Token {
     }
 }
 
+/// The URL as written (its password redacted), or empty.
+fn optional_url_text<S: Serializer>(url: &Option<MysqlUrl>, s: S) -> Result<S::Ok, S::Error> {
+    match url {
+        Some(url) => url.serialize(s),
+        None => s.serialize_str(""),
+    }
+}
+
 fn optional_url<'de, D: Deserializer<'de>>(d: D) -> Result<Option<MysqlUrl>, D::Error> {
     let text = String::deserialize(d)?;
     if text.trim().is_empty() {
@@ -136,6 +147,14 @@ mod tests {
         assert!(!format!("{s:?}").contains("secret"));
         assert!(!serde_json::to_string(&s).unwrap().contains("secret"));
         assert_eq!(Token::new("  ").expected(), None);
+        let mut s = settings();
+        s.mysql_url =
+            Some(MysqlUrl::try_from("mysql://ro:pw123@db:3306/logs".to_string()).unwrap());
+        let shown = serde_json::to_value(&s).unwrap();
+        assert_eq!(shown["mysql_url"], "mysql://ro:***@db:3306/logs");
+        assert!(!format!("{s:?}").contains("pw123"));
+        s.mysql_url = None;
+        assert_eq!(serde_json::to_value(&s).unwrap()["mysql_url"], "");
     }
 
     #[test]
