@@ -24,7 +24,7 @@ use super::request::{ApiError, Params, assemble, interval, parts, unix_range};
 use super::{Server, db_error};
 use crate::store::log_table::TableSpec;
 use crate::store::query::{self, Order, Record, TimeQuery, parse_filter};
-use crate::store::schema::ColumnType;
+use crate::store::schema::{ColumnSpec, ColumnType};
 use crate::store::{partitions, rollup};
 use crate::time::format_utc;
 
@@ -290,26 +290,22 @@ async fn count_histogram(server: &Server, q: Option<String>) -> Result<Response,
     let spec = table(server, &params)?;
     let (query, range) = time_query(server, spec, &params)?;
     let by_name = params.get("by").unwrap_or("level");
+    let countable = |c: &&ColumnSpec| {
+        matches!(
+            c.column_type,
+            ColumnType::String | ColumnType::Int | ColumnType::Uint | ColumnType::Bool
+        )
+    };
     let by = spec
         .columns
         .iter()
+        .filter(countable)
         .find(|c| c.name.eq_ignore_ascii_case(by_name))
-        .filter(|c| {
-            matches!(
-                c.column_type,
-                ColumnType::String | ColumnType::Int | ColumnType::Uint | ColumnType::Bool
-            )
-        })
         .ok_or_else(|| {
             let names: Vec<&str> = spec
                 .columns
                 .iter()
-                .filter(|c| {
-                    matches!(
-                        c.column_type,
-                        ColumnType::String | ColumnType::Int | ColumnType::Uint | ColumnType::Bool
-                    )
-                })
+                .filter(countable)
                 .map(|c| c.name.as_str())
                 .collect();
             ApiError::bad(

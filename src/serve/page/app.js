@@ -120,6 +120,15 @@ function baseParams() {
   return p;
 }
 
+// The histogram's parameters: counted by level, or by the table's first text column without one.
+function histogramParams(extra) {
+  const p = { ...baseParams(), ...extra };
+  const table = catalog.tables.find((t) => t.name === (view.table || catalog.tables[0].name));
+  const countable = table.columns.filter((c) => ["string", "int", "uint", "bool"].includes(c.type));
+  if (!countable.some((c) => c.name === "level") && countable.length) p.by = countable[0].name;
+  return p;
+}
+
 // ---- drawing ----
 
 function colour(key, keys) {
@@ -312,7 +321,7 @@ async function load(push) {
   status("loading…");
   try {
     const [h, page] = await Promise.all([
-      api("/api/histogram", baseParams()),
+      api("/api/histogram", histogramParams({})),
       api("/api/rows", { ...baseParams(), limit: PAGE }),
     ]);
     if (mine !== generation) return;
@@ -393,7 +402,7 @@ async function refreshLive(mine) {
   }
   if (cursor) status(`live: more than ${LIVE_MAX_PAGES * catalog.limits.max_rows} lines in the last ${window / 1000} s; narrow the filter to follow them all`);
   else status(`live: ${added} new line${added === 1 ? "" : "s"} at ${shortTime(now)}`);
-  const h = await api("/api/histogram", { ...baseParams(), to: iso(new Date(now.getTime() + ahead)) });
+  const h = await api("/api/histogram", histogramParams({ to: iso(new Date(now.getTime() + ahead)) }));
   if (mine !== generation) return;
   range = { from: range.from, to: new Date(now.getTime() + ahead) };
   drawHistogram(h);
