@@ -348,3 +348,23 @@ async fn a_token_is_asked_for_when_set() {
     let (status, body) = get(&address, "/api/tables", Some("s3cret")).await;
     assert_eq!(status, 200, "{body}");
 }
+
+#[tokio::test]
+async fn a_statement_past_its_time_is_stopped_by_the_server() {
+    let loaded = loaded("serve_timeout").await;
+    let address = serve(&loaded, &[("serve.statement_timeout", "1ms")]).await;
+    // Counting every line by a column no rollup has: a scan of all of them, which takes the
+    // server longer than a millisecond.
+    let (status, body) = get(
+        &address,
+        &format!(
+            "/api/histogram?{}&by=service",
+            range(loaded.start, loaded.start + LINES + 1)
+        ),
+        None,
+    )
+    .await;
+    assert_eq!(status, 504, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("serve.statement_timeout"), "{message}");
+}

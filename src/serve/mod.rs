@@ -25,9 +25,13 @@ use crate::store::log_table::TableSpec;
 use crate::store::rollup_plan::RollupPlan;
 use request::ApiError;
 
-/// Connections the server holds at most: requests beyond wait for one (up to the statement
-/// timeout), so a burst cannot open connections at will.
+/// Connections the server holds at most: requests beyond wait for one, so a burst cannot open
+/// connections at will.
 const MAX_CONNECTIONS: usize = 8;
+
+/// How long a request waits for a connection: a new one, or one of the pool's while all are
+/// busy.
+const CONNECTION_WAIT: Duration = Duration::from_secs(10);
 
 /// What the server reads: the tables and rollups of the settings, and the ID layout.
 #[derive(Debug, Clone)]
@@ -74,12 +78,12 @@ impl Server {
     async fn conn(&self) -> Result<mysql_async::Conn, ApiError> {
         let timeout = self.settings.statement_timeout;
         let unavailable = |e: &dyn std::fmt::Display| ApiError::Unavailable(format!("MySQL: {e}"));
-        let mut conn = tokio::time::timeout(timeout, self.pool.get_conn())
+        let mut conn = tokio::time::timeout(CONNECTION_WAIT, self.pool.get_conn())
             .await
             .map_err(|_| {
                 ApiError::Unavailable(format!(
                     "no MySQL connection within {}",
-                    humantime::format_duration(timeout)
+                    humantime::format_duration(CONNECTION_WAIT)
                 ))
             })?
             .map_err(|e| unavailable(&e))?;
