@@ -177,7 +177,41 @@ async fn pages_filters_and_histograms_match_plain_sql() {
     }
     assert_eq!(counted, bars);
 
-    // With a filter the table is counted, by the column asked for.
+    // Filtered by a dimension of the rollup, `=`: still the rollup, counting only errors.
+    let (status, h) = get(
+        &address,
+        &format!(
+            "/api/histogram?{}&interval=60&where={}",
+            range(from, to),
+            enc("level = 'error'")
+        ),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{h}");
+    assert!(
+        h["sources"][1].as_str().unwrap().starts_with("rollup"),
+        "{h}"
+    );
+    let mut error_bars: BTreeMap<u64, u64> = BTreeMap::new();
+    for (id, level) in &expected {
+        if level == "error" {
+            *error_bars.entry((id >> 32) / 60 * 60).or_default() += 1;
+        }
+    }
+    let counted: BTreeMap<u64, u64> = h["bars"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|bar| {
+            let n = bar["counts"].get("error")?.as_u64()?;
+            Some((bar["start"].as_u64().unwrap(), n))
+        })
+        .collect();
+    assert_eq!(counted, error_bars);
+    assert_eq!(h["keys"], serde_json::json!(["error"]));
+
+    // With a filter on another column the table is counted, by the column asked for.
     let (status, h) = get(
         &address,
         &format!(

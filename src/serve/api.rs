@@ -20,7 +20,7 @@ use serde::ser::SerializeMap;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
-use super::request::{ApiError, Params, assemble, interval, parts, unix_range};
+use super::request::{ApiError, Params, assemble, interval, parts, rollup_answers, unix_range};
 use super::{Server, db_error};
 use crate::store::log_table::TableSpec;
 use crate::store::query::{self, Order, Record, TimeQuery, parse_filter};
@@ -316,16 +316,12 @@ async fn count_histogram(server: &Server, q: Option<String>) -> Result<Response,
     let by = by.ident().map_err(|e| ApiError::bad("by", e))?;
     let interval = interval(&params, range)?;
     let rollups = &server.catalog.rollups;
-    let candidates: Vec<(usize, u64)> = if query.filter.is_empty() {
-        rollups
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.source == spec.table && p.dimensions.iter().any(|d| d.name == by))
-            .map(|(i, p)| (i, p.bucket.seconds()))
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let candidates: Vec<(usize, u64)> = rollups
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.source == spec.table && rollup_answers(p, &by, &query.filter))
+        .map(|(i, p)| (i, p.bucket.seconds()))
+        .collect();
     let mut conn = server.conn().await?;
     let mut counts = Vec::new();
     let mut sources = Vec::new();
@@ -338,7 +334,15 @@ async fn count_histogram(server: &Server, q: Option<String>) -> Result<Response,
                     format_utc(part.from),
                     format_utc(part.to)
                 ));
-                rollup::histogram(&mut conn, plan, &by, interval, (part.from, part.to)).await
+                rollup::histogram(
+                    &mut conn,
+                    plan,
+                    &by,
+                    &query.filter,
+                    interval,
+                    (part.from, part.to),
+                )
+                .await
             }
             None => {
                 sources.push(format!(

@@ -8,7 +8,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::store::query::Count;
+use crate::mysql::Ident;
+use crate::store::query::{Condition, Count, Literal, Op};
+use crate::store::rollup_plan::RollupPlan;
 use crate::time::{Zone, ceil_seconds, floor_seconds, format_utc, parse_time};
 
 /// Why a request was not answered, and so its status code: 4xx the caller's fault, 5xx ours
@@ -187,6 +189,25 @@ pub fn interval(params: &Params, (from, to): (u64, u64)) -> Result<u64, ApiError
         .copied()
         .find(|&i| bars(i) <= TARGET_BARS)
         .unwrap_or(INTERVALS[INTERVALS.len() - 1]))
+}
+
+/// Whether `plan`, a rollup of the table counted, counts exactly what the table would for a
+/// histogram by `by` filtered by `filter`: `by` is one of its dimensions, and so is every
+/// filtered column, each compared with `=` to a value other than the one a rollup stores for a
+/// missing value ("", 0, false), which the table holds as NULL and no `=` matches. Both tables
+/// compare text by its bytes (`utf8mb4_bin`).
+pub fn rollup_answers(plan: &RollupPlan, by: &Ident, filter: &[Condition]) -> bool {
+    let is_dimension = |column: &Ident| plan.dimensions.iter().any(|d| d.name == *column);
+    let present = |value: &Literal| match value {
+        Literal::Text(text) => !text.is_empty(),
+        Literal::Int(i) => *i != 0,
+        Literal::UInt(u) => *u != 0,
+        Literal::Float(f) => *f != 0.0,
+    };
+    is_dimension(by)
+        && filter
+            .iter()
+            .all(|c| c.op == Op::Eq && is_dimension(&c.column) && present(&c.value))
 }
 
 /// Where one part of a histogram's range is counted: a rollup (its index among the
@@ -399,6 +420,47 @@ mod tests {
         assert_eq!(parts(10, 50, 60, &[(0, 60)]), [table(10, 50)]);
         assert_eq!(parts(0, 600, 30, &[(0, 60)]), [table(0, 600)]);
         assert_eq!(parts(0, 600, 60, &[]), [table(0, 600)]);
+    }
+
+    #[test]
+    fn a_rollup_answers_filters_on_its_dimensions_by_equality() {
+        use crate::store::query::parse_filter;
+        use crate::store::rollup_plan::{Bucket, RollupSettings, SourceTable};
+        let settings = crate::config::Settings::defaults().unwrap().store;
+        let table = Ident::new("logs").unwrap();
+        let plan = RollupPlan::compile(
+            &RollupSettings {
+                name: "per_minute".into(),
+                source: String::new(),
+                bucket: Bucket::Minute,
+                dimensions: vec!["level".into(), "host".into()],
+                sums: vec![],
+                mins: vec![],
+                maxs: vec![],
+            },
+            &[SourceTable {
+                name: &table,
+                columns: &settings.columns,
+            }],
+        )
+        .unwrap();
+        let answers = |by: &str, filter: &str| {
+            let filter = if filter.is_empty() {
+                Vec::new()
+            } else {
+                parse_filter(filter, &settings.columns).unwrap()
+            };
+            rollup_answers(&plan, &Ident::new(by).unwrap(), &filter)
+        };
+        assert!(answers("level", ""));
+        assert!(answers("level", "level = 'error' and host = 'web-1'"));
+        assert!(answers("host", "level = 'error'"));
+        // Not a dimension, not `=`, or the value a rollup stores for NULL.
+        assert!(!answers("service", ""));
+        assert!(!answers("level", "service = 'auth'"));
+        assert!(!answers("level", "level != 'error'"));
+        assert!(!answers("level", "host like 'web-%'"));
+        assert!(!answers("level", "level = ''"));
     }
 
     #[test]

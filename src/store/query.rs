@@ -421,7 +421,7 @@ pub fn select_sql_in_order(
 }
 
 /// ` AND column op ?` for each condition, its value bound.
-fn push_filter(filter: &[Condition], sql: &mut String, params: &mut Vec<Value>) {
+pub(super) fn push_filter(filter: &[Condition], sql: &mut String, params: &mut Vec<Value>) {
     for c in filter {
         sql.push_str(&format!(" AND {} {} ?", c.column, c.op.sql()));
         params.push(c.value.to_value());

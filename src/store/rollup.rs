@@ -12,7 +12,7 @@ use mysql_async::{Conn, IsolationLevel, Row as MysqlRow, TxOpts, Value};
 use serde::Serialize;
 
 use super::log_table::read_columns;
-use super::query::{Count, key_text};
+use super::query::{Condition, Count, key_text, push_filter};
 use super::schema::ColumnType;
 use crate::id::Layout;
 use crate::mysql::encode::{mysql_value, size_bound};
@@ -403,23 +403,27 @@ pub async fn read(
 
 /// The rollup's counts per `interval` seconds (a multiple of its bucket) and per value of its
 /// dimension `by`, over its other dimensions, for buckets with `from <= bucket < to` (Unix
-/// seconds).
+/// seconds), of the rows whose dimensions meet `filter` (conditions on dimensions only).
 pub async fn histogram(
     conn: &mut Conn,
     plan: &RollupPlan,
     by: &Ident,
+    filter: &[Condition],
     interval: u64,
     (from, to): (u64, u64),
 ) -> Result<Vec<Count>, DbError> {
     // The session's zone is UTC, so UNIX_TIMESTAMP reads the bucket as the UTC time it is.
-    let sql = format!(
+    let mut sql = format!(
         "SELECT UNIX_TIMESTAMP(`bucket`) DIV ? AS `slot`, {by} AS `key`, SUM(`n`) FROM {} \
-         WHERE `bucket` >= ? AND `bucket` < ? GROUP BY `slot`, `key`",
+         WHERE `bucket` >= ? AND `bucket` < ?",
         plan.name
     );
     let interval = interval.max(1);
+    let mut params = vec![Value::UInt(interval), datetime(from), datetime(to)];
+    push_filter(filter, &mut sql, &mut params);
+    sql.push_str(" GROUP BY `slot`, `key`");
     let rows: Vec<MysqlRow> = conn
-        .exec(sql, (interval, datetime(from), datetime(to)))
+        .exec(sql, params)
         .await
         .map_err(DbError::mysql(format!(
             "counting from rollup {}",
