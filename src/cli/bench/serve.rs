@@ -1,6 +1,7 @@
 //! `logstamp bench serve`: how long `logstamp serve`'s API takes to answer over a day of
-//! many rows: a day's histogram (from a per-minute rollup, and counted from the table when a
-//! filter or a column that no rollup has rules the rollup out) and a page of lines (the
+//! many rows: a day's histogram (from a per-minute rollup by level, unfiltered and filtered by
+//! level, and counted from the table when a filter or a column that the rollup lacks rules it
+//! out) and a page of lines (the
 //! newest, filtered, deep behind a cursor), each timed over HTTP, with the CPU this process
 //! and the MySQL server spent per request.
 //!
@@ -145,8 +146,14 @@ async fn bench_in(settings: &Settings, args: &ServeArgs) -> anyhow::Result<Vec<M
             format!("/api/histogram?{range}"),
         ),
         (
-            "histogram, 24 h, level = 'error' (table)",
+            "histogram, 24 h, level = 'error' (rollup)",
             format!("/api/histogram?{range}{errors}"),
+        ),
+        (
+            "histogram, 24 h, host = one of 200 (table)",
+            format!(
+                "/api/histogram?{range}&where=host%20%3D%20%27web-007.eu-west-1.example.com%27"
+            ),
         ),
         (
             "histogram, 24 h, by service (table)",
