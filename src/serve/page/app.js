@@ -400,6 +400,11 @@ async function refreshLive(mine) {
     cursor = answer.next;
     if (!cursor) break;
   }
+  // IDs older than the window are never read again: only those still on the page are kept.
+  const onPage = new Set(lines.map((l) => l.row.id));
+  for (const id of shown) {
+    if (!onPage.has(id) && idTime(BigInt(id)) < windowFrom) shown.delete(id);
+  }
   if (cursor) status(`live: more than ${LIVE_MAX_PAGES * catalog.limits.max_rows} lines in the last ${window / 1000} s; narrow the filter to follow them all`);
   else status(`live: ${added} new line${added === 1 ? "" : "s"} at ${shortTime(now)}`);
   const h = await api("/api/histogram", histogramParams({ to: iso(new Date(now.getTime() + ahead)) }));
