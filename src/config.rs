@@ -3,9 +3,9 @@
 //!
 //! Each section's types and checks belong to the module that uses them (`mysql`, `kafka`,
 //! `id::settings`, `store::settings`, `ingest::settings`, `telemetry`, `relay::settings`,
-//! `transform::settings`); this module only layers the sources, composes the sections, runs the
-//! checks that span sections (rollups against the tables they read) and says which layer set a
-//! bad key. A bad value is one error naming the setting and the layer it came from. Secrets
+//! `transform::settings`, `serve::settings`); this module only layers the sources, composes
+//! the sections, runs the checks that span sections (rollups against the tables they read)
+//! and says which layer set a bad key. A bad value is one error naming the setting and the layer it came from. Secrets
 //! never reach a message: the MySQL URL's password is redacted wherever the URL is shown.
 
 use std::collections::HashMap;
@@ -19,6 +19,7 @@ use crate::ingest::settings::{BatchSettings, IngestSettings, WorkerSettings};
 use crate::kafka::KafkaSettings;
 use crate::mysql::MysqlSettings;
 use crate::relay::settings::RelaySettings;
+use crate::serve::{Catalog, ServeSettings};
 use crate::settings::SettingError;
 use crate::store::log_table::TableSpec;
 use crate::store::migrate::bookkeeping_tables;
@@ -90,6 +91,7 @@ pub struct Settings {
     pub ingest: IngestSettings,
     pub telemetry: TelemetrySettings,
     pub relay: RelaySettings,
+    pub serve: ServeSettings,
     /// Summary tables kept in step with the log tables (`[[rollups]]`).
     pub rollups: Vec<RollupSettings>,
     /// The rollups, checked against the tables.
@@ -111,6 +113,7 @@ struct RawSettings {
     ingest: IngestSettings,
     telemetry: TelemetrySettings,
     relay: RelaySettings,
+    serve: ServeSettings,
     #[serde(default)]
     rollups: Vec<RollupSettings>,
     normalize: Vec<NormalizeRule>,
@@ -156,6 +159,16 @@ impl Settings {
     /// The log table, then the fan-out tables.
     pub fn tables(&self) -> Vec<TableSpec> {
         TableSpec::all(&self.store, self.partition_scheme())
+    }
+
+    /// What `logstamp serve` reads.
+    pub fn serve_catalog(&self) -> Catalog {
+        Catalog {
+            tables: self.tables(),
+            rollups: self.rollup_plans.clone(),
+            layout: self.id.layout,
+            ids_ahead: self.id.mark_window,
+        }
     }
 
     /// What an ingest worker reads.
@@ -316,6 +329,7 @@ impl<'a> Layered<'a> {
         raw.ingest.validate().map_err(invalid)?;
         raw.telemetry.validate().map_err(invalid)?;
         raw.relay.validate().map_err(invalid)?;
+        raw.serve.validate().map_err(invalid)?;
         raw.relay
             .refuse_bookkeeping(raw.mysql.url.database(), &bookkeeping_tables())
             .map_err(invalid)?;
@@ -332,6 +346,7 @@ impl<'a> Layered<'a> {
             ingest: raw.ingest,
             telemetry: raw.telemetry,
             relay: raw.relay,
+            serve: raw.serve,
             rollups: raw.rollups,
             rollup_plans,
             normalize,

@@ -17,6 +17,7 @@ const LAYERS: &[&str] = &[
     "transform",
     "relay",
     "ingest",
+    "serve",
     "config",
 ];
 

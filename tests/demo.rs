@@ -78,6 +78,10 @@ async fn demo_stores_every_record_once_and_says_what_to_try_next() {
         stdout.contains("cargo run --release -- query --from"),
         "{stdout}"
     );
+    assert!(
+        stdout.contains("cargo run --release -- serve\n  then open http://127.0.0.1:8080/"),
+        "{stdout}"
+    );
 
     // The summary agrees with the database it names.
     let mut conn = db.conn().await;

@@ -1,7 +1,7 @@
 //! The README stays true: its configuration reference lists every setting of
 //! `config/default.toml` with its default, its worked example is the example file the pipeline
 //! tests run, and every `logstamp` command it shows is run here (long-running ones are parsed
-//! with `--help` here and run by their own tests: ingest, relay, demo, dev-broker).
+//! with `--help` here and run by their own tests: ingest, relay, demo, dev-broker, serve).
 
 mod support;
 
@@ -197,7 +197,12 @@ fn long_running(args: &[String]) -> bool {
     }
     matches!(
         words.as_slice(),
-        ["ingest", ..] | ["demo", ..] | ["dev-broker", ..] | ["bench", ..] | ["relay", "run", ..]
+        ["ingest", ..]
+            | ["demo", ..]
+            | ["dev-broker", ..]
+            | ["bench", ..]
+            | ["relay", "run", ..]
+            | ["serve", ..]
     ) || args.iter().any(|a| a == "--follow")
         || needs_a_binlog(&words)
         || needs_remote_dcs(&words)

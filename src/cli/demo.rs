@@ -152,7 +152,7 @@ async fn demo(sources: Sources, url: MysqlUrl, args: &DemoArgs) -> anyhow::Resul
     let summary = summarize(&mut conn, &spec, args.records, seconds, &service_ids).await;
     let _ = conn.disconnect().await;
     let duplicates = summary?;
-    try_next(&url);
+    try_next(&url, settings.serve.listen);
     if duplicates > 0 {
         bail!("{duplicates} duplicates stored: exactly-once ingest failed");
     }
@@ -489,8 +489,8 @@ async fn sample_query(conn: &mut Conn, spec: &TableSpec, newest: u64) -> anyhow:
     Ok(())
 }
 
-/// The commands to explore the demo's data with.
-fn try_next(url: &MysqlUrl) {
+/// The commands to explore the demo's data with, and the page to look at it in.
+fn try_next(url: &MysqlUrl, listen: std::net::SocketAddr) {
     let env = format!(
         "LOGSTAMP__MYSQL__URL={} LOGSTAMP__STORE__EVENT_TIME=event_time",
         url.redacted()
@@ -512,4 +512,8 @@ fn try_next(url: &MysqlUrl) {
     ] {
         println!("  {env} cargo run --release -- {command}");
     }
+    println!();
+    println!("Look at the logs in a browser (the log explorer; Ctrl-C stops it):");
+    println!("  {env} cargo run --release -- serve");
+    println!("  then open http://{listen}/?from=now-1h&to=now");
 }

@@ -17,6 +17,7 @@ mod plan;
 mod query;
 mod relay;
 mod rollup;
+mod serve;
 mod zonemap;
 
 use std::path::PathBuf;
@@ -80,6 +81,8 @@ enum Command {
     /// The zone map of event times (store.event_time): rebuild it from the rows.
     #[command(subcommand)]
     Zonemap(zonemap::ZonemapCommand),
+    /// Serve the JSON query API and the log explorer page until SIGTERM or SIGINT.
+    Serve(serve::ServeArgs),
 }
 
 /// A mistake in how the command was called (exit code 2), as opposed to a failure of the work.
@@ -192,6 +195,7 @@ fn run(command: Command, sources: Sources) -> anyhow::Result<ExitCode> {
         Command::Relay(cmd) => relay::run(cmd, sources),
         Command::Rollup(cmd) => rollup::run(cmd, sources),
         Command::Zonemap(cmd) => zonemap::run(cmd, sources),
+        Command::Serve(args) => serve::run(args, sources),
     }
 }
 

@@ -380,10 +380,29 @@ impl TimeQuery {
     }
 }
 
+/// Which end of the range rows are read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Order {
+    /// Ascending IDs: the oldest first.
+    #[default]
+    OldestFirst,
+    /// Descending IDs: the newest first, as a log viewer shows them.
+    NewestFirst,
+}
+
 /// The statement and its parameters: the ID bounds as unsigned parameters, then each filter
 /// value. Column names come from the validated settings and are quoted.
 pub fn select_sql(spec: &TableSpec, query: &TimeQuery) -> (String, Vec<Value>) {
-    select_ranges_sql(spec, &[query.range], &query.filter, query.limit)
+    select_sql_in_order(spec, query, Order::OldestFirst)
+}
+
+/// [`select_sql`], reading from either end of the range.
+pub fn select_sql_in_order(
+    spec: &TableSpec,
+    query: &TimeQuery,
+    order: Order,
+) -> (String, Vec<Value>) {
+    select_ranges_sql(spec, &[query.range], &query.filter, query.limit, order)
 }
 
 /// The statement reading the rows of several ID ranges (in ID order, disjoint) that meet every
@@ -394,6 +413,7 @@ pub fn select_ranges_sql(
     ranges: &[IdRange],
     filter: &[Condition],
     limit: Option<u64>,
+    order: Order,
 ) -> (String, Vec<Value>) {
     let mut params = Vec::with_capacity(2 * ranges.len() + filter.len() + 1);
     let mut bounds = Vec::with_capacity(ranges.len());
@@ -412,8 +432,11 @@ pub fn select_ranges_sql(
         selected_columns(spec),
         spec.table
     );
-    push_filter(&mut sql, &mut params, filter);
-    sql.push_str(" ORDER BY `id`");
+    push_filter(filter, &mut sql, &mut params);
+    sql.push_str(match order {
+        Order::OldestFirst => " ORDER BY `id`",
+        Order::NewestFirst => " ORDER BY `id` DESC",
+    });
     if let Some(limit) = limit {
         sql.push_str(" LIMIT ?");
         params.push(Value::UInt(limit));
@@ -432,7 +455,7 @@ fn selected_columns(spec: &TableSpec) -> String {
 }
 
 /// Appends ` AND column op ?` per condition, binding each value.
-fn push_filter(sql: &mut String, params: &mut Vec<Value>, filter: &[Condition]) {
+pub(super) fn push_filter(filter: &[Condition], sql: &mut String, params: &mut Vec<Value>) {
     for c in filter {
         sql.push_str(&format!(" AND {} {} ?", c.column, c.op.sql()));
         params.push(c.value.to_value());
@@ -460,7 +483,7 @@ pub fn select_listed_sql(
         selected_columns(spec),
         spec.table
     );
-    push_filter(&mut sql, &mut params, filter);
+    push_filter(filter, &mut sql, &mut params);
     sql.push_str(" ORDER BY `id`");
     (sql, params)
 }
@@ -549,7 +572,7 @@ pub async fn run_by_event(
             Some(limit) => Some(limit - count),
             None => None,
         };
-        let (sql, params) = select_ranges_sql(spec, chunk, &conditions, limit);
+        let (sql, params) = select_ranges_sql(spec, chunk, &conditions, limit, Order::OldestFirst);
         let mut rows = tx
             .exec_stream::<Row, _, _>(sql, params)
             .await
@@ -577,7 +600,8 @@ pub async fn explain_by_event(
     let conditions = query.conditions(column);
     let mut partitions: Vec<String> = Vec::new();
     for chunk in ranges.chunks(RANGES_PER_STATEMENT) {
-        let (sql, params) = select_ranges_sql(spec, chunk, &conditions, query.limit);
+        let (sql, params) =
+            select_ranges_sql(spec, chunk, &conditions, query.limit, Order::OldestFirst);
         for p in explained_partitions(conn, spec, &sql, params).await? {
             if !partitions.contains(&p) {
                 partitions.push(p);
@@ -595,6 +619,82 @@ fn snapshot() -> TxOpts {
         .with_consistent_snapshot(true)
         .with_readonly(true);
     options
+}
+
+/// The rows of one interval of ID time with one value of the column counted by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Count {
+    /// Unix seconds the interval starts at (a multiple of the interval).
+    pub start: u64,
+    /// The column's value as text; NULL is empty, as a rollup counts a missing value.
+    pub key: String,
+    pub n: u64,
+}
+
+/// Counts the query's rows per `interval` seconds of their ID time (intervals aligned to Unix
+/// time) and per value of column `by`, in one pass over the ID range: the partitions that do
+/// not hold it are not read.
+pub fn histogram_sql(
+    spec: &TableSpec,
+    query: &TimeQuery,
+    by: &Ident,
+    interval: u64,
+) -> (String, Vec<Value>) {
+    let mut sql = format!(
+        "SELECT (? + (`id` >> 32)) DIV ? AS `slot`, {by} AS `key`, COUNT(*) FROM {} \
+         WHERE `id` >= ? AND `id` < ?",
+        spec.table
+    );
+    let mut params = vec![
+        Value::UInt(spec.scheme.layout.epoch_unix_seconds()),
+        Value::UInt(interval.max(1)),
+        Value::UInt(query.range.start),
+        Value::UInt(query.range.end),
+    ];
+    push_filter(&query.filter, &mut sql, &mut params);
+    sql.push_str(" GROUP BY `slot`, `key`");
+    (sql, params)
+}
+
+/// Runs [`histogram_sql`].
+pub async fn histogram(
+    conn: &mut Conn,
+    spec: &TableSpec,
+    query: &TimeQuery,
+    by: &Ident,
+    interval: u64,
+) -> Result<Vec<Count>, DbError> {
+    let (sql, params) = histogram_sql(spec, query, by, interval);
+    let rows: Vec<Row> = conn
+        .exec(sql, params)
+        .await
+        .map_err(DbError::mysql(format!(
+            "counting rows of table {}",
+            spec.table
+        )))?;
+    rows.into_iter()
+        .map(|mut row| {
+            let slot: u64 = take(&mut row, 0, "interval")?;
+            let key: Value = take(&mut row, 1, by.as_str())?;
+            let n: u64 = take(&mut row, 2, "count")?;
+            Ok(Count {
+                start: slot.saturating_mul(interval.max(1)),
+                key: key_text(&key),
+                n,
+            })
+        })
+        .collect()
+}
+
+/// A value counted by, as text: what it holds, or empty for NULL.
+pub fn key_text(value: &Value) -> String {
+    match value {
+        Value::NULL => String::new(),
+        Value::Bytes(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Value::Int(i) => i.to_string(),
+        Value::UInt(u) => u.to_string(),
+        other => other.as_sql(true),
+    }
 }
 
 /// One row: the ID, then each column by name, as JSON.
@@ -622,9 +722,20 @@ pub async fn run(
     conn: &mut Conn,
     spec: &TableSpec,
     query: &TimeQuery,
+    each: impl FnMut(Record) -> ControlFlow<()>,
+) -> Result<u64, DbError> {
+    run_in_order(conn, spec, query, Order::OldestFirst, each).await
+}
+
+/// [`run`], reading from either end of the range.
+pub async fn run_in_order(
+    conn: &mut Conn,
+    spec: &TableSpec,
+    query: &TimeQuery,
+    order: Order,
     mut each: impl FnMut(Record) -> ControlFlow<()>,
 ) -> Result<u64, DbError> {
-    let (sql, params) = select_sql(spec, query);
+    let (sql, params) = select_sql_in_order(spec, query, order);
     let context = || format!("querying table {}", spec.table);
     let mut rows = conn
         .exec_stream::<Row, _, _>(sql, params)
@@ -934,6 +1045,41 @@ mod tests {
                 Value::UInt(10)
             ]
         );
+    }
+
+    #[test]
+    fn newest_first_and_histogram_statements_bind_every_value() {
+        let s = spec();
+        let query = TimeQuery {
+            range: IdRange { start: 5, end: 9 },
+            filter: parse("host = 'h'").unwrap(),
+            limit: Some(3),
+        };
+        let (sql, params) = select_sql_in_order(&s, &query, Order::NewestFirst);
+        assert!(
+            sql.ends_with("AND `host` = ? ORDER BY `id` DESC LIMIT ?"),
+            "{sql}"
+        );
+        assert_eq!(params.len(), 4);
+        let by = Ident::new("level").unwrap();
+        let (sql, params) = histogram_sql(&s, &query, &by, 60);
+        assert_eq!(
+            sql,
+            "SELECT (? + (`id` >> 32)) DIV ? AS `slot`, `level` AS `key`, COUNT(*) FROM `logs` \
+             WHERE `id` >= ? AND `id` < ? AND `host` = ? GROUP BY `slot`, `key`"
+        );
+        assert_eq!(
+            params,
+            [
+                Value::UInt(0),
+                Value::UInt(60),
+                Value::UInt(5),
+                Value::UInt(9),
+                Value::Bytes(b"h".to_vec())
+            ]
+        );
+        assert_eq!(key_text(&Value::NULL), "");
+        assert_eq!(key_text(&Value::UInt(7)), "7");
     }
 
     #[test]

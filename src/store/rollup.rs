@@ -12,12 +12,13 @@ use mysql_async::{Conn, IsolationLevel, Row as MysqlRow, TxOpts, Value};
 use serde::Serialize;
 
 use super::log_table::read_columns;
+use super::query::{Condition, Count, key_text, push_filter};
 use super::schema::ColumnType;
 use crate::id::Layout;
-use crate::mysql::DbError;
 use crate::mysql::encode::{mysql_value, size_bound};
 use crate::mysql::retry::RetryPolicy;
-use crate::mysql::rows::first;
+use crate::mysql::rows::{first, take};
+use crate::mysql::{DbError, Ident};
 use crate::store::rebuild::in_steps;
 use crate::store::rollup_plan::{Bucket, MeasureKind, RollupPlan, RollupRow};
 use crate::store::zone_map;
@@ -422,6 +423,48 @@ pub async fn read(
         }
     }
     Ok(())
+}
+
+/// The rollup's counts per `interval` seconds (a multiple of its bucket) and per value of its
+/// dimension `by`, over its other dimensions, for buckets with `from <= bucket < to` (Unix
+/// seconds), of the rows whose dimensions meet `filter` (conditions on dimensions only).
+pub async fn histogram(
+    conn: &mut Conn,
+    plan: &RollupPlan,
+    by: &Ident,
+    filter: &[Condition],
+    interval: u64,
+    (from, to): (u64, u64),
+) -> Result<Vec<Count>, DbError> {
+    // The session's zone is UTC, so UNIX_TIMESTAMP reads the bucket as the UTC time it is.
+    let mut sql = format!(
+        "SELECT UNIX_TIMESTAMP(`bucket`) DIV ? AS `slot`, {by} AS `key`, SUM(`n`) FROM {} \
+         WHERE `bucket` >= ? AND `bucket` < ?",
+        plan.name
+    );
+    let interval = interval.max(1);
+    let mut params = vec![Value::UInt(interval), datetime(from), datetime(to)];
+    push_filter(filter, &mut sql, &mut params);
+    sql.push_str(" GROUP BY `slot`, `key`");
+    let rows: Vec<MysqlRow> = conn
+        .exec(sql, params)
+        .await
+        .map_err(DbError::mysql(format!(
+            "counting from rollup {}",
+            plan.name
+        )))?;
+    rows.into_iter()
+        .map(|mut row| {
+            let slot: u64 = take(&mut row, 0, "interval")?;
+            let key: Value = take(&mut row, 1, by.as_str())?;
+            let n: u64 = take(&mut row, 2, "count")?;
+            Ok(Count {
+                start: slot.saturating_mul(interval),
+                key: key_text(&key),
+                n,
+            })
+        })
+        .collect()
 }
 
 /// A value read from a rollup as JSON: the bucket as RFC 3339 text, numbers as numbers (DECIMAL

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod dev_broker;
+pub mod explorer;
 pub mod http;
 pub mod ingest;
 pub mod mariadb;

@@ -4,6 +4,7 @@
 mod ingest;
 mod otlp;
 mod relay;
+mod serve;
 mod store;
 
 use std::process::ExitCode;
@@ -36,6 +37,9 @@ pub enum BenchCommand {
     /// Changes per second through the relay's capture and apply, and its lag at a fixed rate,
     /// beside MariaDB's own replication.
     Relay(relay::RelayArgs),
+    /// How long `logstamp serve` takes to answer over a day of many rows: histograms and pages
+    /// of lines, with the CPU spent per request.
+    Serve(serve::ServeArgs),
 }
 
 pub fn run(command: BenchCommand, sources: Sources) -> anyhow::Result<ExitCode> {
@@ -43,6 +47,7 @@ pub fn run(command: BenchCommand, sources: Sources) -> anyhow::Result<ExitCode> 
         BenchCommand::Store(args) => store::store(args, sources),
         BenchCommand::Ingest(args) => ingest::ingest(args, sources),
         BenchCommand::Otlp(args) => otlp::otlp(args, sources),
+        BenchCommand::Serve(args) => serve::serve(args, sources),
         BenchCommand::Relay(args) => {
             relay::run(args, load_settings(&sources)?)?;
             Ok(ExitCode::SUCCESS)

@@ -1,0 +1,289 @@
+//! `logstamp bench serve`: how long `logstamp serve`'s API takes to answer over a day of
+//! many rows: a day's histogram (from a per-minute rollup by level, unfiltered and filtered by
+//! level, and counted from the table when a filter or a column that the rollup lacks rules it
+//! out) and a page of lines (the
+//! newest, filtered, deep behind a cursor), each timed over HTTP, with the CPU this process
+//! and the MySQL server spent per request.
+//!
+//! Statements may run for up to 5 minutes here (`serve.statement_timeout` is 10 s by
+//! default), so that counting a whole day from the table is timed, not stopped.
+//!
+//! Runs in a scratch database beside `mysql.url`'s, created and dropped by the command. The
+//! rows fill the next whole UTC day (a partition of their own), written by `INSERT ... SELECT`
+//! from MariaDB's sequence engine: demo-like levels, hosts, services, messages and payloads.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use mysql_async::prelude::Queryable;
+use serde::Serialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use logstamp::config::{Settings, Sources};
+use logstamp::mysql;
+use logstamp::serve::Server;
+use logstamp::store::rollup;
+use logstamp::store::rollup_plan::{Bucket, RollupPlan, RollupSettings, SourceTable};
+use logstamp::time::format_utc;
+
+use super::{in_scratch_database, median};
+use crate::cli::load_settings;
+use crate::cli::output::Output;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Rows spread over the day.
+    #[arg(long, default_value_t = 10_000_000)]
+    rows: u64,
+    /// Times each request is made; the summary gives the median.
+    #[arg(long, default_value_t = 11)]
+    runs: usize,
+}
+
+/// Rows per `INSERT ... SELECT`.
+const CHUNK: u64 = 500_000;
+const DAY: u64 = 86_400;
+/// How long one timed request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+
+#[derive(Debug, Serialize)]
+struct Measured {
+    what: &'static str,
+    path: String,
+    runs: usize,
+    median_ms: f64,
+    max_ms: f64,
+    /// CPU time of this process (the server and the client) per request.
+    serve_cpu_ms: f64,
+    /// CPU time of the MySQL server per request, when its process can be read here.
+    mysql_cpu_ms: Option<f64>,
+    /// What the answer held: rows, or the histogram's total.
+    answered: u64,
+}
+
+pub fn serve(args: ServeArgs, sources: Sources) -> anyhow::Result<ExitCode> {
+    let mut settings = load_settings(&sources)?;
+    // Long enough for the table counts of a whole day to be timed rather than stopped.
+    settings.serve.statement_timeout = REQUEST_TIMEOUT;
+    let log_table = settings.log_table();
+    settings.rollup_plans.push(
+        RollupPlan::compile(
+            &RollupSettings {
+                name: "bench_per_minute_level".into(),
+                source: String::new(),
+                bucket: Bucket::Minute,
+                dimensions: vec!["level".into()],
+                sums: vec![],
+                mins: vec![],
+                maxs: vec![],
+                bucket_by: Default::default(),
+            },
+            &[SourceTable {
+                name: &log_table.table,
+                columns: &log_table.columns,
+                event_time: "",
+            }],
+        )
+        .map_err(|e| anyhow::anyhow!("the benchmark's rollup: {e}"))?,
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let results = runtime.block_on(in_scratch_database(settings, async |settings| {
+        bench_in(settings, &args).await
+    }))?;
+    let mut out = Output::new();
+    for result in &results {
+        out.json(result).context("writing output")?;
+    }
+    out.finish().context("writing output")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn bench_in(settings: &Settings, args: &ServeArgs) -> anyhow::Result<Vec<Measured>> {
+    let now = u64::try_from(chrono::Utc::now().timestamp()).unwrap_or(0);
+    let day = (now / DAY + 1) * DAY;
+    let mut conn = mysql::connect(&settings.mysql.url).await?;
+    let started = Instant::now();
+    load(&mut conn, settings, day, args.rows).await?;
+    let plan = &settings.rollup_plans[settings.rollup_plans.len() - 1];
+    rollup::rebuild(
+        &mut conn,
+        plan,
+        &settings.id.layout,
+        (day, day + DAY),
+        settings.store.retry_policy(),
+        |_, _| {},
+    )
+    .await?;
+    conn.query_drop(format!("ANALYZE TABLE {}", settings.log_table().table))
+        .await?;
+    tracing::info!(
+        rows = args.rows,
+        seconds = started.elapsed().as_secs_f64(),
+        "loaded and rolled up"
+    );
+    let mysql_pid = mysql_pid(&mut conn).await;
+    conn.disconnect().await?;
+
+    let server = Server::new(
+        settings.serve.clone(),
+        settings.serve_catalog(),
+        &settings.mysql.url,
+    )?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?.to_string();
+    let served = tokio::spawn(async move { axum::serve(listener, server.router()).await });
+
+    let range = format!("from={}&to={}", format_utc(day), format_utc(day + DAY));
+    let errors = "&where=level%20%3D%20%27error%27";
+    // A cursor in the middle of the day: its first ID.
+    let middle = ((day + DAY / 2) << 32).to_string();
+    let requests: Vec<(&'static str, String)> = vec![
+        (
+            "histogram, 24 h, by level (rollup)",
+            format!("/api/histogram?{range}"),
+        ),
+        (
+            "histogram, 24 h, level = 'error' (rollup)",
+            format!("/api/histogram?{range}{errors}"),
+        ),
+        (
+            "histogram, 24 h, host = one of 200 (table)",
+            format!(
+                "/api/histogram?{range}&where=host%20%3D%20%27web-007.eu-west-1.example.com%27"
+            ),
+        ),
+        (
+            "histogram, 24 h, by service (table)",
+            format!("/api/histogram?{range}&by=service"),
+        ),
+        ("100 newest lines", format!("/api/rows?{range}&limit=100")),
+        (
+            "100 newest lines, level = 'error'",
+            format!("/api/rows?{range}&limit=100{errors}"),
+        ),
+        (
+            "100 lines behind a cursor mid-day",
+            format!("/api/rows?{range}&limit=100&cursor={middle}"),
+        ),
+    ];
+    let mut results = Vec::new();
+    for (what, path) in requests {
+        // One untimed request warms the buffer pool for what is timed.
+        get(&address, &path).await?;
+        let (cpu_before, mysql_before) = (cpu_ms(std::process::id()), mysql_pid.and_then(cpu_ms));
+        let mut times = Vec::new();
+        let mut answered = 0;
+        for _ in 0..args.runs {
+            let at = Instant::now();
+            let body = get(&address, &path).await?;
+            times.push(at.elapsed().as_secs_f64() * 1000.0);
+            answered = answer_size(&body)?;
+        }
+        let runs = args.runs.max(1) as f64;
+        let per_request = |before: Option<f64>, after: Option<f64>| Some((after? - before?) / runs);
+        results.push(Measured {
+            what,
+            path,
+            runs: args.runs,
+            max_ms: times.iter().copied().fold(0.0, f64::max),
+            median_ms: median(times),
+            serve_cpu_ms: per_request(cpu_before, cpu_ms(std::process::id())).unwrap_or(0.0),
+            mysql_cpu_ms: per_request(mysql_before, mysql_pid.and_then(cpu_ms)),
+            answered,
+        });
+    }
+    served.abort();
+    Ok(results)
+}
+
+/// `rows` demo-like rows over the UTC day starting at `day`, in statements of [`CHUNK`].
+async fn load(
+    conn: &mut mysql_async::Conn,
+    settings: &Settings,
+    day: u64,
+    rows: u64,
+) -> anyhow::Result<()> {
+    let table = settings.log_table().table;
+    let mut done = 0;
+    while done < rows {
+        let n = CHUNK.min(rows - done);
+        // Row k (from 0) is at second day + k * DAY / rows; the low 32 bits (service ID and
+        // counter) are k itself, so IDs are distinct.
+        conn.exec_drop(
+            format!(
+                "INSERT INTO {table} (id, event_time, level, host, service, message, payload) \
+                 SELECT ((? + k * ? DIV ?) << 32) | k, \
+                   DATE_ADD('1970-01-01', INTERVAL (? + k * ? DIV ?) SECOND), \
+                   ELT(1 + k % 20, 'error', 'warn', 'warn', 'debug', 'debug', 'debug', 'info', \
+                       'info', 'info', 'info', 'info', 'info', 'info', 'info', 'info', 'info', \
+                       'info', 'info', 'info', 'info'), \
+                   CONCAT('web-', LPAD(k % 200, 3, '0'), '.eu-west-1.example.com'), \
+                   ELT(1 + k % 5, 'auth', 'payments', 'catalog', 'search', 'checkout'), \
+                   CONCAT('GET /api/v1/orders/', k, ' 200 in ', k % 90, 'ms user=', k % 50000), \
+                   JSON_OBJECT('trace_id', MD5(k), 'http', JSON_OBJECT('status', 200, \
+                     'latency_ms', k % 90), 'client', CONCAT('10.0.', k % 256, '.', k % 199)) \
+                 FROM (SELECT seq + ? AS k FROM seq_0_to_{}) AS s",
+                n - 1
+            ),
+            (day, DAY, rows, day, DAY, rows, done),
+        )
+        .await
+        .context("loading rows")?;
+        done += n;
+    }
+    Ok(())
+}
+
+/// A GET over HTTP/1.0 (the body ends when the connection does).
+async fn get(address: &str, path: &str) -> anyhow::Result<Vec<u8>> {
+    let mut stream = tokio::net::TcpStream::connect(address).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").as_bytes())
+        .await?;
+    let mut response = Vec::new();
+    tokio::time::timeout(REQUEST_TIMEOUT, stream.read_to_end(&mut response))
+        .await
+        .context("no answer in time")??;
+    let head_end = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .context("not an HTTP response")?;
+    let head = String::from_utf8_lossy(&response[..head_end]).to_string();
+    anyhow::ensure!(
+        head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
+        "{path}: {head}"
+    );
+    Ok(response[head_end + 4..].to_vec())
+}
+
+/// Rows in a page, or a histogram's total.
+fn answer_size(body: &[u8]) -> anyhow::Result<u64> {
+    let value: serde_json::Value = serde_json::from_slice(body).context("an answer not JSON")?;
+    anyhow::ensure!(value.get("error").is_none(), "{value}");
+    Ok(value["total"]
+        .as_u64()
+        .or_else(|| value["count"].as_u64())
+        .unwrap_or(0))
+}
+
+/// The server's process ID, from its pid file, when it runs on this host and can be read.
+async fn mysql_pid(conn: &mut mysql_async::Conn) -> Option<u32> {
+    let file: Option<String> = conn.query_first("SELECT @@pid_file").await.ok()?;
+    std::fs::read_to_string(file?).ok()?.trim().parse().ok()
+}
+
+/// A process's user and system CPU time so far (ms), from Linux's `/proc/PID/stat`.
+fn cpu_ms(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (in parentheses, which may hold spaces).
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    // SAFETY: sysconf reads a constant of the system.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(ticks * 1000.0 / per_second.max(1.0))
+}

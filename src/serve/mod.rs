@@ -1,0 +1,151 @@
+//! `logstamp serve`: a JSON API over the store, and the log explorer page that uses it, from
+//! one process. Requests are read and checked in pure code (`request`) before any SQL: every
+//! value is bound, filters go through the filter language, and each request is bounded in
+//! rows (`serve.max_rows`), in range (`serve.max_range`) and in time (each statement runs
+//! under the server's own limit, `serve.statement_timeout`, on a read-only session).
+
+mod api;
+mod page;
+pub mod request;
+pub mod settings;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use mysql_async::Pool;
+use mysql_async::prelude::Queryable;
+use tokio::sync::OnceCell;
+
+pub use settings::ServeSettings;
+
+use crate::id::Layout;
+use crate::mysql::{self, DbError, Flavor, MysqlUrl};
+use crate::store::log_table::TableSpec;
+use crate::store::rollup_plan::RollupPlan;
+use request::ApiError;
+
+/// Connections the server holds at most: requests beyond wait for one, so a burst cannot open
+/// connections at will.
+const MAX_CONNECTIONS: usize = 8;
+
+/// How long a request waits for a connection: a new one, or one of the pool's while all are
+/// busy.
+const CONNECTION_WAIT: Duration = Duration::from_secs(10);
+
+/// What the server reads: the tables and rollups of the settings, and the ID layout.
+#[derive(Debug, Clone)]
+pub struct Catalog {
+    /// The log table first, then the fan-out tables.
+    pub tables: Vec<TableSpec>,
+    pub rollups: Vec<RollupPlan>,
+    pub layout: Layout,
+    /// How far ahead of the clock an ID's time may be (`id.mark_window`): live mode reads
+    /// that far ahead of now.
+    pub ids_ahead: Duration,
+}
+
+/// The server's state, shared by its requests.
+pub struct Server {
+    settings: ServeSettings,
+    catalog: Catalog,
+    pool: Pool,
+    flavor: OnceCell<Flavor>,
+}
+
+impl Server {
+    /// Reads the database at `serve.mysql_url`, or at `default_url` when that is empty.
+    pub fn new(
+        settings: ServeSettings,
+        catalog: Catalog,
+        default_url: &MysqlUrl,
+    ) -> Result<Server, DbError> {
+        let url = settings.mysql_url.as_ref().unwrap_or(default_url);
+        Ok(Server {
+            pool: mysql::pool(url, MAX_CONNECTIONS)?,
+            settings,
+            catalog,
+            flavor: OnceCell::new(),
+        })
+    }
+
+    /// The API under `/api/` and the page at `/`.
+    pub fn router(self) -> Router {
+        api::router(Arc::new(self)).merge(page::router())
+    }
+
+    /// A pooled connection with this server's limits set on its session.
+    async fn conn(&self) -> Result<mysql_async::Conn, ApiError> {
+        let timeout = self.settings.statement_timeout;
+        let unavailable = |e: &dyn std::fmt::Display| ApiError::Unavailable(format!("MySQL: {e}"));
+        let mut conn = tokio::time::timeout(CONNECTION_WAIT, self.pool.get_conn())
+            .await
+            .map_err(|_| {
+                ApiError::Unavailable(format!(
+                    "no MySQL connection within {}",
+                    humantime::format_duration(CONNECTION_WAIT)
+                ))
+            })?
+            .map_err(|e| unavailable(&e))?;
+        let flavor = *self
+            .flavor
+            .get_or_try_init(|| mysql::flavor(&mut conn))
+            .await
+            .map_err(|e| unavailable(&e))?;
+        conn.query_drop(session_limits(flavor, timeout))
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(conn)
+    }
+}
+
+/// Bounds each statement of the session in time, and makes the session read-only: a mistake
+/// here cannot write. MariaDB counts in seconds (`max_statement_time`, any statement), MySQL in
+/// milliseconds (`max_execution_time`, SELECT only, which is all this server runs).
+fn session_limits(flavor: Flavor, timeout: Duration) -> String {
+    match flavor {
+        Flavor::MariaDb => format!(
+            "SET SESSION max_statement_time = {:.3}, SESSION tx_read_only = 1",
+            timeout.as_secs_f64()
+        ),
+        Flavor::MySql => format!(
+            "SET SESSION max_execution_time = {}, SESSION transaction_read_only = 1",
+            timeout.as_millis().max(1)
+        ),
+    }
+}
+
+/// A database error as the caller sees it: whose fault, and what to do.
+fn db_error(error: DbError) -> ApiError {
+    // ER_STATEMENT_TIMEOUT (MariaDB), ER_QUERY_TIMEOUT (MySQL).
+    const TIMED_OUT: [u16; 2] = [1969, 3024];
+    // ER_NO_SUCH_TABLE.
+    const NO_TABLE: u16 = 1146;
+    match error.server_code() {
+        Some(code) if TIMED_OUT.contains(&code) => ApiError::Timeout(format!(
+            "{error}: the statement ran past serve.statement_timeout; narrow the range or the \
+             filter"
+        )),
+        Some(NO_TABLE) => ApiError::Unavailable(format!("{error}: run logstamp migrate")),
+        _ if error.is_transient() => ApiError::Unavailable(error.to_string()),
+        _ => ApiError::Internal(error.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sessions_are_bounded_and_read_only_on_either_server() {
+        let ten = Duration::from_millis(10_500);
+        assert_eq!(
+            session_limits(Flavor::MariaDb, ten),
+            "SET SESSION max_statement_time = 10.500, SESSION tx_read_only = 1"
+        );
+        assert_eq!(
+            session_limits(Flavor::MySql, ten),
+            "SET SESSION max_execution_time = 10500, SESSION transaction_read_only = 1"
+        );
+    }
+}

@@ -1,0 +1,404 @@
+//! `logstamp serve`'s JSON API against MariaDB, checked against plain SQL: pages of rows
+//! follow their cursor to exactly the range's rows, filters hold, histograms (from the rollup
+//! and from the table) count what SQL counts, and bad requests are refused with a status and a
+//! message naming the parameter, before any SQL runs.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use logstamp::serve::Server;
+use logstamp::time::format_utc;
+use support::explorer::{LINES, Loaded, id_of, lines_between, loaded};
+
+/// Serves the API of `loaded`'s settings (with `overrides`) on a free port, in this runtime.
+async fn serve(loaded: &Loaded, overrides: &[(&str, &str)]) -> String {
+    let settings = loaded
+        .db
+        .settings_with_file(Some(loaded.config.path()), overrides);
+    let server = Server::new(
+        settings.serve.clone(),
+        settings.serve_catalog(),
+        &settings.mysql.url,
+    )
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move { axum::serve(listener, server.router()).await });
+    address
+}
+
+/// A GET over HTTP/1.0 (so the streamed body is simply read to its end): status and JSON.
+async fn get(address: &str, path: &str, token: Option<&str>) -> (u16, Value) {
+    let (address, path) = (address.to_string(), path.to_string());
+    let token = token.map(str::to_string);
+    tokio::task::spawn_blocking(move || {
+        let mut stream = TcpStream::connect(&address).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let auth = token
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        write!(
+            stream,
+            "GET {path} HTTP/1.0\r\nHost: {address}\r\n{auth}\r\n"
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let status = response
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap();
+        let body = response.split_once("\r\n\r\n").unwrap().1;
+        let json =
+            serde_json::from_str(body).unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {body}"));
+        (status, json)
+    })
+    .await
+    .unwrap()
+}
+
+fn enc(text: &str) -> String {
+    url::form_urlencoded::byte_serialize(text.as_bytes()).collect()
+}
+
+fn range(from: u64, to: u64) -> String {
+    format!("from={}&to={}", format_utc(from), format_utc(to))
+}
+
+#[tokio::test]
+async fn pages_filters_and_histograms_match_plain_sql() {
+    let loaded = loaded("serve_api").await;
+    let address = serve(&loaded, &[]).await;
+    let start = loaded.start;
+    // Not on whole minutes: the rollup takes the inner minutes, the table the edges.
+    let (from, to) = (start + 17, start + 4_000 + 43);
+    let expected = lines_between(&loaded.db, from, to).await;
+    assert_eq!(expected.len(), 4_026);
+
+    // Newest first, page by page along the cursor: every row once, in descending ID order.
+    let mut got: Vec<u64> = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let (status, page) = get(
+            &address,
+            &format!("/api/rows?{}&limit=1000{cursor}", range(from, to)),
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{page}");
+        assert!(page.get("error").is_none(), "{page}");
+        let rows = page["rows"].as_array().unwrap();
+        assert_eq!(page["count"], rows.len());
+        got.extend(
+            rows.iter()
+                .map(|r| r["id"].as_str().unwrap().parse::<u64>().unwrap()),
+        );
+        match page["next"].as_str() {
+            Some(next) => cursor = format!("&cursor={next}"),
+            None => break,
+        }
+    }
+    let mut want: Vec<u64> = expected.iter().map(|(id, _)| *id).collect();
+    want.reverse();
+    assert_eq!(got, want);
+
+    // Oldest first, with a filter: only errors, all of them.
+    let errors: Vec<u64> = expected
+        .iter()
+        .filter(|(_, level)| level == "error")
+        .map(|(id, _)| *id)
+        .collect();
+    let (status, page) = get(
+        &address,
+        &format!(
+            "/api/rows?{}&order=oldest&limit=1000&where={}",
+            range(from, to),
+            enc("level = 'error' and host like 'web-%'")
+        ),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    let rows = page["rows"].as_array().unwrap();
+    assert!(rows.iter().all(|r| r["level"] == "error"));
+    let ids: Vec<u64> = rows
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(ids, errors);
+    // The whole document of a row: its payload as JSON.
+    assert_eq!(rows[0]["payload"]["http"]["status"], 200);
+
+    // The histogram per minute: the rollup for whole minutes, the table for the edges, each
+    // bar as SQL counts it.
+    let (status, h) = get(
+        &address,
+        &format!("/api/histogram?{}&interval=60", range(from, to)),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{h}");
+    let sources: Vec<&str> = h["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    assert_eq!(sources.len(), 3, "{sources:?}");
+    assert!(sources[0].starts_with("table logs"), "{sources:?}");
+    assert!(
+        sources[1].starts_with("rollup per_minute_level"),
+        "{sources:?}"
+    );
+    assert_eq!(h["total"], expected.len());
+    let mut bars: BTreeMap<(u64, String), u64> = BTreeMap::new();
+    for (id, level) in &expected {
+        *bars
+            .entry(((id >> 32) / 60 * 60, level.clone()))
+            .or_default() += 1;
+    }
+    let mut counted: BTreeMap<(u64, String), u64> = BTreeMap::new();
+    for bar in h["bars"].as_array().unwrap() {
+        for (level, n) in bar["counts"].as_object().unwrap() {
+            counted.insert(
+                (bar["start"].as_u64().unwrap(), level.clone()),
+                n.as_u64().unwrap(),
+            );
+        }
+    }
+    assert_eq!(counted, bars);
+
+    // Filtered by a dimension of the rollup, `=`: still the rollup, counting only errors.
+    let (status, h) = get(
+        &address,
+        &format!(
+            "/api/histogram?{}&interval=60&where={}",
+            range(from, to),
+            enc("level = 'error'")
+        ),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{h}");
+    assert!(
+        h["sources"][1].as_str().unwrap().starts_with("rollup"),
+        "{h}"
+    );
+    let mut error_bars: BTreeMap<u64, u64> = BTreeMap::new();
+    for (id, level) in &expected {
+        if level == "error" {
+            *error_bars.entry((id >> 32) / 60 * 60).or_default() += 1;
+        }
+    }
+    let counted: BTreeMap<u64, u64> = h["bars"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|bar| {
+            let n = bar["counts"].get("error")?.as_u64()?;
+            Some((bar["start"].as_u64().unwrap(), n))
+        })
+        .collect();
+    assert_eq!(counted, error_bars);
+    assert_eq!(h["keys"], serde_json::json!(["error"]));
+
+    // With a filter on another column the table is counted, by the column asked for.
+    let (status, h) = get(
+        &address,
+        &format!(
+            "/api/histogram?{}&by=service&where={}",
+            range(from, to),
+            enc("level = 'error'")
+        ),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{h}");
+    assert_eq!(h["total"], errors.len());
+    assert_eq!(h["by"], "service");
+    assert_eq!(h["sources"].as_array().unwrap().len(), 1);
+    assert!(h["bars"].as_array().unwrap().len() <= 100);
+
+    // The catalog, an ID decoded, the store's health.
+    let (_, tables) = get(&address, "/api/tables", None).await;
+    assert_eq!(tables["tables"][0]["name"], "logs");
+    assert_eq!(
+        tables["tables"][0]["rollups"][0]["name"],
+        "per_minute_level"
+    );
+    let id = id_of(start, 5);
+    let (status, decoded) = get(&address, &format!("/api/id/{id}"), None).await;
+    assert_eq!(status, 200);
+    assert_eq!(decoded["id"], id.to_string());
+    assert_eq!(decoded["unix_seconds"], start + 5);
+    assert_eq!(decoded["service_id"], 1);
+    assert_eq!(decoded["counter"], 5);
+    let (status, health) = get(&address, "/api/health", None).await;
+    assert_eq!(status, 200, "{health}");
+    assert_eq!(
+        health["tables"][0]["newest_id"],
+        id_of(start, LINES).to_string()
+    );
+}
+
+#[tokio::test]
+async fn bad_requests_say_whose_fault_and_reach_no_sql() {
+    let loaded = loaded("serve_bad").await;
+    let address = serve(&loaded, &[("serve.max_rows", "50")]).await;
+    let ok = range(loaded.start, loaded.start + 600);
+    let refused =
+        |path: String, status: u16, parameter: Option<&'static str>, needle: &'static str| {
+            let address = address.clone();
+            async move {
+                let (got, body) = get(&address, &path, None).await;
+                assert_eq!(got, status, "{path}: {body}");
+                let error = &body["error"];
+                assert_eq!(error["status"], status);
+                if let Some(parameter) = parameter {
+                    assert_eq!(error["parameter"], parameter, "{path}: {body}");
+                }
+                let message = error["message"].as_str().unwrap();
+                assert!(message.contains(needle), "{path}: {message}");
+                body
+            }
+        };
+    let body = refused(
+        format!(
+            "/api/rows?{ok}&where={}",
+            enc("level = 'x'; DROP TABLE logs")
+        ),
+        400,
+        Some("where"),
+        "unexpected character ';'",
+    )
+    .await;
+    assert_eq!(body["error"]["at"], 11);
+    refused(
+        format!("/api/histogram?{ok}&where={}", enc("nosuch = 1")),
+        400,
+        Some("where"),
+        "unknown column `nosuch`",
+    )
+    .await;
+    refused(
+        format!("/api/rows?{ok}&limit=51"),
+        400,
+        Some("limit"),
+        "from 1 to 50",
+    )
+    .await;
+    refused(
+        format!("/api/rows?{ok}&x=1"),
+        400,
+        Some("x"),
+        "unknown parameter",
+    )
+    .await;
+    refused(
+        format!("/api/rows?{ok}&cursor=abc"),
+        400,
+        Some("cursor"),
+        "not a cursor",
+    )
+    .await;
+    refused(
+        "/api/rows?from=2040-01-02&to=2040-01-01".into(),
+        400,
+        Some("to"),
+        "after from",
+    )
+    .await;
+    refused(
+        "/api/rows?from=2040-01-01&to=2040-03-01".into(),
+        400,
+        Some("from"),
+        "serve.max_range",
+    )
+    .await;
+    refused(
+        "/api/rows?to=2040-03-01".into(),
+        400,
+        Some("from"),
+        "missing",
+    )
+    .await;
+    refused(
+        format!("/api/rows?{ok}&table=users"),
+        400,
+        Some("table"),
+        "not a table",
+    )
+    .await;
+    refused(
+        format!("/api/histogram?{ok}&by=message"),
+        400,
+        Some("by"),
+        "count by one of",
+    )
+    .await;
+    refused(
+        format!("/api/histogram?{ok}&by={}", enc("level`; --")),
+        400,
+        Some("by"),
+        "count by one of",
+    )
+    .await;
+    refused(
+        format!("/api/histogram?{ok}&interval=1&from=2040-01-01&to=2040-01-02"),
+        400,
+        Some("from"),
+        "more than once",
+    )
+    .await;
+    refused("/api/id/-1".into(), 400, Some("id"), "not an ID").await;
+    refused("/api/nosuch".into(), 404, None, "no such path").await;
+    // Nothing reached SQL unbound: the table is whole.
+    assert_eq!(
+        lines_between(&loaded.db, loaded.start, loaded.start + LINES + 1)
+            .await
+            .len() as u64,
+        LINES
+    );
+}
+
+#[tokio::test]
+async fn a_token_is_asked_for_when_set() {
+    let loaded = loaded("serve_token").await;
+    let address = serve(&loaded, &[("serve.token", "s3cret")]).await;
+    let (status, body) = get(&address, "/api/tables", None).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(!body.to_string().contains("s3cret"));
+    let (status, _) = get(&address, "/api/tables", Some("wrong")).await;
+    assert_eq!(status, 401);
+    let (status, body) = get(&address, "/api/tables", Some("s3cret")).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test]
+async fn a_statement_past_its_time_is_stopped_by_the_server() {
+    let loaded = loaded("serve_timeout").await;
+    let address = serve(&loaded, &[("serve.statement_timeout", "1ms")]).await;
+    // Counting every line by a column no rollup has: a scan of all of them, which takes the
+    // server longer than a millisecond.
+    let (status, body) = get(
+        &address,
+        &format!(
+            "/api/histogram?{}&by=service",
+            range(loaded.start, loaded.start + LINES + 1)
+        ),
+        None,
+    )
+    .await;
+    assert_eq!(status, 504, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("serve.statement_timeout"), "{message}");
+}

@@ -1,0 +1,263 @@
+//! The log explorer page in headless Chromium (Debian's `chromium`, driven by `playwright-core`
+//! from tests/browser): `logstamp serve` over a database of demo-like lines, the page's
+//! histogram total, filter, opened line, zoom, shared URL and live mode checked against SQL.
+//! Screenshots are kept under the build directory (`target/tmp/explorer-screenshots`).
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use serde_json::Value;
+
+use logstamp::time::format_utc;
+use support::explorer::{Loaded, lines_between, loaded};
+use support::{SET_UP, TestDb};
+
+/// Lines inserted while the page is live, in two batches committed out of ID order.
+const LIVE_LINES: u64 = 10;
+
+/// A child process killed (by its own handle) when the test ends, passing or not.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `logstamp serve` on a free port, and its address once it listens.
+fn serve(loaded: &Loaded) -> (Killed, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_logstamp"))
+        .args(["--config", loaded.config.path().to_str().unwrap()])
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("LOGSTAMP__MYSQL__URL", &loaded.db.url)
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let child = Killed(child);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(at) = line.find("http://") {
+                let rest = &line[at..];
+                let end = rest[7..].find('/').map_or(rest.len(), |i| i + 7);
+                let _ = tx.send(rest[..end].to_string());
+            }
+        }
+    });
+    let base = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("logstamp serve did not say where it listens");
+    (child, base)
+}
+
+fn browser_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser")
+}
+
+/// `node explorer.mjs`, its reports arriving on the channel line by line.
+fn drive(base: &str, from: u64, to: u64, artefacts: &Path) -> (Killed, mpsc::Receiver<Value>) {
+    assert!(
+        browser_dir().join("node_modules/playwright-core").is_dir(),
+        "the browser tests need playwright-core in tests/browser (npm ci there) and Debian's \
+         chromium; {SET_UP}"
+    );
+    assert!(
+        Path::new("/usr/bin/chromium").exists(),
+        "the browser tests need Debian's chromium at /usr/bin/chromium; {SET_UP}"
+    );
+    let mut child = Command::new("node")
+        .arg(browser_dir().join("explorer.mjs"))
+        .env("BASE_URL", base)
+        .env("FROM", format_utc(from))
+        .env("TO", format_utc(to))
+        .env("ARTEFACTS", artefacts)
+        .env("LIVE_LINES", LIVE_LINES.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run node: {e}; {SET_UP}"));
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            match serde_json::from_str(&line) {
+                Ok(report) => {
+                    if tx.send(report).is_err() {
+                        break;
+                    }
+                }
+                Err(_) => eprintln!("node: {line}"),
+            }
+        }
+    });
+    (Killed(child), rx)
+}
+
+/// The next report, which must be `step`.
+fn next(reports: &mpsc::Receiver<Value>, step: &str) -> Value {
+    let report = reports
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("no {step} from the browser: {e}"));
+    assert_eq!(report["step"], step, "the browser said {report}");
+    report
+}
+
+/// Unix seconds of an RFC 3339 time in the page's URL, and the ID range the server reads for
+/// it (whole seconds covering it).
+fn seconds(view: &Value, key: &str) -> (u64, bool) {
+    let t: chrono::DateTime<chrono::Utc> = view[key].as_str().unwrap().parse().unwrap();
+    (t.timestamp() as u64, t.timestamp_subsec_nanos() > 0)
+}
+
+/// Inserts live lines with IDs at `second`, service ID `service`, in one transaction.
+async fn insert_live(
+    db: &TestDb,
+    second: u64,
+    service: u64,
+    seqs: std::ops::Range<u64>,
+) -> Vec<u64> {
+    let mut conn = db.conn().await;
+    let mut ids = Vec::new();
+    let mut tx = conn
+        .start_transaction(mysql_async::TxOpts::default())
+        .await
+        .unwrap();
+    for seq in seqs {
+        let id = (second << 32) | (service << 22) | seq;
+        tx.exec_drop(
+            "INSERT INTO logs (id, level, host, service, message) \
+             VALUES (?, 'info', 'web-live', 'live', ?)",
+            (id, format!("live line {seq}")),
+        )
+        .await
+        .unwrap();
+        ids.push(id);
+    }
+    tx.commit().await.unwrap();
+    conn.disconnect().await.unwrap();
+    ids
+}
+
+#[tokio::test]
+async fn the_page_shows_what_sql_holds_and_follows_new_lines() {
+    let loaded = loaded("serve_browser").await;
+    let (_server, base) = serve(&loaded);
+    let artefacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("explorer-screenshots");
+    std::fs::create_dir_all(&artefacts).unwrap();
+    let (from, to) = (loaded.start + 600, loaded.start + 4_200);
+    let (_node, reports) = drive(&base, from, to, &artefacts);
+    let expected = lines_between(&loaded.db, from, to).await;
+
+    // The histogram's total is SQL's count of the range.
+    let report = next(&reports, "loaded");
+    assert_eq!(report["total"], expected.len(), "{report}");
+    assert_eq!(report["lines"], 100, "{report}");
+
+    // Filtered: only errors on the page, and as many in the histogram as SQL counts.
+    let errors = expected.iter().filter(|(_, l)| l == "error").count();
+    let report = next(&reports, "filtered");
+    assert_eq!(report["total"], errors, "{report}");
+    let levels = report["levels"].as_array().unwrap();
+    assert!(!levels.is_empty());
+    assert!(levels.iter().all(|l| l == "error"), "{report}");
+    assert_eq!(report["view"]["where"], "level = 'error'");
+
+    let report = next(&reports, "filter-error");
+    let text = report["text"].as_str().unwrap();
+    assert!(text.contains("expected a value"), "{report}");
+    // The caret points at the second `=`, character 7 of the filter.
+    assert!(text.starts_with("       ^"), "{report}");
+    assert_eq!(report["invalid"], "true");
+
+    // The opened line's document is the row as SQL has it.
+    let report = next(&reports, "opened");
+    let id: u64 = report["id"].as_str().unwrap().parse().unwrap();
+    let mut conn = loaded.db.conn().await;
+    let (level, payload): (String, String) = conn
+        .exec_first("SELECT level, payload FROM logs WHERE id = ?", (id,))
+        .await
+        .unwrap()
+        .unwrap();
+    conn.disconnect().await.unwrap();
+    let document = &report["document"];
+    assert_eq!(document["id"], id.to_string());
+    assert_eq!(document["level"], level);
+    assert_eq!(
+        document["payload"],
+        serde_json::from_str::<Value>(&payload).unwrap()
+    );
+    assert_eq!(report["view"]["open"], id.to_string());
+
+    // Zoomed to a narrower range, the total is SQL's count of that range, still filtered.
+    let report = next(&reports, "zoomed");
+    let (zoom_from, _) = seconds(&report["view"], "from");
+    let (zoom_to, partial) = seconds(&report["view"], "to");
+    let zoom_to = zoom_to + u64::from(partial);
+    assert!(
+        from <= zoom_from && zoom_to <= to && zoom_to - zoom_from < to - from,
+        "{report}"
+    );
+    let zoomed_errors = lines_between(&loaded.db, zoom_from, zoom_to)
+        .await
+        .into_iter()
+        .filter(|(_, l)| l == "error")
+        .count();
+    assert_eq!(report["total"], zoomed_errors, "{report}");
+    assert!(zoomed_errors > 0);
+
+    // The URL carries the view.
+    let report = next(&reports, "shared");
+    assert_eq!(report["total"], zoomed_errors, "{report}");
+    assert_eq!(report["filter"], "level = 'error'");
+
+    // Live: a batch stamped now commits; then one stamped three seconds earlier, by another
+    // service ID, commits after the first was shown (as a slower worker's would). Both appear,
+    // each line once.
+    next(&reports, "live-ready");
+    let now = chrono::Utc::now().timestamp() as u64;
+    let mut inserted = insert_live(&loaded.db, now, 7, 0..LIVE_LINES / 2).await;
+    let report = next(&reports, "live-half");
+    assert_eq!(
+        report["ids"].as_array().unwrap().len() as u64,
+        LIVE_LINES / 2
+    );
+    inserted.extend(insert_live(&loaded.db, now - 3, 9, LIVE_LINES / 2..LIVE_LINES).await);
+    let report = next(&reports, "live");
+    let shown: Vec<u64> = report["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(shown.len() as u64, LIVE_LINES, "shown twice? {report}");
+    assert_eq!(
+        shown.iter().copied().collect::<BTreeSet<_>>(),
+        inserted.iter().copied().collect::<BTreeSet<_>>()
+    );
+    // Newest first.
+    assert!(shown.windows(2).all(|w| w[0] > w[1]), "{shown:?}");
+    assert_eq!(report["total"], LIVE_LINES);
+    next(&reports, "done");
+    for shot in [
+        "range",
+        "errors",
+        "filter-error",
+        "opened",
+        "zoomed",
+        "live",
+    ] {
+        assert!(
+            artefacts.join(format!("{shot}.png")).is_file(),
+            "{shot}.png"
+        );
+    }
+}
