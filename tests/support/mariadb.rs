@@ -183,6 +183,10 @@ impl MariaDb {
             .arg("--user=root")
             .arg(format!("--datadir={}", dir.join("data").display()))
             .arg(format!("--socket={}", dir.join("s.sock").display()))
+            // A server removes every `#sql*` file in its tmpdir when it starts: in the shared
+            // /tmp that is the live temporary tables of the other servers, which then fail
+            // with error 6 ("Error on delete of '/tmp/#sql-temptable-...'").
+            .arg(format!("--tmpdir={}", dir.display()))
             .arg(format!("--pid-file={}", dir.join("server.pid").display()))
             .arg(format!("--log-error={}", dir.join("error.log").display()))
             .arg(format!("--port={}", self.port))
@@ -291,6 +295,8 @@ fn template() -> &'static Path {
         .arg("--no-defaults")
         .arg("--user=root")
         .arg(format!("--datadir={}", building.display()))
+        // Its bootstrap server would clear the shared /tmp too (see `launch`).
+        .arg(format!("--tmpdir={}", scratch.display()))
         .arg("--auth-root-authentication-method=normal")
         .arg("--skip-test-db")
         .arg("--innodb-log-file-size=8M")
