@@ -672,6 +672,12 @@ pub async fn histogram(
             "counting rows of table {}",
             spec.table
         )))?;
+    counts(rows, by, interval)
+}
+
+/// The rows of a count per interval (`slot`, then the value of `by`, then the count), read
+/// from the table or from a rollup.
+pub(super) fn counts(rows: Vec<Row>, by: &Ident, interval: u64) -> Result<Vec<Count>, DbError> {
     rows.into_iter()
         .map(|mut row| {
             let slot: u64 = take(&mut row, 0, "interval")?;

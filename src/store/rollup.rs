@@ -12,12 +12,12 @@ use mysql_async::{Conn, IsolationLevel, Row as MysqlRow, TxOpts, Value};
 use serde::Serialize;
 
 use super::log_table::read_columns;
-use super::query::{Condition, Count, key_text, push_filter};
+use super::query::{Condition, Count, counts, push_filter};
 use super::schema::ColumnType;
 use crate::id::Layout;
 use crate::mysql::encode::{mysql_value, size_bound};
 use crate::mysql::retry::RetryPolicy;
-use crate::mysql::rows::{first, take};
+use crate::mysql::rows::first;
 use crate::mysql::{DbError, Ident};
 use crate::store::rebuild::in_steps;
 use crate::store::rollup_plan::{Bucket, MeasureKind, RollupPlan, RollupRow};
@@ -453,18 +453,7 @@ pub async fn histogram(
             "counting from rollup {}",
             plan.name
         )))?;
-    rows.into_iter()
-        .map(|mut row| {
-            let slot: u64 = take(&mut row, 0, "interval")?;
-            let key: Value = take(&mut row, 1, by.as_str())?;
-            let n: u64 = take(&mut row, 2, "count")?;
-            Ok(Count {
-                start: slot.saturating_mul(interval),
-                key: key_text(&key),
-                n,
-            })
-        })
-        .collect()
+    counts(rows, by, interval)
 }
 
 /// A value read from a rollup as JSON: the bucket as RFC 3339 text, numbers as numbers (DECIMAL
