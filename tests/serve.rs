@@ -6,15 +6,13 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
 
 use serde_json::Value;
 
 use logstamp::serve::Server;
 use logstamp::time::format_utc;
 use support::explorer::{LINES, Loaded, id_of, lines_between, loaded};
+use support::http;
 
 /// Serves the API of `loaded`'s settings (with `overrides`) on a free port, in this runtime.
 async fn serve(loaded: &Loaded, overrides: &[(&str, &str)]) -> String {
@@ -33,33 +31,16 @@ async fn serve(loaded: &Loaded, overrides: &[(&str, &str)]) -> String {
     address
 }
 
-/// A GET over HTTP/1.0 (so the streamed body is simply read to its end): status and JSON.
+/// A GET of the API, with the bearer token if given: status and JSON.
 async fn get(address: &str, path: &str, token: Option<&str>) -> (u16, Value) {
     let (address, path) = (address.to_string(), path.to_string());
-    let token = token.map(str::to_string);
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     tokio::task::spawn_blocking(move || {
-        let mut stream = TcpStream::connect(&address).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .unwrap();
-        let auth = token
-            .map(|t| format!("Authorization: Bearer {t}\r\n"))
-            .unwrap_or_default();
-        write!(
-            stream,
-            "GET {path} HTTP/1.0\r\nHost: {address}\r\n{auth}\r\n"
-        )
-        .unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        let status = response
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap();
-        let body = response.split_once("\r\n\r\n").unwrap().1;
-        let json =
-            serde_json::from_str(body).unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {body}"));
+        let (status, body) = http::get_with(&address, &path, &auth);
+        let json = serde_json::from_str(&body)
+            .unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {body}"));
         (status, json)
     })
     .await

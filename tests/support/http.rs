@@ -4,15 +4,21 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-/// A GET over plain HTTP/1.1: the status code and the body.
+/// A GET over plain HTTP: the status code and the body.
 pub fn get(address: &str, path: &str) -> (u16, String) {
+    get_with(address, path, "")
+}
+
+/// A GET with extra header lines (each ending in `\r\n`). HTTP/1.0, so a streamed body is not
+/// chunked and is simply read to its end.
+pub fn get_with(address: &str, path: &str, headers: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(address).unwrap();
     stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
+        .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.0\r\nHost: {address}\r\n{headers}\r\n"
     )
     .unwrap();
     let mut response = String::new();
