@@ -599,30 +599,12 @@ impl Writer {
                 rows.iter()
                     .filter_map(|row| Some((row.id, table_values(row, plan.table_index)?))),
             );
-            if zones.is_empty() {
-                continue;
-            }
-            let statement = Statement {
-                prefix,
-                suffix,
-                width: *width,
-                one_affected_per_row: false,
-            };
             let values = zones
                 .iter()
                 .map(|zone| zone_map::upsert_values(&plan.table, zone))
                 .collect();
-            insert::prepared_values(tx, &statement, values, budget)
-                .await
-                .map_err(|e| {
-                    e.refused_as(|reason| {
-                        format!(
-                            "the database refused adding the record to the zone map of {}: \
-                             {reason}",
-                            plan.table
-                        )
-                    })
-                })?;
+            let what = || format!("the zone map of {}", plan.table);
+            upsert(tx, (prefix, suffix, *width), values, budget, what).await?;
         }
         Ok(())
     }
@@ -647,26 +629,9 @@ impl Writer {
                 .iter()
                 .filter_map(|row| Some((row.id, table_values(row, plan.source_index)?)));
             let aggregate = plan.aggregate(&self.inner.layout, stored);
-            if aggregate.is_empty() {
-                continue;
-            }
-            let statement = Statement {
-                prefix,
-                suffix,
-                width: *width,
-                one_affected_per_row: false,
-            };
             let values = aggregate.iter().map(rollup::upsert_values).collect();
-            insert::prepared_values(tx, &statement, values, budget)
-                .await
-                .map_err(|e| {
-                    e.refused_as(|reason| {
-                        format!(
-                            "the database refused adding the record to rollup {}: {reason}",
-                            plan.name
-                        )
-                    })
-                })?;
+            let what = || format!("rollup {}", plan.name);
+            upsert(tx, (prefix, suffix, *width), values, budget, what).await?;
         }
         Ok(())
     }
@@ -936,6 +901,36 @@ fn clip(s: &str, max: usize) -> &str {
         end -= 1;
     }
     &s[..end]
+}
+
+/// Upserts the aggregated rows of a rollup or a zone map (`what`) in the batch's transaction;
+/// a refusal names it.
+async fn upsert(
+    tx: &mut Transaction<'_>,
+    (prefix, suffix, width): (&str, &str, usize),
+    values: Vec<(usize, Vec<Value>)>,
+    budget: usize,
+    what: impl Fn() -> String,
+) -> Result<(), InsertError> {
+    if values.is_empty() {
+        return Ok(());
+    }
+    let statement = Statement {
+        prefix,
+        suffix,
+        width,
+        one_affected_per_row: false,
+    };
+    insert::prepared_values(tx, &statement, values, budget)
+        .await
+        .map_err(|e| {
+            e.refused_as(|reason| {
+                format!(
+                    "the database refused adding the record to {}: {reason}",
+                    what()
+                )
+            })
+        })
 }
 
 #[cfg(test)]
