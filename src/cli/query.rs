@@ -11,12 +11,13 @@ use serde::Serialize;
 use chrono::{DateTime, Utc};
 
 use logstamp::config::{Settings, Sources};
-use logstamp::mysql;
+use logstamp::mysql::{self, DbError};
 use logstamp::store::follow::{self, Follow, FollowFrom};
 use logstamp::store::log_table::TableSpec;
-use logstamp::store::query::{self, EventQuery, Record, TimeQuery, parse_filter};
+use logstamp::store::query::{self, EventQuery, Order, Record, TimeQuery, parse_filter};
 use logstamp::store::rollup::{self, RollupRecord};
 use logstamp::store::rollup_plan::RollupPlan;
+use logstamp::store::shards::ShardSet;
 
 use super::db::{block_on, with_conn};
 use super::output::{Format, Output, aligned, ignore_closed_pipe};
@@ -64,6 +65,9 @@ enum TimeKind {
 
 #[derive(Serialize)]
 struct Explained<'a> {
+    /// With store.shards: the shard whose partitions these are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shard: Option<String>,
     table: &'a str,
     start_id: u64,
     end_id: u64,
@@ -108,35 +112,45 @@ pub fn run(args: QueryArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     }
     query.limit = args.limit;
     let range = query.range;
-    let url = settings.mysql.url.clone();
+    let set = ShardSet::new(&settings.mysql.url, &settings.store);
     let mut out = Output::new();
     if args.explain {
-        let partitions = block_on(async {
-            let mut conn = mysql::connect(&url).await?;
-            let partitions = query::explain_partitions(&mut conn, &spec, &query).await;
-            let _ = conn.disconnect().await;
-            partitions
-        })??;
-        out.json(&Explained {
-            table: spec.table.as_str(),
-            start_id: range.start,
-            end_id: range.end,
-            partitions,
-        })
-        .context("writing output")?;
+        for (name, url) in &set.shards {
+            let partitions = with_conn(url, async |conn| {
+                query::explain_partitions(conn, &spec, &query).await
+            })?;
+            out.json(&Explained {
+                shard: set.sharded.then(|| name.to_string()),
+                table: spec.table.as_str(),
+                start_id: range.start,
+                end_id: range.end,
+                partitions,
+            })
+            .context("writing output")?;
+        }
         out.finish().context("writing output")?;
         return Ok(ExitCode::SUCCESS);
     }
 
     let mut sink = Sink::new(out, args.format, header(&spec));
     block_on(async {
-        let mut conn = mysql::connect(&url).await?;
-        let result = query::run(&mut conn, &spec, &query, |record| sink.push(record)).await;
-        let _ = conn.disconnect().await;
+        let mut conns = connect_all(&set).await?;
+        let result = query::run_merged(&mut conns, &spec, &query, Order::OldestFirst, |record| {
+            sink.push(record)
+        })
+        .await;
+        for conn in conns {
+            let _ = conn.disconnect().await;
+        }
         result
     })??;
     sink.finish().context("writing output")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A connection to each shard (the one database, unsharded), made at once.
+async fn connect_all(set: &ShardSet) -> Result<Vec<mysql_async::Conn>, DbError> {
+    futures_util::future::try_join_all(set.shards.iter().map(|(_, url)| mysql::connect(url))).await
 }
 
 /// `query --by event`: the rows whose event time is in `[from, to)`, through the zone map.

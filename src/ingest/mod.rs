@@ -35,6 +35,7 @@ use crate::mysql::retry::retrying;
 use crate::mysql::{self, DbError};
 use crate::store::log_table::TableSpec;
 use crate::store::partitions::{self, EnsureOutcome};
+use crate::store::shards::ShardSet;
 use crate::store::{Writer, migrate, rollup};
 pub use batcher::BatchLimits;
 use consumer::{IngestContext, PollerSettings};
@@ -183,25 +184,36 @@ impl IngestStats {
     }
 }
 
-/// Checks the schema and brings the log table's partitions up to date, retrying a database that
-/// is not reachable yet for `store.give_up_after`.
+/// Checks the schema and brings the log table's partitions up to date, in the coordination
+/// database and every shard, retrying a database that is not reachable yet for
+/// `store.give_up_after`.
 pub async fn prepare_database(settings: &WorkerSettings) -> Result<(), DbError> {
     let known = migrate::builtin()?;
+    let set = ShardSet::new(&settings.mysql.url, &settings.store);
     retrying(
         settings.store.retry_policy(),
         || "preparing the database".to_string(),
         async || {
-            let mut conn = mysql::connect(&settings.mysql.url).await?;
-            let prepared = async {
-                migrate::check_up_to_date(&mut conn, &known).await?;
-                for plan in &settings.rollups {
-                    rollup::ensure_table(&mut conn, plan, false).await?;
-                }
-                ensure_partitions(&mut conn, &settings.tables).await
+            if set.sharded {
+                let mut conn = mysql::connect(&set.coordination).await?;
+                let checked = migrate::check_up_to_date(&mut conn, &known).await;
+                let _ = conn.disconnect().await;
+                checked?;
             }
-            .await;
-            let _ = conn.disconnect().await;
-            prepared
+            for (_, url) in &set.shards {
+                let mut conn = mysql::connect(url).await?;
+                let prepared = async {
+                    migrate::check_up_to_date(&mut conn, &known).await?;
+                    for plan in &settings.rollups {
+                        rollup::ensure_table(&mut conn, plan, false).await?;
+                    }
+                    ensure_partitions(&mut conn, &settings.tables).await
+                }
+                .await;
+                let _ = conn.disconnect().await;
+                prepared?;
+            }
+            Ok(())
         },
     )
     .await
@@ -239,15 +251,17 @@ async fn maintain_partitions(settings: WorkerSettings) {
     every.tick().await;
     loop {
         every.tick().await;
-        let outcome = async {
-            let mut conn = mysql::connect(&settings.mysql.url).await?;
-            let outcome = ensure_partitions(&mut conn, &settings.tables).await;
-            let _ = conn.disconnect().await;
-            outcome
-        }
-        .await;
-        if let Err(e) = outcome {
-            tracing::warn!("maintaining partitions (tried again later): {e}");
+        for (shard, url) in &ShardSet::new(&settings.mysql.url, &settings.store).shards {
+            let outcome = async {
+                let mut conn = mysql::connect(url).await?;
+                let outcome = ensure_partitions(&mut conn, &settings.tables).await;
+                let _ = conn.disconnect().await;
+                outcome
+            }
+            .await;
+            if let Err(e) = outcome {
+                tracing::warn!(%shard, "maintaining partitions (tried again later): {e}");
+            }
         }
     }
 }

@@ -14,6 +14,8 @@ pub mod rollup_plan;
 pub mod route;
 pub mod schema;
 pub mod settings;
+pub mod shard_plan;
+pub mod shards;
 pub mod writer;
 pub mod zone_map;
 pub mod zone_plan;

@@ -18,6 +18,7 @@
 
 mod infile;
 mod insert;
+mod sharded;
 
 use std::sync::Arc;
 
@@ -136,10 +137,11 @@ pub struct Committed {
     pub refused: Vec<DeadLetter>,
 }
 
-/// Writes batches on a pool of `store.concurrency` connections; clones share the pool, and
-/// batches of different partitions may be written at once.
-#[derive(Clone)]
-pub struct Writer {
+pub use sharded::Writer;
+
+/// Writes batches to one database on a pool of `store.concurrency` connections; batches of
+/// different partitions may be written at once. [`Writer`] holds one per shard.
+struct ServerWriter {
     inner: Arc<Inner>,
 }
 
@@ -166,7 +168,7 @@ struct Inner {
     method_on_server: OnceCell<InsertMethod>,
 }
 
-impl Writer {
+impl ServerWriter {
     /// A writer of `store`'s tables and `rollups`, stamping IDs of `layout`, on the server at
     /// `url`.
     pub fn new(
@@ -174,7 +176,7 @@ impl Writer {
         store: &StoreSettings,
         rollups: &[RollupPlan],
         layout: Layout,
-    ) -> Result<Writer, DbError> {
+    ) -> Result<ServerWriter, DbError> {
         let idents = |columns: &[crate::store::schema::ColumnSpec]| {
             columns
                 .iter()
@@ -203,7 +205,7 @@ impl Writer {
                     // return to the pool would cost round trips and undo the setup.
                     .with_reset_connection(false),
             );
-        Ok(Writer {
+        Ok(ServerWriter {
             inner: Arc::new(Inner {
                 pool: Pool::new(opts),
                 infiles,
@@ -296,7 +298,7 @@ impl Writer {
     }
 
     /// Closes the pool's connections once every clone's work is done.
-    pub async fn close(self) -> Result<(), DbError> {
+    async fn close(&self) -> Result<(), DbError> {
         self.inner
             .pool
             .clone()
