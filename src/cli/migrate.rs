@@ -14,7 +14,7 @@ use logstamp::store::shards::ShardSet;
 
 use super::db::{block_on, now_or};
 use super::load_settings;
-use super::output::Output;
+use super::output::{DatabaseLine, Output};
 
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
@@ -30,18 +30,8 @@ pub struct MigrateArgs {
 #[derive(Serialize)]
 #[serde(tag = "action", rename_all = "snake_case")]
 enum Line<'a> {
-    MigrationApplied {
-        version: u32,
-        name: &'a str,
-    },
-    MigrationsUpToDate {
-        schema_version: u32,
-    },
-    /// With `store.shards`: the lines that follow are of this database.
-    Database {
-        database: String,
-        role: &'a str,
-    },
+    MigrationApplied { version: u32, name: &'a str },
+    MigrationsUpToDate { schema_version: u32 },
 }
 
 pub fn run(args: MigrateArgs, sources: Sources) -> anyhow::Result<ExitCode> {
@@ -60,7 +50,7 @@ pub fn run(args: MigrateArgs, sources: Sources) -> anyhow::Result<ExitCode> {
             let _ = conn.disconnect().await;
             applied
         })??;
-        out.json(&Line::Database {
+        out.json(&DatabaseLine {
             database: ShardName::of(url).to_string(),
             role: "coordination",
         })
@@ -91,7 +81,7 @@ pub fn run(args: MigrateArgs, sources: Sources) -> anyhow::Result<ExitCode> {
             rollups,
         } = full;
         if set.sharded {
-            out.json(&Line::Database {
+            out.json(&DatabaseLine {
                 database: name.to_string(),
                 role: "shard",
             })

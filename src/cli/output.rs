@@ -37,6 +37,15 @@ impl Output {
     }
 }
 
+/// With `store.shards`: the lines that follow are of this database, the coordination database
+/// (`mysql.url`) or a shard.
+#[derive(Serialize)]
+#[serde(tag = "action", rename = "database")]
+pub struct DatabaseLine<'a> {
+    pub database: String,
+    pub role: &'a str,
+}
+
 /// A reader that stopped reading (`logstamp id gen --count 1000000 | head`) is fine.
 pub fn ignore_closed_pipe(result: io::Result<()>) -> io::Result<()> {
     match result {

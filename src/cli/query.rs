@@ -347,13 +347,31 @@ fn read_rollup(
     let range = (unix(from), unix(to));
     let header = plan.column_names().iter().map(|c| c.to_string()).collect();
     let mut sink = Sink::new(Output::new(), format, header);
-    let url = settings.mysql.url.clone();
-    block_on(async {
-        let mut conn = mysql::connect(&url).await?;
-        let result = rollup::read(&mut conn, plan, range, |record| sink.push(record)).await;
-        let _ = conn.disconnect().await;
-        result
-    })??;
+    let set = ShardSet::new(&settings.mysql.url, &settings.store);
+    if !set.sharded {
+        with_conn(&settings.mysql.url, async |conn| {
+            rollup::read(conn, plan, range, |record| sink.push(record)).await
+        })?;
+    } else {
+        // Each shard counts its own partitions' records: the rows of a key add up.
+        let mut shards = Vec::with_capacity(set.shards.len());
+        for (_, url) in &set.shards {
+            let mut rows = Vec::new();
+            with_conn(url, async |conn| {
+                rollup::read(conn, plan, range, |record| {
+                    rows.push(record);
+                    ControlFlow::Continue(())
+                })
+                .await
+            })?;
+            shards.push(rows);
+        }
+        for record in rollup::merge(plan, shards) {
+            if sink.push(record).is_break() {
+                break;
+            }
+        }
+    }
     sink.finish().context("writing output")?;
     Ok(ExitCode::SUCCESS)
 }

@@ -137,7 +137,11 @@ async fn bench(
                 .query_drop("DELETE FROM shard_assignments")
                 .await?;
             for conn in &mut shard_conns {
-                for table in [settings.store.table.as_str(), "ingest_offsets", "dead_letters"] {
+                for table in [
+                    settings.store.table.as_str(),
+                    "ingest_offsets",
+                    "dead_letters",
+                ] {
                     conn.query_drop(format!("TRUNCATE TABLE `{table}`")).await?;
                 }
             }

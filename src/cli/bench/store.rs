@@ -292,7 +292,10 @@ pub(super) fn make_batches(
 }
 
 /// Every partition's batches in order, the partitions at once.
-pub(super) async fn write_all(writer: &Writer, partitions: &Arc<Vec<Vec<Batch>>>) -> anyhow::Result<()> {
+pub(super) async fn write_all(
+    writer: &Writer,
+    partitions: &Arc<Vec<Vec<Batch>>>,
+) -> anyhow::Result<()> {
     let mut tasks = tokio::task::JoinSet::new();
     for partition in 0..partitions.len() {
         let writer = writer.clone();
