@@ -254,10 +254,47 @@ async fn three_shards_store_every_message_once_through_kills_a_move_and_a_restar
     assert_eq!(moved["partition"], 0, "{moved}");
     assert_eq!(fleet.assignments().await[&0], to);
 
-    // A shard goes away for a while; its partitions wait, and resume.
-    let now = fleet.stored().await;
+    // A shard goes away for a while: its partitions wait, the other shards' go on, and the
+    // workers writing to it say which shard in their metrics and readiness; then it is back.
+    let down_name = format!(
+        "127.0.0.1:{}/{}",
+        fleet.servers[2].port, fleet.setup.db.name
+    );
     fleet.servers[2].stop().await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let others = fleet.stored().await;
+    fleet
+        .wait_stored((others + 1_000).min(n), Duration::from_secs(60))
+        .await;
+    let down_metric = format!("logstamp_store_shard_up{{shard=\"{down_name}\"}}");
+    let mut seen_down = false;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !seen_down && Instant::now() < deadline {
+        for worker in &workers {
+            let log = std::fs::read_to_string(&worker.log).unwrap_or_default();
+            let Some(address) = support::http::served_address(&log) else {
+                continue;
+            };
+            let (_, metrics) = tokio::task::spawn_blocking({
+                let address = address.clone();
+                move || support::http::get(&address, "/metrics")
+            })
+            .await
+            .unwrap();
+            if support::http::sample(&metrics, &down_metric) == Some(0.0) {
+                let (status, ready) = tokio::task::spawn_blocking(move || {
+                    support::http::get(&address, "/health/ready")
+                })
+                .await
+                .unwrap();
+                assert_eq!(status, 503, "{ready}");
+                assert!(ready.contains(&down_name), "{ready}");
+                seen_down = true;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(seen_down, "no worker reports {down_metric} 0");
+    let now = fleet.stored().await;
     fleet.servers[2].restart().await;
     fleet
         .wait_stored((now + 1_000).min(n), Duration::from_secs(90))

@@ -97,6 +97,40 @@ impl ShardSet {
     }
 }
 
+/// Which shards answer, as the writer last found them: a shard whose write failed for a
+/// transient reason (it is down or unreachable) is failing until a write to it succeeds. Its
+/// partitions' batches wait and retry meanwhile; the other shards' go on.
+#[derive(Debug)]
+pub struct ShardHealth {
+    shards: std::sync::Mutex<Vec<(ShardName, Option<String>)>>,
+}
+
+impl ShardHealth {
+    pub fn new(names: Vec<ShardName>) -> ShardHealth {
+        ShardHealth {
+            shards: std::sync::Mutex::new(names.into_iter().map(|n| (n, None)).collect()),
+        }
+    }
+
+    /// Each shard with why it is failing; `None`: it answers.
+    pub fn snapshot(&self) -> Vec<(ShardName, Option<String>)> {
+        self.lock().clone()
+    }
+
+    pub(crate) fn set(&self, shard: usize, failing: Option<String>) {
+        if let Some(entry) = self.lock().get_mut(shard) {
+            entry.1 = failing;
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(ShardName, Option<String>)>> {
+        // Held briefly; the list stays whole if a holder panicked.
+        self.shards
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
 /// One row of the assignment table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Assignment {

@@ -14,7 +14,7 @@ use crate::mysql::{self, DbError, MysqlUrl};
 use crate::store::rollup_plan::RollupPlan;
 use crate::store::settings::{InsertMethod, StoreSettings};
 use crate::store::shard_plan::{PartitionKey, moved_offset};
-use crate::store::shards::{self, ShardSet};
+use crate::store::shards::{self, ShardHealth, ShardSet};
 
 /// Writes batches, each to its partition's shard; clones share the connections, and batches of
 /// different partitions may be written at once.
@@ -29,6 +29,7 @@ struct Inner {
     servers: Vec<ServerWriter>,
     /// The shard of each partition written so far.
     routes: Mutex<HashMap<PartitionKey, usize>>,
+    health: Arc<ShardHealth>,
     retry: RetryPolicy,
 }
 
@@ -50,6 +51,7 @@ impl Writer {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Writer {
             inner: Arc::new(Inner {
+                health: Arc::new(ShardHealth::new(set.names())),
                 set,
                 servers,
                 routes: Mutex::default(),
@@ -67,8 +69,14 @@ impl Writer {
         &self.inner.set
     }
 
+    /// Which shards answer, kept up to date by the writes.
+    pub fn health(&self) -> Arc<ShardHealth> {
+        self.inner.health.clone()
+    }
+
     /// Writes a batch exactly once to its partition's shard, retrying transient failures for
-    /// up to `store.give_up_after`.
+    /// up to `store.give_up_after`. While its shard fails, the batch waits; the shard is
+    /// marked failing in [`Writer::health`] until a write to it succeeds.
     pub async fn write(&self, batch: &Batch) -> Result<WriteOutcome, DbError> {
         let key = PartitionKey {
             group: batch.consumer_group.clone(),
@@ -85,7 +93,11 @@ impl Writer {
             },
             async || {
                 let shard = self.route(std::slice::from_ref(&key)).await?[0];
-                match self.inner.servers[shard].write(batch).await? {
+                let server = &self.inner.servers[shard];
+                server.check(batch)?;
+                let written = server.attempt(batch).await;
+                self.observe(shard, &written);
+                match written? {
                     WriteOutcome::OffsetMoved {
                         stored: Some(stored),
                     } if moved_offset(stored).is_some() => Err(self.moved(&key, shard)),
@@ -98,7 +110,10 @@ impl Writer {
 
     /// The partitions' stored next offsets, each from its shard (placing partitions new to
     /// the store), in the order asked; `None` for a partition never written. Retried like a
-    /// write.
+    /// write. With shards, a shard that does not answer gives `None` for its partitions (after
+    /// a warning), so the others can start: their start is then Kafka's committed offset, and
+    /// the conditional claim of their first batch finds the stored offset once the shard is
+    /// back (nothing is written twice).
     pub async fn stored_offsets(
         &self,
         consumer_group: &str,
@@ -120,9 +135,22 @@ impl Writer {
                 let mut stored = Vec::with_capacity(keys.len());
                 for (key, shard) in keys.iter().zip(shards) {
                     let server = &self.inner.servers[shard];
-                    let offset = server
-                        .stored_offsets(consumer_group, &[(&key.topic, key.partition)])
-                        .await?[0];
+                    let read = server
+                        .stored_offset(consumer_group, &key.topic, key.partition)
+                        .await;
+                    self.observe(shard, &read);
+                    let offset = match read {
+                        Err(e) if self.inner.set.sharded && e.is_transient() => {
+                            tracing::warn!(
+                                partition = %key,
+                                shard = %self.inner.set.shards[shard].0,
+                                "the shard does not answer: starting from Kafka's committed \
+                                 offset, checked by the first batch's claim: {e}"
+                            );
+                            None
+                        }
+                        read => read?,
+                    };
                     if offset.is_some_and(|o| moved_offset(o).is_some()) {
                         return Err(self.moved(key, shard));
                     }
@@ -178,6 +206,15 @@ impl Writer {
             routes.insert(key.clone(), *shard);
         }
         Ok(positions)
+    }
+
+    /// Marks the shard failing after a transient error, answering after anything else.
+    fn observe<T>(&self, shard: usize, result: &Result<T, DbError>) {
+        let failing = match result {
+            Err(e) if e.is_transient() => Some(e.to_string()),
+            _ => None,
+        };
+        self.inner.health.set(shard, failing);
     }
 
     /// The partition left `shard`: forget it, so the next attempt reads where it went; a
