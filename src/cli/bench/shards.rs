@@ -164,7 +164,7 @@ async fn bench(
             let mut stored = 0;
             for conn in &mut shard_conns {
                 let n: Option<u64> = conn
-                    .query_first(format!("SELECT COUNT(*) FROM `{}`", settings.store.table))
+                    .query_first(format!("SELECT COUNT(*) FROM {}", settings.store.table))
                     .await?;
                 stored += n.unwrap_or(0);
             }
