@@ -345,4 +345,101 @@ async fn three_shards_store_every_message_once_through_kills_a_move_and_a_restar
         3,
         "one plan per shard: {explained}"
     );
+
+    // One SQL endpoint: the shards federated on a front server with Spider answer the same
+    // ID range with the same rows, and each shard is sent the range, reading only the
+    // partitions that hold it (as logstamp's own query does there).
+    let front = MariaDb::start(174, &["--plugin-load-add=ha_spider.so"]).await;
+    for i in 0..3 {
+        let mut conn = fleet.shard_conn(i).await;
+        conn.query_drop("SET GLOBAL log_output = 'TABLE', general_log = 1")
+            .await
+            .unwrap();
+    }
+    let front_url = front.url("front");
+    let federated = fleet.run_ok(&["shards", "federate", "--front", &front_url]);
+    let federated: serde_json::Value = serde_json::from_slice(&federated).unwrap();
+    assert_eq!(federated["shards"], 3, "{federated}");
+    let (start, end) = {
+        let t = |s: &str| chrono::DateTime::parse_from_rfc3339(s).unwrap().timestamp() as u64;
+        (t(&from) << 32, t(&to) << 32)
+    };
+    let mut conn = mysql_async::Conn::from_url(front_url.as_str())
+        .await
+        .unwrap();
+    // Literal bounds, as the mysql client and Grafana send them: MariaDB does not push a
+    // prepared statement's parameters into the view's branches.
+    let through_front: Vec<(u64, String)> = conn
+        .query(format!(
+            "SELECT id, message FROM logs WHERE id >= {start} AND id < {end} ORDER BY id"
+        ))
+        .await
+        .unwrap();
+    conn.disconnect().await.unwrap();
+    let read = fleet.run_ok(&["query", "--from", &from, "--to", &to]);
+    let through_logstamp: Vec<(u64, String)> = String::from_utf8(read)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let row: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                row["id"].as_u64().unwrap(),
+                row["message"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(through_front.len() as u64, n);
+    assert_eq!(through_front, through_logstamp);
+    for i in 0..3 {
+        let mut conn = fleet.shard_conn(i).await;
+        conn.query_drop("SET GLOBAL general_log = 0").await.unwrap();
+        let sent: Vec<String> = conn
+            .query(
+                "SELECT CONVERT(argument USING utf8mb4) FROM mysql.general_log \
+                 WHERE command_type = 'Query' AND argument LIKE 'select %from `%`.`logs`%'",
+            )
+            .await
+            .unwrap();
+        let sent = sent
+            .last()
+            .unwrap_or_else(|| panic!("shard {i} was sent no select"));
+        assert!(
+            sent.contains(&format!("`id` >= {start}")) && sent.contains(&format!("`id` < {end}")),
+            "shard {i} was sent the range: {sent}"
+        );
+        let plan: Vec<mysql_async::Row> = conn
+            .query(format!("EXPLAIN PARTITIONS {sent}"))
+            .await
+            .unwrap();
+        let partitions: Option<String> = plan[0].get("partitions").unwrap();
+        let ours: serde_json::Value =
+            serde_json::from_str(explained.lines().nth(i).unwrap()).unwrap();
+        let ours: Vec<&str> = ours["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            partitions.unwrap_or_default(),
+            ours.join(","),
+            "shard {i}: {sent}"
+        );
+        conn.disconnect().await.unwrap();
+    }
+
+    // The assignments as listed, and partition maintenance on every shard.
+    let listed = String::from_utf8(fleet.run_ok(&["shards", "list"])).unwrap();
+    let listed: Vec<serde_json::Value> = listed
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(listed.len(), PARTITIONS as usize);
+    assert!(listed.iter().all(|l| l["listed"] == true), "{listed:?}");
+    let ensured = String::from_utf8(fleet.run_ok(&["partitions", "ensure"])).unwrap();
+    assert_eq!(
+        ensured.matches("\"action\":\"partitions_ensured\"").count(),
+        3,
+        "{ensured}"
+    );
 }

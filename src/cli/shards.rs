@@ -8,6 +8,8 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 
 use logstamp::config::Sources;
+use logstamp::mysql::{self, Ident, MysqlUrl};
+use logstamp::store::federate;
 use logstamp::store::shard_plan::{PartitionKey, ShardName};
 use logstamp::store::shards::{self, Assignment, ShardSet};
 
@@ -21,6 +23,29 @@ pub enum ShardsCommand {
     List(ListArgs),
     /// Move a partition, its offset with it, to another shard; workers may be running.
     Move(MoveArgs),
+    /// Make every shard's tables readable as one on a front MariaDB server with Spider: a
+    /// Spider table per shard and a view of their union under each table's name.
+    Federate(FederateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct FederateArgs {
+    /// The front server's database, mysql://user[:password]@host:port/database (created if
+    /// missing) [default: mysql.url].
+    #[arg(long, value_name = "URL")]
+    front: Option<String>,
+    /// Print the statements instead of running them (passwords shown as ***).
+    #[arg(long)]
+    print: bool,
+}
+
+/// What `shards federate` made.
+#[derive(Serialize)]
+struct Federated {
+    action: &'static str,
+    front: String,
+    shards: usize,
+    tables: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -81,6 +106,44 @@ pub fn run(command: ShardsCommand, sources: Sources) -> anyhow::Result<ExitCode>
             };
             let moved = block_on(shards::move_partition(&set, &key, to, now))??;
             out.json(&moved)
+        }
+        ShardsCommand::Federate(args) => {
+            let front = match args.front {
+                Some(text) => {
+                    MysqlUrl::try_from(text).map_err(|e| UsageError::new("--front", e))?
+                }
+                None => settings.mysql.url.clone(),
+            };
+            let front_db =
+                Ident::new(front.database()).map_err(|e| UsageError::new("--front", e))?;
+            let remotes = set
+                .shards
+                .iter()
+                .map(|(_, url)| federate::Remote::of(url))
+                .collect::<Result<Vec<_>, _>>()?;
+            let tables = settings.tables();
+            if args.print {
+                let sql = federate::statements(&front_db, &remotes, &tables, false);
+                sql.iter().try_for_each(|s| out.line(&format!("{s};")))
+            } else {
+                let sql = federate::statements(&front_db, &remotes, &tables, true);
+                block_on(async {
+                    mysql::create_database(&front).await?;
+                    let mut conn = mysql::connect(&front).await?;
+                    let applied = federate::apply(&mut conn, &sql).await;
+                    let _ = conn.disconnect().await;
+                    applied
+                })??;
+                out.json(&Federated {
+                    action: "federated",
+                    front: ShardName::of(&front).to_string(),
+                    shards: remotes.len(),
+                    tables: tables
+                        .iter()
+                        .map(|t| t.table.as_str().to_string())
+                        .collect(),
+                })
+            }
         }
     };
     ignore_closed_pipe(written).context("writing output")?;
