@@ -464,20 +464,42 @@ pub fn merge(plan: &RollupPlan, shards: Vec<Vec<RollupRecord>>) -> Vec<RollupRec
 
 /// A key column's value, ordered as MySQL orders the column: NULL first, numbers by value,
 /// text by bytes.
-#[derive(Debug, Clone, PartialEq, PartialOrd)]
+#[derive(Debug, Clone)]
 enum KeyPart {
     Null,
     Number(f64),
     Text(String),
 }
 
-impl Eq for KeyPart {}
-
 impl Ord for KeyPart {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.partial_cmp(other).unwrap_or(std::cmp::Ordering::Equal)
+        use KeyPart::{Null, Number, Text};
+        use std::cmp::Ordering::{Equal, Greater, Less};
+        match (self, other) {
+            (Null, Null) => Equal,
+            (Null, _) => Less,
+            (_, Null) => Greater,
+            (Number(a), Number(b)) => a.total_cmp(b),
+            (Number(_), Text(_)) => Less,
+            (Text(_), Number(_)) => Greater,
+            (Text(a), Text(b)) => a.cmp(b),
+        }
     }
 }
+
+impl PartialOrd for KeyPart {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for KeyPart {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for KeyPart {}
 
 impl KeyPart {
     fn of(value: &serde_json::Value) -> KeyPart {
