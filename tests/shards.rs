@@ -86,6 +86,15 @@ impl Fleet {
         output.stdout
     }
 
+    /// `logstamp ARGS`' output, a JSON object a line.
+    fn json_lines(&self, args: &[&str]) -> Vec<serde_json::Value> {
+        String::from_utf8(self.run_ok(args))
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+
     /// `logstamp ingest` leasing a service ID, its log in a file of its own.
     fn spawn_worker(&self, run: usize) -> Process {
         let log = self.config.with_file_name(format!("worker-{run}.log"));
@@ -315,27 +324,17 @@ async fn three_shards_store_every_message_once_through_kills_a_move_and_a_restar
     // `logstamp query` over the shards: every row, merged in ID order; a limit of the merge.
     let from = (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339();
     let to = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
-    let read = fleet.run_ok(&["query", "--from", &from, "--to", &to]);
-    let ids: Vec<u64> = String::from_utf8(read)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["id"]
-                .as_u64()
-                .unwrap()
-        })
+    let ids: Vec<u64> = fleet
+        .json_lines(&["query", "--from", &from, "--to", &to])
+        .iter()
+        .map(|row| row["id"].as_u64().unwrap())
         .collect();
     assert_eq!(ids.len() as u64, n);
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "merged in ID order");
-    let read = fleet.run_ok(&["query", "--from", &from, "--to", &to, "--limit", "7"]);
-    let first: Vec<u64> = String::from_utf8(read)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["id"]
-                .as_u64()
-                .unwrap()
-        })
+    let first: Vec<u64> = fleet
+        .json_lines(&["query", "--from", &from, "--to", &to, "--limit", "7"])
+        .iter()
+        .map(|row| row["id"].as_u64().unwrap())
         .collect();
     assert_eq!(first, ids[..7]);
     let explained = fleet.run_ok(&["query", "--from", &from, "--to", &to, "--explain"]);
@@ -376,12 +375,10 @@ async fn three_shards_store_every_message_once_through_kills_a_move_and_a_restar
         .await
         .unwrap();
     conn.disconnect().await.unwrap();
-    let read = fleet.run_ok(&["query", "--from", &from, "--to", &to]);
-    let through_logstamp: Vec<(u64, String)> = String::from_utf8(read)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let row: serde_json::Value = serde_json::from_str(l).unwrap();
+    let through_logstamp: Vec<(u64, String)> = fleet
+        .json_lines(&["query", "--from", &from, "--to", &to])
+        .iter()
+        .map(|row| {
             (
                 row["id"].as_u64().unwrap(),
                 row["message"].as_str().unwrap().to_string(),
@@ -429,11 +426,7 @@ async fn three_shards_store_every_message_once_through_kills_a_move_and_a_restar
     }
 
     // The assignments as listed, and partition maintenance on every shard.
-    let listed = String::from_utf8(fleet.run_ok(&["shards", "list"])).unwrap();
-    let listed: Vec<serde_json::Value> = listed
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let listed = fleet.json_lines(&["shards", "list"]);
     assert_eq!(listed.len(), PARTITIONS as usize);
     assert!(listed.iter().all(|l| l["listed"] == true), "{listed:?}");
     let ensured = String::from_utf8(fleet.run_ok(&["partitions", "ensure"])).unwrap();

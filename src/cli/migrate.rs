@@ -14,7 +14,7 @@ use logstamp::store::shards::ShardSet;
 
 use super::db::{block_on, now_or};
 use super::load_settings;
-use super::output::{DatabaseLine, Output};
+use super::output::Output;
 
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
@@ -50,11 +50,8 @@ pub fn run(args: MigrateArgs, sources: Sources) -> anyhow::Result<ExitCode> {
             let _ = conn.disconnect().await;
             applied
         })??;
-        out.json(&DatabaseLine {
-            database: ShardName::of(url).to_string(),
-            role: "coordination",
-        })
-        .context("writing output")?;
+        out.database(&ShardName::of(url), "coordination")
+            .context("writing output")?;
         print_applied(&mut out, &applied, &known)?;
     }
     for (name, url) in &set.shards {
@@ -81,11 +78,7 @@ pub fn run(args: MigrateArgs, sources: Sources) -> anyhow::Result<ExitCode> {
             rollups,
         } = full;
         if set.sharded {
-            out.json(&DatabaseLine {
-                database: name.to_string(),
-                role: "shard",
-            })
-            .context("writing output")?;
+            out.database(&name, "shard").context("writing output")?;
         }
         print_applied(&mut out, &report.applied, &known)?;
         out.json(&report.table).context("writing output")?;

@@ -18,7 +18,7 @@ use logstamp::store::{PartitionBound, PartitionPlan, Period};
 use logstamp::time::{Zone, parse_month_or_day};
 
 use super::db::{block_on, now_or};
-use super::output::{DatabaseLine, Format, Output, aligned, ignore_closed_pipe};
+use super::output::{Format, Output, aligned, ignore_closed_pipe};
 use super::{UsageError, load_settings};
 
 #[derive(Debug, Subcommand)]
@@ -134,11 +134,7 @@ fn ensure(args: EnsureArgs, sources: Sources) -> anyhow::Result<ExitCode> {
             Ok(outcomes)
         })??;
         if set.sharded {
-            out.json(&DatabaseLine {
-                database: name.to_string(),
-                role: "shard",
-            })
-            .context("writing output")?;
+            out.database(&name, "shard").context("writing output")?;
         }
         for line in &ensure_lines(&specs, &outcomes, args.dry_run) {
             out.json(line).context("writing output")?;
@@ -207,12 +203,8 @@ fn list(args: ListArgs, sources: Sources) -> anyhow::Result<ExitCode> {
         })??;
         let written = match args.format {
             Format::Json => {
-                let database = DatabaseLine {
-                    database: name.to_string(),
-                    role: "shard",
-                };
                 let header = if set.sharded {
-                    out.json(&database)
+                    out.database(name, "shard")
                 } else {
                     Ok(())
                 };

@@ -15,7 +15,7 @@ use logstamp::store::shards::ShardSet;
 use super::TimeRangeArgs;
 use super::db::block_on;
 use super::load_settings;
-use super::output::{DatabaseLine, Output};
+use super::output::Output;
 use super::query::{rollup_plan, unix};
 
 #[derive(Debug, Subcommand)]
@@ -85,11 +85,7 @@ fn rebuild(args: RebuildArgs, sources: Sources) -> anyhow::Result<ExitCode> {
             report
         })??;
         if set.sharded {
-            out.json(&DatabaseLine {
-                database: name.to_string(),
-                role: "shard",
-            })
-            .context("writing output")?;
+            out.database(&name, "shard").context("writing output")?;
         }
         out.json(&report).context("writing output")?;
     }

@@ -739,23 +739,9 @@ pub async fn run_in_order(
     spec: &TableSpec,
     query: &TimeQuery,
     order: Order,
-    mut each: impl FnMut(Record) -> ControlFlow<()>,
+    each: impl FnMut(Record) -> ControlFlow<()>,
 ) -> Result<u64, DbError> {
-    let (sql, params) = select_sql_in_order(spec, query, order);
-    let context = || format!("querying table {}", spec.table);
-    let mut rows = conn
-        .exec_stream::<Row, _, _>(sql, params)
-        .await
-        .map_err(DbError::mysql(context()))?;
-    let mut count = 0;
-    while let Some(row) = rows.next().await {
-        let row = row.map_err(DbError::mysql(context()))?;
-        count += 1;
-        if each(record(spec, row)?).is_break() {
-            break;
-        }
-    }
-    Ok(count)
+    run_merged(std::slice::from_mut(conn), spec, query, order, each).await
 }
 
 /// [`run_in_order`] over several databases that hold disjoint rows of one table (the shards of

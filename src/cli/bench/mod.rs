@@ -98,20 +98,8 @@ pub async fn in_scratch_database<T>(
         &format!("logstamp_bench_{}", std::process::id()),
     )?;
     settings.mysql.url = scratch.clone();
-    mysql::create_database(&scratch).await?;
     let result = async {
-        let mut conn = mysql::connect(&scratch).await?;
-        migrate::run_all(
-            &mut conn,
-            &migrate::builtin()?,
-            &settings.log_table(),
-            &settings.fanout_tables(),
-            &settings.rollup_plans,
-            Utc::now(),
-            false,
-        )
-        .await?;
-        conn.disconnect().await?;
+        migrated(&settings, &scratch).await?.disconnect().await?;
         bench(&settings).await
     }
     .await;
@@ -119,6 +107,24 @@ pub async fn in_scratch_database<T>(
     let value = result?;
     dropped?;
     Ok(value)
+}
+
+/// A connection to the database at `url`, created if missing and given the schema production
+/// has (migrations, the log table, fan-out tables and rollups).
+async fn migrated(settings: &Settings, url: &MysqlUrl) -> anyhow::Result<mysql_async::Conn> {
+    mysql::create_database(url).await?;
+    let mut conn = mysql::connect(url).await?;
+    migrate::run_all(
+        &mut conn,
+        &migrate::builtin()?,
+        &settings.log_table(),
+        &settings.fanout_tables(),
+        &settings.rollup_plans,
+        Utc::now(),
+        false,
+    )
+    .await?;
+    Ok(conn)
 }
 
 async fn drop_database(url: &MysqlUrl) -> anyhow::Result<()> {

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use chrono::Utc;
 use clap::Args;
 use mysql_async::prelude::Queryable;
 use serde_json::json;
@@ -22,7 +21,7 @@ use logstamp::store::settings::DurationOrOff;
 use logstamp::store::{Writer, migrate};
 
 use super::store::{make_batches, write_all};
-use super::{drop_database, median};
+use super::{drop_database, median, migrated};
 use crate::cli::db::with_database;
 use crate::cli::output::Output;
 use crate::cli::{UsageError, load_settings};
@@ -100,19 +99,7 @@ async fn bench(
     migrate::apply(&mut coordination_conn, &known).await?;
     let mut shard_conns = Vec::with_capacity(shards.len());
     for url in shards {
-        mysql::create_database(url).await?;
-        let mut conn = mysql::connect(url).await?;
-        migrate::run_all(
-            &mut conn,
-            &known,
-            &settings.log_table(),
-            &settings.fanout_tables(),
-            &settings.rollup_plans,
-            Utc::now(),
-            false,
-        )
-        .await?;
-        shard_conns.push(conn);
+        shard_conns.push(migrated(settings, url).await?);
     }
 
     let batch_rows = settings.batch.max_rows.max(1);
