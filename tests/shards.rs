@@ -429,6 +429,17 @@ async fn three_shards_store_every_message_once_through_kills_a_move_and_a_restar
     let listed = fleet.json_lines(&["shards", "list"]);
     assert_eq!(listed.len(), PARTITIONS as usize);
     assert!(listed.iter().all(|l| l["listed"] == true), "{listed:?}");
+    // What reads one database refuses a store of several, saying so.
+    for args in [
+        &["query", "--since", "1h", "--follow"][..],
+        &["query", "--since", "1h", "--by", "event"],
+        &["serve"],
+    ] {
+        let output = fleet.command(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("store.shards lists several"), "{stderr}");
+    }
     let ensured = String::from_utf8(fleet.run_ok(&["partitions", "ensure"])).unwrap();
     assert_eq!(
         ensured.matches("\"action\":\"partitions_ensured\"").count(),

@@ -93,6 +93,18 @@ struct Range {
 
 pub fn run(args: QueryArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&sources)?;
+    if !settings.store.shards.is_empty() && (args.follow || args.by == TimeKind::Event) {
+        return Err(UsageError::new(
+            if args.follow {
+                "--follow"
+            } else {
+                "--by event"
+            },
+            "reads one database, and store.shards lists several: query by ID time, or \
+             through the front server of `logstamp shards federate`",
+        )
+        .into());
+    }
     if args.follow {
         return follow(&settings, &args);
     }
