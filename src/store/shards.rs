@@ -461,3 +461,52 @@ async fn offset_at(url: &MysqlUrl, key: &PartitionKey) -> Result<Option<i64>, Db
         "ingest_offsets.next_offset",
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn url(text: &str) -> MysqlUrl {
+        MysqlUrl::try_from(text.to_string()).unwrap()
+    }
+
+    fn store(shards: &[&str]) -> StoreSettings {
+        serde_json::from_value(serde_json::json!({
+            "table": "logs",
+            "concurrency": 4,
+            "insert_method": "batch",
+            "give_up_after": "5m",
+            "commit_window": "6m",
+            "payload": true,
+            "columns": [],
+            "shards": shards,
+        }))
+        .unwrap()
+    }
+
+    fn set() -> ShardSet {
+        let store = store(&["mysql://u:p@db1/logs", "mysql://u@db2:3307/logs"]);
+        ShardSet::new(&url("mysql://u@coord/logs"), &store)
+    }
+
+    #[test]
+    fn a_shard_is_found_by_position_or_name() {
+        let set = set();
+        assert!(set.sharded);
+        assert_eq!(set.find("1"), Ok(1));
+        assert_eq!(set.find("db1:3306/logs"), Ok(0));
+        assert!(set.find("2").unwrap_err().contains("lists 2"));
+        let unknown = set.find("db3:3306/logs").unwrap_err();
+        assert!(
+            unknown.contains("db1:3306/logs, db2:3307/logs"),
+            "{unknown}"
+        );
+    }
+
+    #[test]
+    fn without_shards_the_coordination_database_is_the_one_shard() {
+        let set = ShardSet::new(&url("mysql://u@coord/logs"), &store(&[]));
+        assert!(!set.sharded);
+        assert_eq!(set.names(), [ShardName("coord:3306/logs".into())]);
+    }
+}
