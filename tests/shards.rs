@@ -303,6 +303,22 @@ async fn three_shards_store_every_message_once_through_kills_a_move_and_a_restar
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(seen_down, "no worker reports {down_metric} 0");
+    // A worker killed and replaced while the shard is down: the new one starts without it, the
+    // partitions are dealt out again (their offsets on the down shard unread), and the other
+    // shards' go on.
+    workers.remove(0).kill();
+    let replacement = fleet.spawn_worker(9);
+    replacement
+        .wait_for_log(
+            "assigned; reading from the offsets stored in MySQL",
+            Duration::from_secs(60),
+        )
+        .await;
+    workers.push(replacement);
+    let now = fleet.stored().await;
+    fleet
+        .wait_stored((now + 500).min(n), Duration::from_secs(60))
+        .await;
     let now = fleet.stored().await;
     fleet.servers[2].restart().await;
     fleet
