@@ -227,8 +227,8 @@ impl Fleet {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_shards_store_every_message_once_through_kills_a_move_and_a_restart() {
     let mut fleet = Fleet::start("shards", 171).await;
-    let n: u64 = 24_000;
-    fleet.setup.produce(0, n / 2, PARTITIONS);
+    let n: u64 = 30_000;
+    fleet.setup.produce(0, 2 * n / 5, PARTITIONS);
     let mut workers: Vec<Process> = Vec::new();
     for run in 0..3 {
         workers.push(fleet.spawn_worker(run));
@@ -255,7 +255,7 @@ async fn three_shards_store_every_message_once_through_kills_a_move_and_a_restar
     assert_eq!(per_shard, [4, 4, 4], "least-loaded placement: {placed:?}");
 
     // A partition moved while the workers write it, with a backlog to write.
-    fleet.setup.produce(n / 2, n, PARTITIONS);
+    fleet.setup.produce(2 * n / 5, 4 * n / 5, PARTITIONS);
     let from = placed[&0];
     let to = (from + 1) % 3;
     let moved = fleet.run_ok(&["shards", "move", "logs", "0", "--to", &to.to_string()]);
@@ -270,6 +270,8 @@ async fn three_shards_store_every_message_once_through_kills_a_move_and_a_restar
         fleet.servers[2].port, fleet.setup.db.name
     );
     fleet.servers[2].stop().await;
+    // Messages for every partition arrive while it is down.
+    fleet.setup.produce(4 * n / 5, n, PARTITIONS);
     let others = fleet.stored().await;
     fleet
         .wait_stored((others + 1_000).min(n), Duration::from_secs(60))
