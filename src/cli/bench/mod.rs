@@ -5,6 +5,7 @@ mod ingest;
 mod otlp;
 mod relay;
 mod serve;
+mod shards;
 mod store;
 
 use std::process::ExitCode;
@@ -37,6 +38,9 @@ pub enum BenchCommand {
     /// Changes per second through the relay's capture and apply, and its lag at a fixed rate,
     /// beside MariaDB's own replication.
     Relay(relay::RelayArgs),
+    /// Rows per second through the store writer into 1, 2, ... N shards (store.shards), side
+    /// by side.
+    Shards(shards::ShardsArgs),
     /// How long `logstamp serve` takes to answer over a day of many rows: histograms and pages
     /// of lines, with the CPU spent per request.
     Serve(serve::ServeArgs),
@@ -48,6 +52,7 @@ pub fn run(command: BenchCommand, sources: Sources) -> anyhow::Result<ExitCode> 
         BenchCommand::Ingest(args) => ingest::ingest(args, sources),
         BenchCommand::Otlp(args) => otlp::otlp(args, sources),
         BenchCommand::Serve(args) => serve::serve(args, sources),
+        BenchCommand::Shards(args) => shards::shards(args, sources),
         BenchCommand::Relay(args) => {
             relay::run(args, load_settings(&sources)?)?;
             Ok(ExitCode::SUCCESS)
@@ -93,20 +98,8 @@ pub async fn in_scratch_database<T>(
         &format!("logstamp_bench_{}", std::process::id()),
     )?;
     settings.mysql.url = scratch.clone();
-    mysql::create_database(&scratch).await?;
     let result = async {
-        let mut conn = mysql::connect(&scratch).await?;
-        migrate::run_all(
-            &mut conn,
-            &migrate::builtin()?,
-            &settings.log_table(),
-            &settings.fanout_tables(),
-            &settings.rollup_plans,
-            Utc::now(),
-            false,
-        )
-        .await?;
-        conn.disconnect().await?;
+        migrated(&settings, &scratch).await?.disconnect().await?;
         bench(&settings).await
     }
     .await;
@@ -114,6 +107,24 @@ pub async fn in_scratch_database<T>(
     let value = result?;
     dropped?;
     Ok(value)
+}
+
+/// A connection to the database at `url`, created if missing and given the schema production
+/// has (migrations, the log table, fan-out tables and rollups).
+async fn migrated(settings: &Settings, url: &MysqlUrl) -> anyhow::Result<mysql_async::Conn> {
+    mysql::create_database(url).await?;
+    let mut conn = mysql::connect(url).await?;
+    migrate::run_all(
+        &mut conn,
+        &migrate::builtin()?,
+        &settings.log_table(),
+        &settings.fanout_tables(),
+        &settings.rollup_plans,
+        Utc::now(),
+        false,
+    )
+    .await?;
+    Ok(conn)
 }
 
 async fn drop_database(url: &MysqlUrl) -> anyhow::Result<()> {
