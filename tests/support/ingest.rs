@@ -356,7 +356,11 @@ impl Setup {
         let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(&self.db.name);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(format!("{name}.toml"));
-        std::fs::write(&path, text).unwrap();
+        // Written aside and renamed into place: a worker started a moment ago may be reading
+        // the file now, and must see the old text or the new, never half of one.
+        let fresh = dir.join(format!("{name}.toml.new"));
+        std::fs::write(&fresh, text).unwrap();
+        std::fs::rename(&fresh, &path).unwrap();
         path
     }
 
