@@ -83,6 +83,14 @@ const BUILTIN: &[(&str, &str)] = &[
         "0014_zone_map.sql",
         include_str!("../../migrations/0014_zone_map.sql"),
     ),
+    (
+        "0015_relay_snapshots.sql",
+        include_str!("../../migrations/0015_relay_snapshots.sql"),
+    ),
+    (
+        "0016_relay_watermarks.sql",
+        include_str!("../../migrations/0016_relay_watermarks.sql"),
+    ),
 ];
 
 /// logstamp's own tables in the database of `mysql.url`: the migrations' and the runner's.
