@@ -259,9 +259,16 @@ pub async fn run(
 /// A connection in UTC (TIMESTAMP values travel in UTC) whose writes go to the binlog.
 async fn session(context: &RelayContext) -> Result<Conn, RelayError> {
     let mut conn = mysql::connect(context.url()).await?;
-    conn.query_drop("SET time_zone = '+00:00', SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        .await
-        .map_err(DbError::mysql("preparing the snapshot's session"))?;
+    for statement in [
+        "SET time_zone = '+00:00'",
+        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+    ] {
+        conn.query_drop(statement)
+            .await
+            .map_err(DbError::mysql(format!(
+                "preparing the snapshot's session: {statement}"
+            )))?;
+    }
     Ok(conn)
 }
 
