@@ -32,7 +32,7 @@ async fn fill(dc: &Dc, table: &str, n: u64) {
     conn.query_drop(format!(
         "INSERT INTO {table} SELECT seq, seq % 1000, CONCAT('row ', seq), \
          IF(seq % 10 = 0, NULL, seq / 7), '2026-01-01' + INTERVAL seq SECOND \
-         FROM seq_1_to_{n}"
+         FROM app.seq_1_to_{n}"
     ))
     .await
     .unwrap();
@@ -303,15 +303,16 @@ async fn snapshot_rows_read_as_the_binlog_reads_them() {
     let mut dcs = two_dcs(EVERY_KIND).await;
     let mut conn = dcs[0].conn().await;
     conn.query_drop("SET time_zone = '+00:00'").await.unwrap();
-    for id in 1..=3 {
+    // Keys above i64::MAX too: the snapshot goes on after them as stored.
+    for id in [1, u64::MAX - 2, u64::MAX - 1] {
         insert_every_kind(&mut conn, id).await;
     }
-    conn.query_drop("INSERT INTO app.vals (id) VALUES (4)")
+    conn.exec_drop("INSERT INTO app.vals (id) VALUES (?)", (u64::MAX,))
         .await
         .unwrap();
     start_relays(&mut dcs, LoopFilterMode::Marker, "200ms").await;
     let (code, done) =
-        snapshot_command(&dcs[0], &["--table", "app.vals", "--chunk-rows", "3"]).await;
+        snapshot_command(&dcs[0], &["--table", "app.vals", "--chunk-rows", "2"]).await;
     assert_eq!(code, Some(0), "{done}");
     assert_eq!(
         (
@@ -319,7 +320,7 @@ async fn snapshot_rows_read_as_the_binlog_reads_them() {
             done["copied_rows"].as_u64(),
             done["chunks"].as_u64()
         ),
-        (Some("done"), Some(4), Some(2)),
+        (Some("done"), Some(4), Some(3)),
         "{done}"
     );
     wait_same_rows(&dcs[0], &dcs[1], "app.vals").await;
