@@ -5,6 +5,7 @@ mod ingest;
 mod otlp;
 mod relay;
 mod serve;
+mod snapshot;
 mod store;
 
 use std::process::ExitCode;
@@ -37,6 +38,9 @@ pub enum BenchCommand {
     /// Changes per second through the relay's capture and apply, and its lag at a fixed rate,
     /// beside MariaDB's own replication.
     Relay(relay::RelayArgs),
+    /// Rows per second of the relay's online snapshot of a table beside `mysqldump | mysql` of
+    /// it, and the source's commit latency with and without a snapshot running.
+    Snapshot(snapshot::SnapshotArgs),
     /// How long `logstamp serve` takes to answer over a day of many rows: histograms and pages
     /// of lines, with the CPU spent per request.
     Serve(serve::ServeArgs),
@@ -50,6 +54,10 @@ pub fn run(command: BenchCommand, sources: Sources) -> anyhow::Result<ExitCode> 
         BenchCommand::Serve(args) => serve::serve(args, sources),
         BenchCommand::Relay(args) => {
             relay::run(args, load_settings(&sources)?)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCommand::Snapshot(args) => {
+            snapshot::run(args, load_settings(&sources)?)?;
             Ok(ExitCode::SUCCESS)
         }
     }
