@@ -772,8 +772,9 @@ fn key_to_json(values: &[Sql]) -> String {
             Sql::Bytes(b) => json!({ "bytes": BASE64.encode(b) }),
             Sql::Int(n) => json!({ "int": n }),
             Sql::UInt(n) => json!({ "uint": n }),
-            Sql::Float(f) => json!({ "float": f }),
-            Sql::Double(f) => json!({ "double": f }),
+            // By their bits: JSON's decimal text need not read back as the same binary value.
+            Sql::Float(f) => json!({ "float_bits": f.to_bits() }),
+            Sql::Double(f) => json!({ "double_bits": f.to_bits() }),
             Sql::Date(y, mo, d, h, mi, s, us) => json!({ "date": [y, mo, d, h, mi, s, us] }),
             Sql::Time(neg, d, h, mi, s, us) => json!({ "time": [neg, d, h, mi, s, us] }),
         })
@@ -788,8 +789,8 @@ fn key_from_json(text: &str) -> Result<Vec<Sql>, String> {
         Bytes(String),
         Int(i64),
         Uint(u64),
-        Float(f32),
-        Double(f64),
+        FloatBits(u32),
+        DoubleBits(u64),
         Date((u16, u8, u8, u8, u8, u8, u32)),
         Time((bool, u32, u8, u8, u8, u32)),
     }
@@ -802,8 +803,8 @@ fn key_from_json(text: &str) -> Result<Vec<Sql>, String> {
                 Some(Tagged::Bytes(b)) => Sql::Bytes(BASE64.decode(b).map_err(|e| e.to_string())?),
                 Some(Tagged::Int(n)) => Sql::Int(n),
                 Some(Tagged::Uint(n)) => Sql::UInt(n),
-                Some(Tagged::Float(f)) => Sql::Float(f),
-                Some(Tagged::Double(f)) => Sql::Double(f),
+                Some(Tagged::FloatBits(f)) => Sql::Float(f32::from_bits(f)),
+                Some(Tagged::DoubleBits(f)) => Sql::Double(f64::from_bits(f)),
                 Some(Tagged::Date((y, mo, d, h, mi, s, us))) => Sql::Date(y, mo, d, h, mi, s, us),
                 Some(Tagged::Time((neg, d, h, mi, s, us))) => Sql::Time(neg, d, h, mi, s, us),
             })
