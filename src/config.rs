@@ -38,7 +38,7 @@ pub const ENV_PREFIX: &str = "LOGSTAMP";
 const ENV_SEPARATOR: &str = "__";
 
 /// Settings whose environment value is a comma-separated list.
-const LIST_KEYS: &[&str] = &["kafka.topics", "relay.tables"];
+const LIST_KEYS: &[&str] = &["kafka.topics", "relay.tables", "store.shards"];
 
 /// Where settings are read from, beyond the built-in defaults.
 #[derive(Debug, Clone, Default)]

@@ -260,6 +260,23 @@ async fn every_command_the_readme_shows_works() {
             String::from_utf8_lossy(&output.stderr)
         );
     }
+    // The shard databases the shown commands made beside the test's own.
+    let shards: std::collections::BTreeSet<String> = commands
+        .iter()
+        .flat_map(|c| &c.env)
+        .filter(|(name, _)| name == "LOGSTAMP__STORE__SHARDS")
+        .flat_map(|(_, urls)| urls.split(','))
+        .filter_map(|url| url.rsplit('/').next().map(str::to_string))
+        .collect();
+    let mut conn = db.conn().await;
+    for database in shards {
+        mysql_async::prelude::Queryable::query_drop(
+            &mut conn,
+            format!("DROP DATABASE IF EXISTS `{database}`"),
+        )
+        .await
+        .unwrap();
+    }
 }
 
 fn run(command: &mut Command, within: Duration) -> std::process::Output {

@@ -9,6 +9,8 @@ use serde::Serialize;
 use logstamp::config::Sources;
 use logstamp::mysql;
 use logstamp::store::migrate;
+use logstamp::store::shard_plan::ShardName;
+use logstamp::store::shards::ShardSet;
 
 use super::db::{block_on, now_or};
 use super::load_settings;
@@ -35,51 +37,80 @@ enum Line<'a> {
 pub fn run(args: MigrateArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&sources)?;
     let now = now_or(args.now.as_deref())?;
-    let url = settings.mysql.url.clone();
+    let set = ShardSet::new(&settings.mysql.url, &settings.store);
     let known = migrate::builtin()?;
-    let full = block_on(async {
-        mysql::create_database(&url).await?;
-        let mut conn = mysql::connect(&url).await?;
-        let full = migrate::run_all(
-            &mut conn,
-            &known,
-            &settings.log_table(),
-            &settings.fanout_tables(),
-            &settings.rollup_plans,
-            now,
-            args.force,
-        )
-        .await;
-        // The locks went with the run; a failed goodbye changes nothing on the server.
-        let _ = conn.disconnect().await;
-        full
-    })??;
-    let migrate::FullReport {
-        report,
-        tables,
-        rollups,
-    } = full;
     let mut out = Output::new();
-    for m in &report.applied {
+    if set.sharded {
+        // The coordination database keeps leases and assignments: the migrations alone.
+        let url = &set.coordination;
+        let applied = block_on(async {
+            mysql::create_database(url).await?;
+            let mut conn = mysql::connect(url).await?;
+            let applied = migrate::apply_locked(&mut conn, &known).await;
+            let _ = conn.disconnect().await;
+            applied
+        })??;
+        out.database(&ShardName::of(url), "coordination")
+            .context("writing output")?;
+        print_applied(&mut out, &applied, &known)?;
+    }
+    for (name, url) in &set.shards {
+        let full = block_on(async {
+            mysql::create_database(url).await?;
+            let mut conn = mysql::connect(url).await?;
+            let full = migrate::run_all(
+                &mut conn,
+                &known,
+                &settings.log_table(),
+                &settings.fanout_tables(),
+                &settings.rollup_plans,
+                now,
+                args.force,
+            )
+            .await;
+            // The locks went with the run; a failed goodbye changes nothing on the server.
+            let _ = conn.disconnect().await;
+            full
+        })??;
+        let migrate::FullReport {
+            report,
+            tables,
+            rollups,
+        } = full;
+        if set.sharded {
+            out.database(&name, "shard").context("writing output")?;
+        }
+        print_applied(&mut out, &report.applied, &known)?;
+        out.json(&report.table).context("writing output")?;
+        for table in &tables {
+            out.json(table).context("writing output")?;
+        }
+        for rollup in &rollups {
+            out.json(rollup).context("writing output")?;
+        }
+    }
+    out.finish().context("writing output")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The migrations a database got, or that it was up to date.
+fn print_applied(
+    out: &mut Output,
+    applied: &[migrate::Applied],
+    known: &[migrate::Migration],
+) -> anyhow::Result<()> {
+    for m in applied {
         out.json(&Line::MigrationApplied {
             version: m.version,
             name: &m.name,
         })
         .context("writing output")?;
     }
-    if report.applied.is_empty() {
+    if applied.is_empty() {
         out.json(&Line::MigrationsUpToDate {
-            schema_version: report.schema_version,
+            schema_version: known.last().map_or(0, |m| m.version),
         })
         .context("writing output")?;
     }
-    out.json(&report.table).context("writing output")?;
-    for table in &tables {
-        out.json(table).context("writing output")?;
-    }
-    for rollup in &rollups {
-        out.json(rollup).context("writing output")?;
-    }
-    out.finish().context("writing output")?;
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }

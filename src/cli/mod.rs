@@ -18,6 +18,7 @@ mod query;
 mod relay;
 mod rollup;
 mod serve;
+mod shards;
 mod zonemap;
 
 use std::path::PathBuf;
@@ -83,6 +84,9 @@ enum Command {
     Zonemap(zonemap::ZonemapCommand),
     /// Serve the JSON query API and the log explorer page until SIGTERM or SIGINT.
     Serve(serve::ServeArgs),
+    /// Several databases (store.shards): where each partition lives, and moving one.
+    #[command(subcommand)]
+    Shards(shards::ShardsCommand),
 }
 
 /// A mistake in how the command was called (exit code 2), as opposed to a failure of the work.
@@ -196,6 +200,7 @@ fn run(command: Command, sources: Sources) -> anyhow::Result<ExitCode> {
         Command::Rollup(cmd) => rollup::run(cmd, sources),
         Command::Zonemap(cmd) => zonemap::run(cmd, sources),
         Command::Serve(args) => serve::run(args, sources),
+        Command::Shards(cmd) => shards::run(cmd, sources),
     }
 }
 

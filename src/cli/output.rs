@@ -21,6 +21,16 @@ impl Output {
         self.out.write_all(b"\n")
     }
 
+    /// With `store.shards`: a line saying that the lines after it are of this database, the
+    /// coordination database (`mysql.url`) or a shard.
+    pub fn database(&mut self, database: &impl std::fmt::Display, role: &str) -> io::Result<()> {
+        self.json(&serde_json::json!({
+            "action": "database",
+            "database": database.to_string(),
+            "role": role,
+        }))
+    }
+
     pub fn line(&mut self, text: &str) -> io::Result<()> {
         self.out.write_all(text.as_bytes())?;
         self.out.write_all(b"\n")

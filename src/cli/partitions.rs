@@ -9,9 +9,11 @@ use serde::Serialize;
 
 use logstamp::config::Sources;
 use logstamp::mysql::{self, Ident};
+use logstamp::store::log_table::TableSpec;
 use logstamp::store::partition_plan::ExistingPartition;
 use logstamp::store::partitions::{self, EnsureOutcome};
 use logstamp::store::schema::create_log_table_sql;
+use logstamp::store::shards::ShardSet;
 use logstamp::store::{PartitionBound, PartitionPlan, Period};
 use logstamp::time::{Zone, parse_month_or_day};
 
@@ -112,45 +114,64 @@ fn ensure(args: EnsureArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&sources)?;
     let now = now_or(args.now.as_deref())?;
     let specs = settings.tables();
-    let url = settings.mysql.url.clone();
-    let outcomes = block_on(async {
-        let mut conn = mysql::connect(&url).await?;
-        let mut outcomes = Vec::with_capacity(specs.len());
-        for spec in &specs {
-            match partitions::ensure(&mut conn, spec, now, args.dry_run).await {
-                Ok(outcome) => outcomes.push(outcome),
-                Err(e) => {
-                    let _ = conn.disconnect().await;
-                    return Err(e);
+    let set = ShardSet::new(&settings.mysql.url, &settings.store);
+    let mut out = Output::new();
+    for (name, url) in &set.shards {
+        let outcomes = block_on(async {
+            let mut conn = mysql::connect(url).await?;
+            let mut outcomes = Vec::with_capacity(specs.len());
+            for spec in &specs {
+                match partitions::ensure(&mut conn, spec, now, args.dry_run).await {
+                    Ok(outcome) => outcomes.push(outcome),
+                    Err(e) => {
+                        let _ = conn.disconnect().await;
+                        return Err(e);
+                    }
                 }
             }
+            // The locks went with the calls; a failed goodbye changes nothing on the server.
+            let _ = conn.disconnect().await;
+            Ok(outcomes)
+        })??;
+        if set.sharded {
+            out.database(&name, "shard").context("writing output")?;
         }
-        // The locks went with the calls; a failed goodbye changes nothing on the server.
-        let _ = conn.disconnect().await;
-        Ok(outcomes)
-    })??;
+        for line in &ensure_lines(&specs, &outcomes, args.dry_run) {
+            out.json(line).context("writing output")?;
+        }
+    }
+    out.finish().context("writing output")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `partitions ensure` did (or, `dry_run`, would do) to each table of a database.
+fn ensure_lines<'a>(
+    specs: &'a [TableSpec],
+    outcomes: &'a [EnsureOutcome],
+    dry_run: bool,
+) -> Vec<EnsureLine<'a>> {
     let mut lines = Vec::new();
-    for (spec, outcome) in specs.iter().zip(&outcomes) {
+    for (spec, outcome) in specs.iter().zip(outcomes) {
         let table = spec.table.as_str();
         match outcome {
             EnsureOutcome::Busy { lock } => lines.push(EnsureLine::Busy { table, lock }),
             EnsureOutcome::Done(plan) => {
                 for p in &plan.add {
-                    lines.push(if args.dry_run {
+                    lines.push(if dry_run {
                         EnsureLine::PartitionToAdd(p)
                     } else {
                         EnsureLine::PartitionAdded(p)
                     });
                 }
                 for p in &plan.drop {
-                    lines.push(if args.dry_run {
+                    lines.push(if dry_run {
                         EnsureLine::PartitionToDrop(p)
                     } else {
                         EnsureLine::PartitionDropped(p)
                     });
                 }
                 if let Some(less_than) = plan.pmin_to {
-                    lines.push(if args.dry_run {
+                    lines.push(if dry_run {
                         EnsureLine::PminToRaise { table, less_than }
                     } else {
                         EnsureLine::PminRaised { table, less_than }
@@ -160,52 +181,63 @@ fn ensure(args: EnsureArgs, sources: Sources) -> anyhow::Result<ExitCode> {
                     table,
                     added: plan.add.len(),
                     dropped: plan.drop.len(),
-                    dry_run: args.dry_run,
+                    dry_run,
                 });
             }
         }
     }
-    let mut out = Output::new();
-    for line in &lines {
-        out.json(line).context("writing output")?;
-    }
-    out.finish().context("writing output")?;
-    Ok(ExitCode::SUCCESS)
+    lines
 }
 
 fn list(args: ListArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&sources)?;
     let spec = super::query::table_spec(&settings, args.table.as_deref())?;
-    let url = settings.mysql.url.clone();
-    let shown = block_on(async {
-        let mut conn = mysql::connect(&url).await?;
-        let shown = partitions::list(&mut conn, &spec).await;
-        let _ = conn.disconnect().await;
-        shown
-    })??;
+    let set = ShardSet::new(&settings.mysql.url, &settings.store);
     let mut out = Output::new();
-    let written = match args.format {
-        Format::Json => shown.iter().try_for_each(|p| out.json(p)),
-        Format::Table => {
-            let text = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
-            let rows: Vec<Vec<String>> = shown
-                .iter()
-                .map(|p| {
-                    vec![
-                        p.name.clone(),
-                        text(&p.from),
-                        text(&p.to),
-                        p.less_than.map_or("MAXVALUE".into(), |b| b.to_string()),
-                        p.rows.to_string(),
-                    ]
+    for (name, url) in &set.shards {
+        let shown = block_on(async {
+            let mut conn = mysql::connect(url).await?;
+            let shown = partitions::list(&mut conn, &spec).await;
+            let _ = conn.disconnect().await;
+            shown
+        })??;
+        let written = match args.format {
+            Format::Json => {
+                let header = if set.sharded {
+                    out.database(name, "shard")
+                } else {
+                    Ok(())
+                };
+                header.and_then(|()| shown.iter().try_for_each(|p| out.json(p)))
+            }
+            Format::Table => {
+                let text = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+                let rows: Vec<Vec<String>> = shown
+                    .iter()
+                    .map(|p| {
+                        vec![
+                            p.name.clone(),
+                            text(&p.from),
+                            text(&p.to),
+                            p.less_than.map_or("MAXVALUE".into(), |b| b.to_string()),
+                            p.rows.to_string(),
+                        ]
+                    })
+                    .collect();
+                let header = if set.sharded {
+                    out.line(&format!("shard {name}"))
+                } else {
+                    Ok(())
+                };
+                header.and_then(|()| {
+                    aligned(&["name", "from", "to", "less_than", "rows"], &rows)
+                        .iter()
+                        .try_for_each(|line| out.line(line))
                 })
-                .collect();
-            aligned(&["name", "from", "to", "less_than", "rows"], &rows)
-                .iter()
-                .try_for_each(|line| out.line(line))
-        }
-    };
-    ignore_closed_pipe(written).context("writing output")?;
+            }
+        };
+        ignore_closed_pipe(written).context("writing output")?;
+    }
     out.finish().context("writing output")?;
     Ok(ExitCode::SUCCESS)
 }

@@ -11,12 +11,13 @@ use serde::Serialize;
 use chrono::{DateTime, Utc};
 
 use logstamp::config::{Settings, Sources};
-use logstamp::mysql;
+use logstamp::mysql::{self, DbError};
 use logstamp::store::follow::{self, Follow, FollowFrom};
 use logstamp::store::log_table::TableSpec;
-use logstamp::store::query::{self, EventQuery, Record, TimeQuery, parse_filter};
+use logstamp::store::query::{self, EventQuery, Order, Record, TimeQuery, parse_filter};
 use logstamp::store::rollup::{self, RollupRecord};
 use logstamp::store::rollup_plan::RollupPlan;
+use logstamp::store::shards::ShardSet;
 
 use super::db::{block_on, with_conn};
 use super::output::{Format, Output, aligned, ignore_closed_pipe};
@@ -64,6 +65,9 @@ enum TimeKind {
 
 #[derive(Serialize)]
 struct Explained<'a> {
+    /// With store.shards: the shard whose partitions these are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shard: Option<String>,
     table: &'a str,
     start_id: u64,
     end_id: u64,
@@ -89,6 +93,18 @@ struct Range {
 
 pub fn run(args: QueryArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&sources)?;
+    if !settings.store.shards.is_empty() && (args.follow || args.by == TimeKind::Event) {
+        return Err(UsageError::new(
+            if args.follow {
+                "--follow"
+            } else {
+                "--by event"
+            },
+            "reads one database, and store.shards lists several: query by ID time, or \
+             through the front server of `logstamp shards federate`",
+        )
+        .into());
+    }
     if args.follow {
         return follow(&settings, &args);
     }
@@ -108,35 +124,45 @@ pub fn run(args: QueryArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     }
     query.limit = args.limit;
     let range = query.range;
-    let url = settings.mysql.url.clone();
+    let set = ShardSet::new(&settings.mysql.url, &settings.store);
     let mut out = Output::new();
     if args.explain {
-        let partitions = block_on(async {
-            let mut conn = mysql::connect(&url).await?;
-            let partitions = query::explain_partitions(&mut conn, &spec, &query).await;
-            let _ = conn.disconnect().await;
-            partitions
-        })??;
-        out.json(&Explained {
-            table: spec.table.as_str(),
-            start_id: range.start,
-            end_id: range.end,
-            partitions,
-        })
-        .context("writing output")?;
+        for (name, url) in &set.shards {
+            let partitions = with_conn(url, async |conn| {
+                query::explain_partitions(conn, &spec, &query).await
+            })?;
+            out.json(&Explained {
+                shard: set.sharded.then(|| name.to_string()),
+                table: spec.table.as_str(),
+                start_id: range.start,
+                end_id: range.end,
+                partitions,
+            })
+            .context("writing output")?;
+        }
         out.finish().context("writing output")?;
         return Ok(ExitCode::SUCCESS);
     }
 
     let mut sink = Sink::new(out, args.format, header(&spec));
     block_on(async {
-        let mut conn = mysql::connect(&url).await?;
-        let result = query::run(&mut conn, &spec, &query, |record| sink.push(record)).await;
-        let _ = conn.disconnect().await;
+        let mut conns = connect_all(&set).await?;
+        let result = query::run_merged(&mut conns, &spec, &query, Order::OldestFirst, |record| {
+            sink.push(record)
+        })
+        .await;
+        for conn in conns {
+            let _ = conn.disconnect().await;
+        }
         result
     })??;
     sink.finish().context("writing output")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A connection to each shard (the one database, unsharded), made at once.
+async fn connect_all(set: &ShardSet) -> Result<Vec<mysql_async::Conn>, DbError> {
+    futures_util::future::try_join_all(set.shards.iter().map(|(_, url)| mysql::connect(url))).await
 }
 
 /// `query --by event`: the rows whose event time is in `[from, to)`, through the zone map.
@@ -333,13 +359,31 @@ fn read_rollup(
     let range = (unix(from), unix(to));
     let header = plan.column_names().iter().map(|c| c.to_string()).collect();
     let mut sink = Sink::new(Output::new(), format, header);
-    let url = settings.mysql.url.clone();
-    block_on(async {
-        let mut conn = mysql::connect(&url).await?;
-        let result = rollup::read(&mut conn, plan, range, |record| sink.push(record)).await;
-        let _ = conn.disconnect().await;
-        result
-    })??;
+    let set = ShardSet::new(&settings.mysql.url, &settings.store);
+    if !set.sharded {
+        with_conn(&settings.mysql.url, async |conn| {
+            rollup::read(conn, plan, range, |record| sink.push(record)).await
+        })?;
+    } else {
+        // Each shard counts its own partitions' records: the rows of a key add up.
+        let mut shards = Vec::with_capacity(set.shards.len());
+        for (_, url) in &set.shards {
+            let mut rows = Vec::new();
+            with_conn(url, async |conn| {
+                rollup::read(conn, plan, range, |record| {
+                    rows.push(record);
+                    ControlFlow::Continue(())
+                })
+                .await
+            })?;
+            shards.push(rows);
+        }
+        for record in rollup::merge(plan, shards) {
+            if sink.push(record).is_break() {
+                break;
+            }
+        }
+    }
     sink.finish().context("writing output")?;
     Ok(ExitCode::SUCCESS)
 }

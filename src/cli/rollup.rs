@@ -10,6 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use logstamp::config::Sources;
 use logstamp::mysql;
 use logstamp::store::rollup;
+use logstamp::store::shards::ShardSet;
 
 use super::TimeRangeArgs;
 use super::db::block_on;
@@ -55,33 +56,40 @@ fn rebuild(args: RebuildArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     };
     bar.set_message(format!("rebuilding {}", plan.name));
     let layout = settings.id.layout;
-    let url = settings.mysql.url.clone();
-    let report = block_on(async {
-        let mut conn = mysql::connect(&url).await?;
-        let report = rollup::rebuild(
-            &mut conn,
-            plan,
-            &layout,
-            (from, to),
-            settings.store.retry_policy(),
-            |done, report| {
-                bar.set_position(done - from);
-                tracing::info!(
-                    rollup = %report.rollup,
-                    rows = report.rows,
-                    counted = report.counted,
-                    "rebuilt up to {}",
-                    rollup::format_time(done)
-                );
-            },
-        )
-        .await;
-        let _ = conn.disconnect().await;
-        report
-    })??;
-    bar.finish_and_clear();
+    let set = ShardSet::new(&settings.mysql.url, &settings.store);
     let mut out = Output::new();
-    out.json(&report).context("writing output")?;
+    // Each shard's rollup counts the rows of that shard.
+    for (name, url) in &set.shards {
+        bar.set_position(0);
+        let report = block_on(async {
+            let mut conn = mysql::connect(url).await?;
+            let report = rollup::rebuild(
+                &mut conn,
+                plan,
+                &layout,
+                (from, to),
+                settings.store.retry_policy(),
+                |done, report| {
+                    bar.set_position(done - from);
+                    tracing::info!(
+                        rollup = %report.rollup,
+                        rows = report.rows,
+                        counted = report.counted,
+                        "rebuilt up to {}",
+                        rollup::format_time(done)
+                    );
+                },
+            )
+            .await;
+            let _ = conn.disconnect().await;
+            report
+        })??;
+        if set.sharded {
+            out.database(&name, "shard").context("writing output")?;
+        }
+        out.json(&report).context("writing output")?;
+    }
+    bar.finish_and_clear();
     out.finish().context("writing output")?;
     Ok(ExitCode::SUCCESS)
 }

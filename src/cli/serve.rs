@@ -10,7 +10,7 @@ use logstamp::config::Sources;
 use logstamp::serve::Server;
 
 use super::ingest::termination;
-use super::load_settings;
+use super::{UsageError, load_settings};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -25,6 +25,14 @@ pub fn run(args: ServeArgs, sources: Sources) -> anyhow::Result<ExitCode> {
         None => sources,
     };
     let settings = load_settings(&sources)?;
+    if !settings.store.shards.is_empty() {
+        return Err(UsageError::new(
+            "store.shards",
+            "logstamp serve reads one database, and store.shards lists several: query them \
+             with `logstamp query`, or through the front server of `logstamp shards federate`",
+        )
+        .into());
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -10,6 +10,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use logstamp::config::{Settings, Sources};
 use logstamp::id::IdRange;
+use logstamp::mysql::MysqlUrl;
+use logstamp::store::shards::ShardSet;
 use logstamp::store::zone_map;
 use logstamp::store::zone_plan::ZonePlan;
 use logstamp::time::{ceil_seconds, floor_seconds};
@@ -85,42 +87,61 @@ fn rebuild(args: RebuildArgs, sources: Sources) -> anyhow::Result<ExitCode> {
         ),
         (None, _) => None,
     };
+    let set = ShardSet::new(&settings.mysql.url, &settings.store);
     let mut out = Output::new();
-    for plan in &plans {
-        let url = settings.mysql.url.clone();
-        let report = with_conn(&url, async |conn| {
-            let ids = match asked {
-                Some(ids) => ids,
-                None => zone_map::id_span(conn, &plan.table)
-                    .await?
-                    .unwrap_or(IdRange { start: 0, end: 0 }),
-            };
-            let bar = progress_bar(ids, plan);
-            let report = zone_map::rebuild(
-                conn,
-                plan,
-                &layout,
-                ids,
-                settings.store.retry_policy(),
-                |done, report| {
-                    bar.set_position(((done.saturating_sub(ids.start)) >> 32).min(bar_len(ids)));
-                    tracing::info!(
-                        table = %report.table,
-                        zones = report.zones,
-                        counted = report.counted,
-                        "zone map rebuilt up to {}",
-                        logstamp::time::format_utc(layout.decode(done).unix_seconds)
-                    );
-                },
-            )
-            .await;
-            bar.finish_and_clear();
-            report
-        })?;
-        out.json(&report).context("writing output")?;
+    // Each shard's zone map covers its own rows.
+    for (name, url) in &set.shards {
+        if set.sharded {
+            out.database(name, "shard").context("writing output")?;
+        }
+        for plan in &plans {
+            rebuild_plan(&settings, plan, asked, url, &mut out)?;
+        }
     }
     out.finish().context("writing output")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Rebuilds one table's zone map in the database at `url` over `asked` (default: its rows).
+fn rebuild_plan(
+    settings: &Settings,
+    plan: &ZonePlan,
+    asked: Option<IdRange>,
+    url: &MysqlUrl,
+    out: &mut Output,
+) -> anyhow::Result<()> {
+    let layout = settings.id.layout;
+    let report = with_conn(url, async |conn| {
+        let ids = match asked {
+            Some(ids) => ids,
+            None => zone_map::id_span(conn, &plan.table)
+                .await?
+                .unwrap_or(IdRange { start: 0, end: 0 }),
+        };
+        let bar = progress_bar(ids, plan);
+        let report = zone_map::rebuild(
+            conn,
+            plan,
+            &layout,
+            ids,
+            settings.store.retry_policy(),
+            |done, report| {
+                bar.set_position(((done.saturating_sub(ids.start)) >> 32).min(bar_len(ids)));
+                tracing::info!(
+                    table = %report.table,
+                    zones = report.zones,
+                    counted = report.counted,
+                    "zone map rebuilt up to {}",
+                    logstamp::time::format_utc(layout.decode(done).unix_seconds)
+                );
+            },
+        )
+        .await;
+        bar.finish_and_clear();
+        report
+    })?;
+    out.json(&report).context("writing output")?;
+    Ok(())
 }
 
 /// Seconds of ID time in the range: the bar's length.

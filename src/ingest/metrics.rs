@@ -94,6 +94,21 @@ impl Source for IngestSource {
         metrics::gauge!("logstamp_lease_held").set(if held { 1.0 } else { 0.0 });
         metrics::gauge!("logstamp_service_id").set(f64::from(worker.generator.service_id()));
         let mut text = exporter.render();
+        // Rendered, like the lag below, so each series is the worker's current view.
+        let shards = worker.stats.shard_health();
+        if !shards.is_empty() {
+            text.push_str(
+                "# HELP logstamp_store_shard_up 1 while the shard (store.shards) takes this worker's writes, 0 while they fail and its partitions wait.\n\
+                 # TYPE logstamp_store_shard_up gauge\n",
+            );
+        }
+        for (shard, failing) in &shards {
+            text.push_str(&format!(
+                "logstamp_store_shard_up{{shard=\"{}\"}} {}\n",
+                label_value(&shard.0),
+                u8::from(failing.is_none())
+            ));
+        }
         // Rendered here rather than recorded: a revoked partition's series must disappear, and
         // the recorder keeps every series it was given.
         text.push_str(
@@ -117,6 +132,17 @@ impl Source for IngestSource {
             return Err(format!("the service-ID lease is lost: {reason}"));
         }
         mysql_answers(&self.mysql).await?;
+        if let Some((shard, Some(reason))) = self
+            .worker
+            .stats
+            .shard_health()
+            .into_iter()
+            .find(|(_, failing)| failing.is_some())
+        {
+            return Err(format!(
+                "shard {shard} does not take writes (its partitions wait): {reason}"
+            ));
+        }
         self.kafka
             .answers()
             .await

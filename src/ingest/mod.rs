@@ -35,6 +35,8 @@ use crate::mysql::retry::retrying;
 use crate::mysql::{self, DbError};
 use crate::store::log_table::TableSpec;
 use crate::store::partitions::{self, EnsureOutcome};
+use crate::store::shard_plan::ShardName;
+use crate::store::shards::{ShardHealth, ShardSet};
 use crate::store::{Writer, migrate, rollup};
 pub use batcher::BatchLimits;
 use consumer::{IngestContext, PollerSettings};
@@ -105,6 +107,8 @@ pub struct IngestStats {
     /// Per assigned partition, from librdkafka's statistics; replaced whole at each report, so
     /// revoked partitions drop out.
     consumer_lag: std::sync::Mutex<Vec<PartitionLag>>,
+    /// With `store.shards`: which shards answer, as the writer finds them.
+    shards: std::sync::OnceLock<Arc<ShardHealth>>,
 }
 
 /// How far a worker's partition is behind: its high watermark less the offset committed to
@@ -171,6 +175,12 @@ impl IngestStats {
             .clone()
     }
 
+    /// With `store.shards`, once the worker writes: each shard with why it is failing (`None`:
+    /// it answers). Empty without shards.
+    pub fn shard_health(&self) -> Vec<(ShardName, Option<String>)> {
+        self.shards.get().map(|h| h.snapshot()).unwrap_or_default()
+    }
+
     fn set_consumer_lag(&self, lag: Vec<PartitionLag>) {
         *self
             .consumer_lag
@@ -183,25 +193,47 @@ impl IngestStats {
     }
 }
 
-/// Checks the schema and brings the log table's partitions up to date, retrying a database that
-/// is not reachable yet for `store.give_up_after`.
+/// Checks the schema and brings the log table's partitions up to date, in the coordination
+/// database and every shard, retrying a database that is not reachable yet for
+/// `store.give_up_after`.
 pub async fn prepare_database(settings: &WorkerSettings) -> Result<(), DbError> {
     let known = migrate::builtin()?;
+    let set = ShardSet::new(&settings.mysql.url, &settings.store);
     retrying(
         settings.store.retry_policy(),
         || "preparing the database".to_string(),
         async || {
-            let mut conn = mysql::connect(&settings.mysql.url).await?;
-            let prepared = async {
-                migrate::check_up_to_date(&mut conn, &known).await?;
-                for plan in &settings.rollups {
-                    rollup::ensure_table(&mut conn, plan, false).await?;
-                }
-                ensure_partitions(&mut conn, &settings.tables).await
+            if set.sharded {
+                let mut conn = mysql::connect(&set.coordination).await?;
+                let checked = migrate::check_up_to_date(&mut conn, &known).await;
+                let _ = conn.disconnect().await;
+                checked?;
             }
-            .await;
-            let _ = conn.disconnect().await;
-            prepared
+            for (shard, url) in &set.shards {
+                let prepared = async {
+                    let mut conn = mysql::connect(url).await?;
+                    let prepared = async {
+                        migrate::check_up_to_date(&mut conn, &known).await?;
+                        for plan in &settings.rollups {
+                            rollup::ensure_table(&mut conn, plan, false).await?;
+                        }
+                        ensure_partitions(&mut conn, &settings.tables).await
+                    }
+                    .await;
+                    let _ = conn.disconnect().await;
+                    prepared
+                }
+                .await;
+                match prepared {
+                    // One shard down pauses only its partitions: the worker starts, and their
+                    // batches wait for it.
+                    Err(e) if set.sharded && e.is_transient() => {
+                        tracing::warn!(%shard, "the shard does not answer; starting without it: {e}")
+                    }
+                    other => other?,
+                }
+            }
+            Ok(())
         },
     )
     .await
@@ -239,15 +271,17 @@ async fn maintain_partitions(settings: WorkerSettings) {
     every.tick().await;
     loop {
         every.tick().await;
-        let outcome = async {
-            let mut conn = mysql::connect(&settings.mysql.url).await?;
-            let outcome = ensure_partitions(&mut conn, &settings.tables).await;
-            let _ = conn.disconnect().await;
-            outcome
-        }
-        .await;
-        if let Err(e) = outcome {
-            tracing::warn!("maintaining partitions (tried again later): {e}");
+        for (shard, url) in &ShardSet::new(&settings.mysql.url, &settings.store).shards {
+            let outcome = async {
+                let mut conn = mysql::connect(url).await?;
+                let outcome = ensure_partitions(&mut conn, &settings.tables).await;
+                let _ = conn.disconnect().await;
+                outcome
+            }
+            .await;
+            if let Err(e) = outcome {
+                tracing::warn!(%shard, "maintaining partitions (tried again later): {e}");
+            }
         }
     }
 }
@@ -272,6 +306,10 @@ pub async fn run(
         &settings.rollups,
         generator.layout(),
     )?;
+    if writer.shards().sharded {
+        // Set once, by the one run of this worker.
+        let _ = stats.shards.set(writer.health());
+    }
     let dead_letter_topic =
         kafka::DeadLetterTopic::new(&settings.kafka, &settings.ingest.dead_letter_topic)?;
 

@@ -28,6 +28,16 @@ impl MysqlUrl {
         self.0.path().trim_start_matches('/')
     }
 
+    /// The host, as written.
+    pub fn host(&self) -> &str {
+        self.0.host_str().unwrap_or_default()
+    }
+
+    /// The port, if the URL gives one.
+    pub fn port(&self) -> Option<u16> {
+        self.0.port()
+    }
+
     pub fn redacted(&self) -> String {
         let mut shown = self.0.clone();
         if shown.password().is_some() {

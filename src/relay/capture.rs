@@ -18,7 +18,7 @@ use mysql_async::prelude::Queryable;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use tokio::sync::{mpsc, watch};
 
 use crate::kafka::CreateRedacted;
@@ -32,6 +32,7 @@ use super::change::{
 };
 use super::checkpoint::{self, Checkpoint};
 use super::context::{RelayContext, RelayError};
+use super::delivery::Acks;
 use super::events::{EventHandler, Rows, Step, Transaction};
 use super::gtid::{Gtid, GtidState};
 use super::loop_filter::RecordedKeys;
@@ -117,7 +118,10 @@ pub fn check_source(
 
 /// A published transaction waiting for Kafka, and the checkpoint it allows once acknowledged.
 struct Pending {
-    deliveries: Vec<DeliveryFuture>,
+    /// Messages published in this step...
+    messages: u64,
+    /// ...the last of them being this one (see [`Acks`]).
+    through: u64,
     checkpoint: Checkpoint,
     /// The last messages of a transaction (the checkpoint moves only then).
     ends_transaction: bool,
@@ -222,6 +226,7 @@ pub async fn run_once(
     let (pending_tx, pending_rx) = mpsc::channel(IN_FLIGHT);
     let mut acker = tokio::spawn(acknowledge(
         pending_rx,
+        producer.context().clone(),
         state,
         dc.clone(),
         start.clone(),
@@ -273,7 +278,8 @@ pub async fn run_once(
                     stats.read_lag.behind_since(rows.timestamp);
                     watermarks.observe(&mut rows);
                     Pending {
-                        deliveries: publisher.rows(rows, &last).await?,
+                        messages: publisher.rows(rows, &last).await?,
+                        through: publisher.sent(),
                         checkpoint: last.clone(),
                         ends_transaction: false,
                     }
@@ -298,7 +304,8 @@ pub async fn run_once(
                         ..last.clone()
                     };
                     Pending {
-                        deliveries: Vec::new(),
+                        messages: 0,
+                        through: publisher.sent(),
                         checkpoint: last.clone(),
                         ends_transaction: false,
                     }
@@ -363,20 +370,21 @@ struct Publishing {
 /// Publishes transactions as their changes are read, in order, to the data centre's topic.
 struct Publisher<'a> {
     context: &'a RelayContext,
-    producer: &'a FutureProducer,
+    producer: &'a ThreadedProducer<Acks>,
     topic: &'a str,
     source_server_id: u32,
     current: Option<Publishing>,
 }
 
 impl Publisher<'_> {
+    /// The number of the latest message queued.
+    fn sent(&self) -> u64 {
+        self.producer.context().sent()
+    }
+
     /// Applies the loop filter to changes of the open transaction and sends what is left,
     /// holding back the latest.
-    async fn rows(
-        &mut self,
-        rows: Rows,
-        last: &Checkpoint,
-    ) -> Result<Vec<DeliveryFuture>, RelayError> {
+    async fn rows(&mut self, rows: Rows, last: &Checkpoint) -> Result<u64, RelayError> {
         let context = self.context;
         // The applier writes its marker before its changes, so it is known from the first ones.
         let current = self.current.get_or_insert_with(|| Publishing {
@@ -400,7 +408,7 @@ impl Publisher<'_> {
         });
         current.read += rows.changes.len() as u64;
         if current.dropped {
-            return Ok(Vec::new());
+            return Ok(0);
         }
         let changes = if context.loop_filter() == LoopFilterMode::Cache {
             current.keys.record(rows.loop_keys);
@@ -413,19 +421,21 @@ impl Publisher<'_> {
     }
 
     /// Sends the change held back and all of `changes` but the last, which is held back.
+    /// Returns how many were sent.
     async fn send_held(
         &mut self,
         changes: Vec<RowChange>,
         at: &Position,
         commit_ts: u32,
-    ) -> Result<Vec<DeliveryFuture>, RelayError> {
-        let mut deliveries = Vec::with_capacity(changes.len());
+    ) -> Result<u64, RelayError> {
+        let mut sent = 0;
         for row in changes {
             if let Some(held) = self.current.as_mut().and_then(|c| c.held.replace(row)) {
-                deliveries.push(self.send_change(held, at, commit_ts, false).await?);
+                self.send_change(held, at, commit_ts, false).await?;
+                sent += 1;
             }
         }
-        Ok(deliveries)
+        Ok(sent)
     }
 
     /// Ends the open transaction: sends its last message and returns the checkpoint after it.
@@ -448,12 +458,11 @@ impl Publisher<'_> {
             .as_mut()
             .map(|c| std::mem::take(&mut c.keys).unrecorded())
             .unwrap_or_default();
-        let mut deliveries = self.send_held(unrecorded, &txn.end, txn.commit_ts).await?;
+        let mut messages = self.send_held(unrecorded, &txn.end, txn.commit_ts).await?;
         if let Some(held) = self.current.as_mut().and_then(|c| c.held.take()) {
-            deliveries.push(
-                self.send_change(held, &txn.end, txn.commit_ts, true)
-                    .await?,
-            );
+            self.send_change(held, &txn.end, txn.commit_ts, true)
+                .await?;
+            messages += 1;
         }
         if let Some(done) = self.current.take() {
             self.count_dropped(&done);
@@ -466,7 +475,8 @@ impl Publisher<'_> {
         }
         *last = checkpoint.clone();
         Ok(Pending {
-            deliveries,
+            messages,
+            through: self.sent(),
             checkpoint,
             ends_transaction: true,
         })
@@ -494,7 +504,7 @@ impl Publisher<'_> {
         at: &Position,
         commit_ts: u32,
         last: bool,
-    ) -> Result<DeliveryFuture, RelayError> {
+    ) -> Result<(), RelayError> {
         let context = self.context;
         let Some(current) = self.current.as_mut() else {
             return Err(RelayError::Refused(
@@ -572,16 +582,24 @@ fn goes_forward(published: &GtidState, gtid: Gtid) -> Result<(), RelayError> {
 
 /// Queues one message for partition 0, waiting while the producer's queue is full.
 async fn send(
-    producer: &FutureProducer,
+    producer: &ThreadedProducer<Acks>,
     topic: &str,
     payload: &[u8],
-) -> Result<DeliveryFuture, RelayError> {
+) -> Result<(), RelayError> {
+    let acks = producer.context();
+    // Its number comes back with its delivery report. A usize holds it: a u64 on the 64-bit
+    // targets logstamp builds for.
+    let number = usize::try_from(acks.next())
+        .map_err(|_| RelayError::Refused("capture sent more messages than it can count".into()))?;
     loop {
-        let record = FutureRecord::<(), [u8]>::to(topic)
+        let record = BaseRecord::<(), [u8], usize>::with_opaque_to(topic, number)
             .partition(0)
             .payload(payload);
-        match producer.send_result(record) {
-            Ok(delivery) => return Ok(delivery),
+        match producer.send(record) {
+            Ok(()) => {
+                acks.queued();
+                return Ok(());
+            }
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
                 // librdkafka has no way to wait for room; its queue drains in the background.
                 tokio::time::sleep(Duration::from_millis(5)).await;
@@ -595,6 +613,7 @@ async fn send(
 /// latest fully acknowledged one every `interval` (and at the end).
 async fn acknowledge(
     mut pending: mpsc::Receiver<Pending>,
+    acks: Arc<Acks>,
     mut conn: mysql_async::Conn,
     dc: String,
     mut acked: Checkpoint,
@@ -610,25 +629,16 @@ async fn acknowledge(
         tokio::select! {
             next = pending.recv() => {
                 let Some(next) = next else { break };
-                let messages = next.deliveries.len() as u64;
                 // A transaction published part by part counts once, at its end.
                 let published = next.ends_transaction
                     && next.checkpoint.published_transactions > acked.published_transactions;
                 if published {
                     stats.publish_lag.behind_since(next.checkpoint.commit_ts);
                 }
-                for delivery in next.deliveries {
-                    match delivery.await {
-                        Ok(Ok(_)) => {}
-                        Ok(Err((e, _))) => {
-                            return Err(RelayError::kafka("a change was not delivered")(e));
-                        }
-                        Err(_) => {
-                            return Err(RelayError::Refused("the producer went away".into()));
-                        }
-                    }
-                }
-                stats.published_changes.fetch_add(messages, Ordering::Relaxed);
+                acks.acknowledged(next.through)
+                    .await
+                    .map_err(RelayError::kafka("a change was not delivered"))?;
+                stats.published_changes.fetch_add(next.messages, Ordering::Relaxed);
                 if published {
                     stats.published_transactions.fetch_add(1, Ordering::Relaxed);
                     stats.publish_lag.caught_up();
@@ -677,7 +687,7 @@ async fn save(
 }
 
 /// The producer: idempotent, `acks=all`, so retries neither duplicate nor reorder.
-fn producer(context: &RelayContext) -> Result<FutureProducer, RelayError> {
+fn producer(context: &RelayContext) -> Result<ThreadedProducer<Acks>, RelayError> {
     let most = context.relay.max_message_bytes;
     // A request carries a message with the record batch's framing around it.
     let request_bytes = most + REQUEST_OVERHEAD;
@@ -695,7 +705,7 @@ fn producer(context: &RelayContext) -> Result<FutureProducer, RelayError> {
         .set("batch.size", request_bytes.min(BATCH_BYTES).to_string())
         // What waits for Kafka is bounded too, not only what capture holds of a transaction.
         .set("queue.buffering.max.kbytes", queued_kbytes.to_string())
-        .create_redacted()
+        .create_redacted_with_context(Acks::default())
         .map_err(RelayError::kafka("creating the Kafka producer"))
 }
 

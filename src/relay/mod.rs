@@ -15,6 +15,7 @@ pub mod checkpoint;
 pub mod context;
 pub mod contract;
 pub mod decode;
+pub mod delivery;
 pub mod events;
 pub mod gtid;
 pub mod loop_filter;

@@ -61,6 +61,7 @@ impl Server {
         default_url: &MysqlUrl,
     ) -> Result<Server, DbError> {
         let url = settings.mysql_url.as_ref().unwrap_or(default_url);
+        note_histogram_sources(&catalog);
         Ok(Server {
             pool: mysql::pool(url, MAX_CONNECTIONS)?,
             settings,
@@ -96,6 +97,38 @@ impl Server {
             .await
             .map_err(|e| unavailable(&e))?;
         Ok(conn)
+    }
+}
+
+/// Says, per table, by which columns histograms can be read from a rollup: without one, a
+/// day's histogram counts every row of the day (seconds on millions of rows), so a table with
+/// none is worth a warning that names the remedy.
+fn note_histogram_sources(catalog: &Catalog) {
+    for spec in &catalog.tables {
+        let table = spec.table.as_str();
+        let mut columns: Vec<&str> = catalog
+            .rollups
+            .iter()
+            .filter(|p| p.source == spec.table && p.event_time.is_none())
+            .flat_map(|p| p.dimensions.iter().map(|d| d.name.as_str()))
+            .collect();
+        columns.sort_unstable();
+        columns.dedup();
+        if columns.is_empty() {
+            tracing::warn!(
+                table,
+                "no rollup counts {table}: its histograms are counted from the table, which takes \
+                 seconds over millions of rows; add a [[rollups]] with bucket = \"minute\" and \
+                 the columns histograms split and filter by as dimensions (see the README's log \
+                 explorer section)"
+            );
+        } else {
+            tracing::info!(
+                table,
+                "histograms of {table} by or filtered by {} are read from rollups",
+                columns.join(", ")
+            );
+        }
     }
 }
 

@@ -84,12 +84,16 @@ const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../migrations/0014_zone_map.sql"),
     ),
     (
-        "0015_relay_snapshots.sql",
-        include_str!("../../migrations/0015_relay_snapshots.sql"),
+        "0015_shard_assignments.sql",
+        include_str!("../../migrations/0015_shard_assignments.sql"),
     ),
     (
-        "0016_relay_watermarks.sql",
-        include_str!("../../migrations/0016_relay_watermarks.sql"),
+        "0016_relay_snapshots.sql",
+        include_str!("../../migrations/0016_relay_snapshots.sql"),
+    ),
+    (
+        "0017_relay_watermarks.sql",
+        include_str!("../../migrations/0017_relay_watermarks.sql"),
     ),
 ];
 
@@ -295,6 +299,25 @@ pub async fn apply(conn: &mut Conn, known: &[Migration]) -> Result<Vec<Applied>,
     Ok(applied)
 }
 
+/// [`apply`] under the database's schema lock, which concurrent runs take too: what the
+/// coordination database of a sharded store gets (its shards get [`run_all`]).
+pub async fn apply_locked(conn: &mut Conn, known: &[Migration]) -> Result<Vec<Applied>, DbError> {
+    let database = current_database(conn).await?;
+    with_lock(
+        conn,
+        &schema_lock(&database),
+        LOCK_WAIT_SECONDS,
+        async |conn| apply(conn, known).await,
+    )
+    .await?
+    .ok_or_else(|| {
+        DbError::Busy(format!(
+            "the schema of database {database} stayed locked by another logstamp for \
+             {LOCK_WAIT_SECONDS} s; try again when it is done"
+        ))
+    })
+}
+
 /// What `run` did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MigrateReport {
@@ -315,20 +338,8 @@ pub async fn run(
     now: DateTime<Utc>,
     force: bool,
 ) -> Result<MigrateReport, DbError> {
+    let applied = apply_locked(conn, known).await?;
     let database = current_database(conn).await?;
-    let busy = |what: &str| {
-        DbError::Busy(format!(
-            "{what} of database {database} stayed locked by another logstamp for {LOCK_WAIT_SECONDS} s; try again when it is done"
-        ))
-    };
-    let applied = with_lock(
-        conn,
-        &schema_lock(&database),
-        LOCK_WAIT_SECONDS,
-        async |conn| apply(conn, known).await,
-    )
-    .await?
-    .ok_or_else(|| busy("the schema"))?;
     let table = ensure_locked(conn, &database, spec, now, force).await?;
     Ok(MigrateReport {
         applied,

@@ -1,6 +1,7 @@
 //! Everything logstamp does in MySQL. The submodules here without I/O hold the pure parts
 //! (identifiers, partition bounds, DDL text) so they are tested without a server.
 
+pub mod federate;
 pub mod follow;
 pub mod lease;
 pub mod log_table;
@@ -14,6 +15,8 @@ pub mod rollup_plan;
 pub mod route;
 pub mod schema;
 pub mod settings;
+pub mod shard_plan;
+pub mod shards;
 pub mod writer;
 pub mod zone_map;
 pub mod zone_plan;

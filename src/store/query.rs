@@ -739,20 +739,62 @@ pub async fn run_in_order(
     spec: &TableSpec,
     query: &TimeQuery,
     order: Order,
+    each: impl FnMut(Record) -> ControlFlow<()>,
+) -> Result<u64, DbError> {
+    run_merged(std::slice::from_mut(conn), spec, query, order, each).await
+}
+
+/// [`run_in_order`] over several databases that hold disjoint rows of one table (the shards of
+/// a store): the statement goes to every one at once, and their rows, each stream in ID order,
+/// are merged by ID as they arrive; the limit applies to the merged rows. One connection reads
+/// like [`run_in_order`].
+pub async fn run_merged(
+    conns: &mut [Conn],
+    spec: &TableSpec,
+    query: &TimeQuery,
+    order: Order,
     mut each: impl FnMut(Record) -> ControlFlow<()>,
 ) -> Result<u64, DbError> {
     let (sql, params) = select_sql_in_order(spec, query, order);
     let context = || format!("querying table {}", spec.table);
-    let mut rows = conn
-        .exec_stream::<Row, _, _>(sql, params)
-        .await
-        .map_err(DbError::mysql(context()))?;
+    let mut streams = futures_util::future::try_join_all(
+        conns
+            .iter_mut()
+            .map(|conn| conn.exec_stream::<Row, _, _>(sql.as_str(), params.clone())),
+    )
+    .await
+    .map_err(DbError::mysql(context()))?;
+    // Each stream's next row; the heap orders the streams by it, so a stream is read on only
+    // when its row is taken. Max-heap: the key is the ID's distance from the end read first.
+    let key = |id: u64| match order {
+        Order::OldestFirst => u64::MAX - id,
+        Order::NewestFirst => id,
+    };
+    let mut heads: Vec<Option<Record>> = Vec::with_capacity(streams.len());
+    let mut heap = std::collections::BinaryHeap::with_capacity(streams.len());
+    for (i, stream) in streams.iter_mut().enumerate() {
+        let head = match stream.next().await {
+            Some(row) => Some(record(spec, row.map_err(DbError::mysql(context()))?)?),
+            None => None,
+        };
+        if let Some(r) = &head {
+            heap.push((key(r.id), i));
+        }
+        heads.push(head);
+    }
     let mut count = 0;
-    while let Some(row) = rows.next().await {
-        let row = row.map_err(DbError::mysql(context()))?;
+    while let Some((_, i)) = heap.pop() {
+        let Some(taken) = heads[i].take() else {
+            continue;
+        };
         count += 1;
-        if each(record(spec, row)?).is_break() {
+        if each(taken).is_break() || query.limit.is_some_and(|limit| count >= limit) {
             break;
+        }
+        if let Some(row) = streams[i].next().await {
+            let next = record(spec, row.map_err(DbError::mysql(context()))?)?;
+            heap.push((key(next.id), i));
+            heads[i] = Some(next);
         }
     }
     Ok(count)

@@ -425,6 +425,132 @@ pub async fn read(
     Ok(())
 }
 
+/// The rows of one rollup read from several shards (each in key order) as one: rows of the
+/// same bucket and dimensions are added up (`n` and sums added, the least of the minimums, the
+/// greatest of the maximums), in key order. Integers add exactly; a sum with a fraction adds
+/// as a double, as the server's DOUBLE sums do.
+pub fn merge(plan: &RollupPlan, shards: Vec<Vec<RollupRecord>>) -> Vec<RollupRecord> {
+    use std::collections::btree_map::{BTreeMap, Entry};
+    let keys = 1 + plan.dimensions.len();
+    // The bucket (RFC 3339, fixed width) and the dimensions, compared as the key's columns
+    // (utf8mb4_bin: by bytes).
+    let mut merged: BTreeMap<Vec<KeyPart>, RollupRecord> = BTreeMap::new();
+    for record in shards.into_iter().flatten() {
+        let key: Vec<KeyPart> = record.columns[..keys]
+            .iter()
+            .map(|(_, v)| KeyPart::of(v))
+            .collect();
+        match merged.entry(key) {
+            Entry::Vacant(slot) => {
+                slot.insert(record);
+            }
+            Entry::Occupied(mut slot) => {
+                let into = slot.get_mut();
+                // After the key: `n`, then the measures in order.
+                let kinds =
+                    std::iter::once(MeasureKind::Sum).chain(plan.measures.iter().map(|m| m.kind));
+                for ((into, (_, value)), kind) in into.columns[keys..]
+                    .iter_mut()
+                    .zip(record.columns.into_iter().skip(keys))
+                    .zip(kinds)
+                {
+                    into.1 = combine(kind, &into.1, value);
+                }
+            }
+        }
+    }
+    merged.into_values().collect()
+}
+
+/// A key column's value, ordered as MySQL orders the column: NULL first, numbers by value,
+/// text by bytes.
+#[derive(Debug, Clone)]
+enum KeyPart {
+    Null,
+    Number(f64),
+    Text(String),
+}
+
+impl Ord for KeyPart {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        use KeyPart::{Null, Number, Text};
+        use std::cmp::Ordering::{Equal, Greater, Less};
+        match (self, other) {
+            (Null, Null) => Equal,
+            (Null, _) => Less,
+            (_, Null) => Greater,
+            (Number(a), Number(b)) => a.total_cmp(b),
+            (Number(_), Text(_)) => Less,
+            (Text(_), Number(_)) => Greater,
+            (Text(a), Text(b)) => a.cmp(b),
+        }
+    }
+}
+
+impl PartialOrd for KeyPart {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for KeyPart {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for KeyPart {}
+
+impl KeyPart {
+    fn of(value: &serde_json::Value) -> KeyPart {
+        match value {
+            serde_json::Value::Null => KeyPart::Null,
+            serde_json::Value::Number(n) => KeyPart::Number(n.as_f64().unwrap_or(f64::NAN)),
+            serde_json::Value::Bool(b) => KeyPart::Number(f64::from(u8::from(*b))),
+            other => KeyPart::Text(
+                other
+                    .as_str()
+                    .map_or_else(|| other.to_string(), str::to_string),
+            ),
+        }
+    }
+}
+
+/// Two shards' values of a measure as one.
+fn combine(kind: MeasureKind, a: &serde_json::Value, b: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value as Json;
+    let (Json::Number(x), Json::Number(y)) = (a, &b) else {
+        // NULL (a min or max over no values) yields to the other.
+        return if a.is_null() { b } else { a.clone() };
+    };
+    let exact = |n: &serde_json::Number| {
+        n.as_i64()
+            .map(i128::from)
+            .or_else(|| n.as_u64().map(i128::from))
+    };
+    match kind {
+        MeasureKind::Sum => match (exact(x), exact(y)) {
+            (Some(x), Some(y)) => {
+                let sum = x + y;
+                u64::try_from(sum)
+                    .map(Json::from)
+                    .or_else(|_| i64::try_from(sum).map(Json::from))
+                    .unwrap_or_else(|_| Json::from(sum as f64))
+            }
+            _ => Json::from(x.as_f64().unwrap_or(0.0) + y.as_f64().unwrap_or(0.0)),
+        },
+        MeasureKind::Min | MeasureKind::Max => {
+            let (fx, fy) = (x.as_f64().unwrap_or(0.0), y.as_f64().unwrap_or(0.0));
+            let take_b = if kind == MeasureKind::Min {
+                fy < fx
+            } else {
+                fy > fx
+            };
+            if take_b { b } else { a.clone() }
+        }
+    }
+}
+
 /// The rollup's counts per `interval` seconds (a multiple of its bucket) and per value of its
 /// dimension `by`, over its other dimensions, for buckets with `from <= bucket < to` (Unix
 /// seconds), of the rows whose dimensions meet `filter` (conditions on dimensions only).
@@ -570,6 +696,46 @@ mod tests {
         assert!(insert.contains("DIV 3600 * 3600"));
         assert!(insert.contains("COALESCE(`service`, '')"));
         assert!(insert.ends_with("GROUP BY 1, 2"));
+    }
+
+    #[test]
+    fn shards_rows_merge_by_key_adding_counts_and_sums() {
+        use serde_json::json;
+        let row = |bucket: &str, service: &str, n: u64, sum: serde_json::Value, max| RollupRecord {
+            columns: vec![
+                ("bucket".into(), json!(bucket)),
+                ("service".into(), json!(service)),
+                ("n".into(), json!(n)),
+                ("sum_latency_ms".into(), sum),
+                ("max_latency_ms".into(), max),
+            ],
+        };
+        let (h1, h2) = ("2026-11-21T10:00:00+00:00", "2026-11-21T11:00:00+00:00");
+        let a = vec![
+            row(h1, "api", 2, json!(30), json!(20)),
+            row(h2, "api", 1, json!(5), json!(5)),
+        ];
+        let b = vec![
+            row(h1, "api", 3, json!(u64::MAX - 40), json!(null)),
+            row(h1, "web", 1, json!(7), json!(7)),
+        ];
+        let merged = merge(&plan(), vec![a, b]);
+        assert_eq!(
+            merged,
+            vec![
+                row(h1, "api", 5, json!(u64::MAX - 10), json!(20)),
+                row(h1, "web", 1, json!(7), json!(7)),
+                row(h2, "api", 1, json!(5), json!(5)),
+            ]
+        );
+        let small = merge(
+            &plan(),
+            vec![
+                vec![row(h1, "api", 1, json!(1), json!(3))],
+                vec![row(h1, "api", 1, json!(2), json!(9))],
+            ],
+        );
+        assert_eq!(small, vec![row(h1, "api", 2, json!(3), json!(9))]);
     }
 
     #[test]

@@ -110,14 +110,9 @@ impl fmt::Display for SqlType {
     }
 }
 
-/// `CREATE TABLE` for the log table: `id`, the mapped columns, `payload` if kept, partitioned on
-/// `id` as planned.
-pub fn create_log_table_sql(
-    table: &Ident,
-    columns: &[ColumnSpec],
-    payload: bool,
-    plan: &PartitionPlan,
-) -> String {
+/// The column and key lines of a log table's `CREATE TABLE`: `id`, the mapped columns,
+/// `payload` if kept, the primary key.
+pub fn column_definitions(columns: &[ColumnSpec], payload: bool) -> Vec<String> {
     let mut lines = vec!["  `id` BIGINT UNSIGNED NOT NULL".to_string()];
     lines.extend(
         columns
@@ -128,6 +123,18 @@ pub fn create_log_table_sql(
         lines.push("  `payload` JSON NULL".to_string());
     }
     lines.push("  PRIMARY KEY (`id`)".to_string());
+    lines
+}
+
+/// `CREATE TABLE` for the log table: `id`, the mapped columns, `payload` if kept, partitioned on
+/// `id` as planned.
+pub fn create_log_table_sql(
+    table: &Ident,
+    columns: &[ColumnSpec],
+    payload: bool,
+    plan: &PartitionPlan,
+) -> String {
+    let lines = column_definitions(columns, payload);
     format!(
         "CREATE TABLE {table} (\n{}\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin\n{};\n",
         lines.join(",\n"),

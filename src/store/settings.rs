@@ -12,13 +12,14 @@ use super::partition_plan::PartitionScheme;
 use super::schema::{ColumnSpec, ColumnType};
 use super::zone_plan::ZonePlan;
 use crate::id::Layout;
-use crate::mysql::Ident;
 use crate::mysql::ident::serialize_bare;
 use crate::mysql::retry::RetryPolicy;
+use crate::mysql::{Ident, MysqlUrl};
 use crate::settings::{
     SettingError, as_text, at_least_one, at_most, at_most_a_year, duration_text,
 };
 use crate::store::route::Condition;
+use crate::store::shard_plan::ShardName;
 use crate::time::Zone;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -69,6 +70,10 @@ pub struct StoreSettings {
     /// Fan-out tables: records (or those meeting `when`) also go there, with the same ID.
     #[serde(default)]
     pub tables: Vec<FanoutTable>,
+    /// The databases the partitions are spread over (each partition's rows and offset in one
+    /// of them); empty: everything in `mysql.url`'s database.
+    #[serde(default)]
+    pub shards: Vec<MysqlUrl>,
 }
 
 /// One `[[store.tables]]`: a table partitioned like the log table, keyed by the record's ID.
@@ -142,6 +147,7 @@ impl StoreSettings {
         if let Some(window) = self.commit_window.0 {
             at_most_a_year("store.commit_window", window)?;
         }
+        distinct_shards(&self.shards)?;
         distinct_columns("store.columns", &self.columns)?;
         event_time_column("store.event_time", &self.event_time, &self.columns)?;
         let mut tables = HashSet::from([self.table.as_str().to_ascii_lowercase()]);
@@ -222,6 +228,21 @@ fn event_time_column(key: &str, name: &str, columns: &[ColumnSpec]) -> Result<()
             ),
         )),
     }
+}
+
+/// Refuses two shard URLs of one database: a shard is known by its `host:port/database`.
+fn distinct_shards(shards: &[MysqlUrl]) -> Result<(), SettingError> {
+    let mut seen = HashSet::new();
+    for url in shards {
+        let name = ShardName::of(url);
+        if !seen.insert(name.clone()) {
+            return Err(SettingError::new(
+                "store.shards",
+                format!("database {name} is listed twice"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a column name that is not an identifier or is mapped twice.

@@ -18,6 +18,7 @@
 
 mod infile;
 mod insert;
+mod sharded;
 
 use std::sync::Arc;
 
@@ -32,7 +33,6 @@ use super::rollup;
 use super::zone_map;
 use super::zone_plan::ZonePlan;
 use crate::id::Layout;
-use crate::mysql::retry::{RetryPolicy, retrying};
 use crate::mysql::rows::first;
 use crate::mysql::{self, DbError, Ident, MysqlUrl, SqlValue};
 use crate::store::rollup_plan::RollupPlan;
@@ -136,10 +136,11 @@ pub struct Committed {
     pub refused: Vec<DeadLetter>,
 }
 
-/// Writes batches on a pool of `store.concurrency` connections; clones share the pool, and
-/// batches of different partitions may be written at once.
-#[derive(Clone)]
-pub struct Writer {
+pub use sharded::Writer;
+
+/// Writes batches to one database on a pool of `store.concurrency` connections; batches of
+/// different partitions may be written at once. [`Writer`] holds one per shard.
+struct ServerWriter {
     inner: Arc<Inner>,
 }
 
@@ -157,7 +158,6 @@ struct Inner {
     zone_upsert: (String, String, usize),
     layout: Layout,
     method: InsertMethod,
-    retry: RetryPolicy,
     /// How long after its stamping a batch may still commit (`None`: no limit).
     commit_window: Option<std::time::Duration>,
     /// Largest statement, from the server's `max_allowed_packet`.
@@ -166,7 +166,7 @@ struct Inner {
     method_on_server: OnceCell<InsertMethod>,
 }
 
-impl Writer {
+impl ServerWriter {
     /// A writer of `store`'s tables and `rollups`, stamping IDs of `layout`, on the server at
     /// `url`.
     pub fn new(
@@ -174,7 +174,7 @@ impl Writer {
         store: &StoreSettings,
         rollups: &[RollupPlan],
         layout: Layout,
-    ) -> Result<Writer, DbError> {
+    ) -> Result<ServerWriter, DbError> {
         let idents = |columns: &[crate::store::schema::ColumnSpec]| {
             columns
                 .iter()
@@ -203,7 +203,7 @@ impl Writer {
                     // return to the pool would cost round trips and undo the setup.
                     .with_reset_connection(false),
             );
-        Ok(Writer {
+        Ok(ServerWriter {
             inner: Arc::new(Inner {
                 pool: Pool::new(opts),
                 infiles,
@@ -214,7 +214,6 @@ impl Writer {
                 zone_upsert: zone_map::upsert_statement(),
                 layout,
                 method: store.insert_method,
-                retry: store.retry_policy(),
                 commit_window: store.commit_window(),
                 statement_budget: OnceCell::new(),
                 method_on_server: OnceCell::new(),
@@ -226,56 +225,28 @@ impl Writer {
         self.inner.method
     }
 
-    /// Writes a batch exactly once, retrying transient failures for up to
-    /// `store.give_up_after`.
-    pub async fn write(&self, batch: &Batch) -> Result<WriteOutcome, DbError> {
-        self.check(batch)?;
-        retrying(
-            self.inner.retry,
-            || {
-                format!(
-                    "writing the batch of {}/{} from offset {}",
-                    batch.topic, batch.partition, batch.start_offset
-                )
-            },
-            || self.attempt(batch),
-        )
-        .await
-    }
-
-    /// The partitions' stored next offsets, to seek to on assignment, in the order asked;
-    /// `None` for a partition never written. Retried like a write.
-    pub async fn stored_offsets(
+    /// A partition's stored next offset, to seek to on assignment; `None` for a partition
+    /// never written. Tried once: the caller retries.
+    async fn stored_offset(
         &self,
         consumer_group: &str,
-        partitions: &[(&str, i32)],
-    ) -> Result<Vec<Option<i64>>, DbError> {
-        let read = async || {
-            let mut conn = self.conn().await?;
-            let mut stored = Vec::with_capacity(partitions.len());
-            for (topic, partition) in partitions {
-                let row: Option<MysqlRow> = conn
-                    .exec_first(
-                        format!(
-                            "SELECT next_offset FROM `{OFFSETS_TABLE}` \
-                             WHERE consumer_group = ? AND topic = ? AND kafka_partition = ?"
-                        ),
-                        (consumer_group, topic, partition),
-                    )
-                    .await
-                    .map_err(DbError::mysql(format!(
-                        "reading the stored offset of {topic}/{partition}"
-                    )))?;
-                stored.push(first(row, "ingest_offsets.next_offset")?);
-            }
-            Ok(stored)
-        };
-        retrying(
-            self.inner.retry,
-            || "reading stored offsets".to_string(),
-            read,
-        )
-        .await
+        topic: &str,
+        partition: i32,
+    ) -> Result<Option<i64>, DbError> {
+        let mut conn = self.conn().await?;
+        let row: Option<MysqlRow> = conn
+            .exec_first(
+                format!(
+                    "SELECT next_offset FROM `{OFFSETS_TABLE}` \
+                     WHERE consumer_group = ? AND topic = ? AND kafka_partition = ?"
+                ),
+                (consumer_group, topic, partition),
+            )
+            .await
+            .map_err(DbError::mysql(format!(
+                "reading the stored offset of {topic}/{partition}"
+            )))?;
+        first(row, "ingest_offsets.next_offset")
     }
 
     /// Loads rows with one `LOAD DATA LOCAL INFILE` outside any batch, offset or transaction:
@@ -296,7 +267,7 @@ impl Writer {
     }
 
     /// Closes the pool's connections once every clone's work is done.
-    pub async fn close(self) -> Result<(), DbError> {
+    async fn close(&self) -> Result<(), DbError> {
         self.inner
             .pool
             .clone()
@@ -314,7 +285,7 @@ impl Writer {
     }
 
     /// Mistakes of the caller, refused before any work.
-    fn check(&self, batch: &Batch) -> Result<(), DbError> {
+    pub(super) fn check(&self, batch: &Batch) -> Result<(), DbError> {
         let refuse = |why: String| {
             Err(DbError::Invariant(format!(
                 "batch of {}/{} from offset {}: {why}",
@@ -368,6 +339,7 @@ impl Writer {
         Ok(())
     }
 
+    /// Writes a batch exactly once, or fails; the caller retries what is transient.
     async fn attempt(&self, batch: &Batch) -> Result<WriteOutcome, DbError> {
         let mut conn = self.conn().await?;
         let budget = self.statement_budget(&mut conn).await?;

@@ -5,6 +5,7 @@ mod ingest;
 mod otlp;
 mod relay;
 mod serve;
+mod shards;
 mod snapshot;
 mod store;
 
@@ -41,6 +42,9 @@ pub enum BenchCommand {
     /// Rows per second of the relay's online snapshot of a table beside `mysqldump | mysql` of
     /// it, and the source's commit latency with and without a snapshot running.
     Snapshot(snapshot::SnapshotArgs),
+    /// Rows per second through the store writer into 1, 2, ... N shards (store.shards), side
+    /// by side.
+    Shards(shards::ShardsArgs),
     /// How long `logstamp serve` takes to answer over a day of many rows: histograms and pages
     /// of lines, with the CPU spent per request.
     Serve(serve::ServeArgs),
@@ -52,6 +56,7 @@ pub fn run(command: BenchCommand, sources: Sources) -> anyhow::Result<ExitCode> 
         BenchCommand::Ingest(args) => ingest::ingest(args, sources),
         BenchCommand::Otlp(args) => otlp::otlp(args, sources),
         BenchCommand::Serve(args) => serve::serve(args, sources),
+        BenchCommand::Shards(args) => shards::shards(args, sources),
         BenchCommand::Relay(args) => {
             relay::run(args, load_settings(&sources)?)?;
             Ok(ExitCode::SUCCESS)
@@ -101,20 +106,8 @@ pub async fn in_scratch_database<T>(
         &format!("logstamp_bench_{}", std::process::id()),
     )?;
     settings.mysql.url = scratch.clone();
-    mysql::create_database(&scratch).await?;
     let result = async {
-        let mut conn = mysql::connect(&scratch).await?;
-        migrate::run_all(
-            &mut conn,
-            &migrate::builtin()?,
-            &settings.log_table(),
-            &settings.fanout_tables(),
-            &settings.rollup_plans,
-            Utc::now(),
-            false,
-        )
-        .await?;
-        conn.disconnect().await?;
+        migrated(&settings, &scratch).await?.disconnect().await?;
         bench(&settings).await
     }
     .await;
@@ -122,6 +115,24 @@ pub async fn in_scratch_database<T>(
     let value = result?;
     dropped?;
     Ok(value)
+}
+
+/// A connection to the database at `url`, created if missing and given the schema production
+/// has (migrations, the log table, fan-out tables and rollups).
+async fn migrated(settings: &Settings, url: &MysqlUrl) -> anyhow::Result<mysql_async::Conn> {
+    mysql::create_database(url).await?;
+    let mut conn = mysql::connect(url).await?;
+    migrate::run_all(
+        &mut conn,
+        &migrate::builtin()?,
+        &settings.log_table(),
+        &settings.fanout_tables(),
+        &settings.rollup_plans,
+        Utc::now(),
+        false,
+    )
+    .await?;
+    Ok(conn)
 }
 
 async fn drop_database(url: &MysqlUrl) -> anyhow::Result<()> {

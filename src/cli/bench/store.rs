@@ -125,7 +125,8 @@ async fn bench_in(settings: &Settings, plan: &Plan) -> anyhow::Result<()> {
         .context("connecting to the scratch database")?;
 
     let started = Instant::now();
-    let (partitions, message_bytes) = make_batches(settings, plan)?;
+    let (partitions, message_bytes) =
+        make_batches(settings, plan.rows, plan.batch_rows, plan.concurrency)?;
     let partitions = Arc::new(partitions);
     let mut out = Output::new();
     out.json(&json!({
@@ -234,21 +235,27 @@ async fn bench_in(settings: &Settings, plan: &Plan) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The rows as batches, one list per partition (`concurrency` partitions), with IDs from the
-/// generator and mapped as the writer's caller would. Returns the batches and the message bytes.
-fn make_batches(settings: &Settings, plan: &Plan) -> anyhow::Result<(Vec<Vec<Batch>>, usize)> {
+/// `rows` rows as batches of `batch_rows`, one list per partition (`partitions` of them, taking
+/// turns), with IDs from the generator and mapped as the writer's caller would. Returns the
+/// batches and the message bytes.
+pub(super) fn make_batches(
+    settings: &Settings,
+    total: usize,
+    batch_rows: usize,
+    partition_count: usize,
+) -> anyhow::Result<(Vec<Vec<Batch>>, usize)> {
     let mapper = Mapper::new(&settings.store.columns);
     // Rows for a scratch database, dropped afterwards: these IDs need no lease.
     let service_id = settings.id.service_id.fixed().unwrap_or(0);
     let generator = IdGenerator::new(settings.id.layout, service_id)?;
-    let mut partitions: Vec<Vec<Batch>> = vec![Vec::new(); plan.concurrency];
-    let mut offsets = vec![0i64; plan.concurrency];
+    let mut partitions: Vec<Vec<Batch>> = vec![Vec::new(); partition_count];
+    let mut offsets = vec![0i64; partition_count];
     let mut bytes = 0;
     let mut made = 0;
     let mut turn = 0;
-    while made < plan.rows {
-        let count = plan.batch_rows.min(plan.rows - made);
-        let partition = turn % plan.concurrency;
+    while made < total {
+        let count = batch_rows.min(total - made);
+        let partition = turn % partition_count;
         turn += 1;
         let start = offsets[partition];
         let mut rows = Vec::with_capacity(count);
@@ -285,7 +292,10 @@ fn make_batches(settings: &Settings, plan: &Plan) -> anyhow::Result<(Vec<Vec<Bat
 }
 
 /// Every partition's batches in order, the partitions at once.
-async fn write_all(writer: &Writer, partitions: &Arc<Vec<Vec<Batch>>>) -> anyhow::Result<()> {
+pub(super) async fn write_all(
+    writer: &Writer,
+    partitions: &Arc<Vec<Vec<Batch>>>,
+) -> anyhow::Result<()> {
     let mut tasks = tokio::task::JoinSet::new();
     for partition in 0..partitions.len() {
         let writer = writer.clone();
