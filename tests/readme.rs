@@ -201,7 +201,7 @@ fn long_running(args: &[String]) -> bool {
             | ["demo", ..]
             | ["dev-broker", ..]
             | ["bench", ..]
-            | ["relay", "run", ..]
+            | ["relay", "run" | "snapshot", ..]
             | ["serve", ..]
     ) || args.iter().any(|a| a == "--follow")
         || needs_a_binlog(&words)

@@ -1,4 +1,4 @@
-//! `logstamp relay run | status | reset | verify`.
+//! `logstamp relay run | status | reset | verify | snapshot`.
 
 use std::io::{self, IsTerminal};
 use std::process::ExitCode;
@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use logstamp::config::{Settings, Sources};
 use logstamp::relay::metrics::RelaySource;
 use logstamp::relay::settings::TablePattern;
+use logstamp::relay::snapshot::SnapshotStatus;
 use logstamp::relay::status::{self, ApplyStatus, CaptureStatus};
 use logstamp::relay::verify::{self, Diverged, Event, Shown, ShownRow, Summary, VerifyOptions};
 use logstamp::relay::{self, RelayContext, RelayError};
@@ -39,6 +40,25 @@ pub enum RelayCommand {
     /// per chunk that differed only while changes were in flight, and a summary per remote.
     /// Exit code 0 when equal, 1 when a row diverged, 2 when it could not compare.
     Verify(VerifyArgs),
+    /// Copy a relayed table's existing rows to the other data centres, online: the running
+    /// relay's capture reads it in primary-key chunks, without locks, while it is written, and
+    /// publishes them in order with the live changes (see the README). Waits until it is done,
+    /// with a progress bar at a terminal, then prints the snapshot's status as JSON.
+    Snapshot(SnapshotArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SnapshotArgs {
+    /// The relayed table: schema.table.
+    #[arg(long, value_name = "SCHEMA.TABLE")]
+    table: String,
+    /// Rows per chunk: each is one short SELECT on the source.
+    #[arg(long, value_name = "N", default_value_t = relay::snapshot::DEFAULT_CHUNK_ROWS,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    chunk_rows: u64,
+    /// Return once the request is recorded, without waiting for the copy.
+    #[arg(long)]
+    no_wait: bool,
 }
 
 #[derive(Debug, Args)]
@@ -76,7 +96,59 @@ pub fn run(command: RelayCommand, sources: Sources) -> anyhow::Result<ExitCode> 
         RelayCommand::Status(args) => show_status(args, sources),
         RelayCommand::Reset => reset(sources),
         RelayCommand::Verify(args) => verify_tables(args, sources),
+        RelayCommand::Snapshot(args) => snapshot(args, sources),
     }
+}
+
+/// How often `relay snapshot` looks at the copy's progress.
+const SNAPSHOT_POLL: Duration = Duration::from_millis(500);
+
+fn snapshot(args: SnapshotArgs, sources: Sources) -> anyhow::Result<ExitCode> {
+    let settings = load_settings(&sources)?;
+    let (schema, table) = args
+        .table
+        .split_once('.')
+        .filter(|(s, t)| !s.is_empty() && !t.is_empty() && !t.contains(['.', '*']))
+        .ok_or_else(|| UsageError::new("--table", "give it as schema.table"))?;
+    let context = relay_context(&settings);
+    let done = runtime()?.block_on(async {
+        relay::snapshot::request(&context, schema, table, args.chunk_rows).await?;
+        let bar = if io::stderr().is_terminal() && !args.no_wait {
+            ProgressBar::new(0).with_style(
+                ProgressStyle::with_template(
+                    "{msg} [{bar:30}] {pos}/~{len} rows, {per_sec}, {eta} left",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            )
+        } else {
+            ProgressBar::hidden()
+        };
+        loop {
+            let found = relay::snapshot::status(&context, Some((schema, table))).await?;
+            let Some(now) = found.into_iter().next() else {
+                return Err(RelayError::Refused(format!(
+                    "the request for {schema}.{table} went away"
+                )));
+            };
+            bar.set_length(now.estimated_rows.max(now.copied_rows + now.dropped_rows));
+            bar.set_position(now.copied_rows + now.dropped_rows);
+            bar.set_message(format!("{}: {}", now.table, now.state));
+            if args.no_wait || now.state == "done" || now.state == "failed" {
+                bar.finish_and_clear();
+                return Ok(now);
+            }
+            tokio::time::sleep(SNAPSHOT_POLL).await;
+        }
+    })?;
+    let mut out = Output::new();
+    let written = out.json(&done);
+    ignore_closed_pipe(written).context("writing output")?;
+    out.finish().context("writing output")?;
+    Ok(if done.state == "failed" {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 #[derive(Serialize)]
@@ -164,21 +236,24 @@ pub(super) async fn wait_for_signal() {
 enum StatusLine<'a> {
     Capture(&'a CaptureStatus),
     Apply(&'a ApplyStatus),
+    Snapshot(&'a SnapshotStatus),
 }
 
 fn show_status(args: StatusArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&sources)?;
     let context = relay_context(&settings);
     let now = chrono::Utc::now();
-    let (capture, appliers) = runtime()?.block_on(async {
+    let (capture, appliers, snapshots) = runtime()?.block_on(async {
         let capture = status::capture(&context, now).await?;
         let appliers = status::appliers(&context, now).await?;
-        Ok::<_, relay::RelayError>((capture, appliers))
+        let snapshots = relay::snapshot::status(&context, None).await?;
+        Ok::<_, relay::RelayError>((capture, appliers, snapshots))
     })?;
     let mut out = Output::new();
     let written = match args.format {
         Format::Json => std::iter::once(StatusLine::Capture(&capture))
             .chain(appliers.iter().map(StatusLine::Apply))
+            .chain(snapshots.iter().map(StatusLine::Snapshot))
             .try_for_each(|line| out.json(&line)),
         Format::Table => {
             let shown = |v: Option<i64>| v.map_or("-".into(), |n| n.to_string());
@@ -206,6 +281,21 @@ fn show_status(args: StatusArgs, sources: Sources) -> anyhow::Result<ExitCode> {
                     shown(a.lag_seconds),
                     a.conflicts.to_string(),
                     a.last_error.clone().unwrap_or_default(),
+                ]);
+            }
+            for s in &snapshots {
+                rows.push(vec![
+                    "snapshot".to_string(),
+                    s.table.clone(),
+                    format!("{} {} chunks", s.state, s.chunks),
+                    format!(
+                        "~{} rows",
+                        s.estimated_rows
+                            .saturating_sub(s.copied_rows + s.dropped_rows)
+                    ),
+                    "-".into(),
+                    String::new(),
+                    s.last_error.clone().unwrap_or_default(),
                 ]);
             }
             aligned(

@@ -1849,7 +1849,7 @@ async fn check_schemas(
     Ok(())
 }
 
-async fn local_columns(
+pub(super) async fn local_columns(
     conn: &mut Conn,
     schema: &str,
     table: &str,
@@ -1883,7 +1883,11 @@ async fn local_columns(
 }
 
 /// The local table's primary key columns, in key order.
-async fn local_key(conn: &mut Conn, schema: &str, table: &str) -> Result<Vec<String>, DbError> {
+pub(super) async fn local_key(
+    conn: &mut Conn,
+    schema: &str,
+    table: &str,
+) -> Result<Vec<String>, DbError> {
     conn.exec(
         "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = ? \
          AND TABLE_NAME = ? AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",

@@ -37,6 +37,7 @@ use super::events::{EventHandler, Rows, Step, Transaction};
 use super::gtid::{Gtid, GtidState};
 use super::loop_filter::RecordedKeys;
 use super::resume::{self, Start};
+use super::snapshot::{self, Watermarks};
 use super::stats::{CaptureStats, RelayStats, Running};
 use super::table::Charsets;
 
@@ -233,6 +234,9 @@ pub async fn run_once(
         context.stats.clone(),
     ));
     let mut last = start;
+    // Snapshots run with this capture: a restarted one goes on from their recorded progress.
+    let watermarks = Arc::new(Watermarks::default());
+    let _snapshots = snapshot::spawn(context.clone(), watermarks.clone());
     let mut publisher = Publisher {
         context,
         producer: &producer,
@@ -270,8 +274,9 @@ pub async fn run_once(
             };
             let pending = match handler.handle(&event)? {
                 None => continue,
-                Some(Step::Rows(rows)) => {
+                Some(Step::Rows(mut rows)) => {
                     stats.read_lag.behind_since(rows.timestamp);
+                    watermarks.observe(&mut rows);
                     Pending {
                         messages: publisher.rows(rows, &last).await?,
                         through: publisher.sent(),

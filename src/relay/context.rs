@@ -26,6 +26,10 @@ pub const LOOP_KEYS_TABLE: &str = "relay_loop_keys";
 pub const CONFLICTS_TABLE: &str = "relay_conflicts";
 /// Where the appliers record the messages they skipped (`relay.on_bad_message = "dead_letter"`).
 pub const DEAD_LETTERS_TABLE: &str = "relay_dead_letters";
+/// Where each snapshot's request and progress are recorded.
+pub const SNAPSHOTS_TABLE: &str = "relay_snapshots";
+/// Where the snapshot writes the watermarks around each chunk it reads.
+pub const WATERMARKS_TABLE: &str = "relay_watermarks";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {

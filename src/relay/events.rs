@@ -18,7 +18,7 @@ use mysql_async::binlog::events::{Event, EventData, RowsEventData, TableMapEvent
 
 use super::change::{ChangeKind, Position, Row, RowChange, Value};
 use super::context::{
-    APPLIED_GTIDS_TABLE, APPLIED_TABLE, LOOP_KEYS_TABLE, RelayContext, RelayError,
+    APPLIED_GTIDS_TABLE, APPLIED_TABLE, LOOP_KEYS_TABLE, RelayContext, RelayError, WATERMARKS_TABLE,
 };
 use super::decode::{Image, decode_images};
 use super::gtid::{self, GtidEvent, GtidState};
@@ -64,6 +64,9 @@ pub struct Rows {
     /// The keys an applier recorded in this event, of changes it applies in the group (`cache`
     /// filter); such an event has no changes.
     pub loop_keys: Vec<CacheKey>,
+    /// The snapshot watermark this event wrote (see [`super::snapshot`]); such an event has no
+    /// changes of its own.
+    pub watermark: Option<u64>,
 }
 
 /// What an event tells capture.
@@ -85,6 +88,8 @@ enum TableEntry {
     Marker,
     /// Where the appliers record the keys of what they apply.
     LoopKeys(Arc<TableSchema>),
+    /// Where the snapshot writes its watermarks.
+    Watermark(Arc<TableSchema>),
     Other,
 }
 
@@ -262,6 +267,8 @@ impl EventHandler {
             TableEntry::Marker
         } else if state && table == LOOP_KEYS_TABLE {
             TableEntry::LoopKeys(parse()?)
+        } else if state && table == WATERMARKS_TABLE {
+            TableEntry::Watermark(parse()?)
         } else if self.context.is_relayed(&schema, &table) {
             TableEntry::Relayed(parse()?)
         } else {
@@ -280,6 +287,7 @@ impl EventHandler {
     ) -> Result<Option<Step>, RelayError> {
         let entry = self.tables.get(&rows.table_id()).cloned();
         let records_keys = matches!(entry, Some(TableEntry::LoopKeys(_)));
+        let watermarks = matches!(entry, Some(TableEntry::Watermark(_)));
         let Some(open) = &mut self.open else {
             return Err(RelayError::Refused(
                 "a rows event outside an event group: the binlog reader lost its place".into(),
@@ -291,7 +299,7 @@ impl EventHandler {
                 open.has_marker = true;
                 return Ok(None);
             }
-            Some(TableEntry::LoopKeys(table)) => table,
+            Some(TableEntry::LoopKeys(table) | TableEntry::Watermark(table)) => table,
             Some(TableEntry::Other) => return Ok(None),
             None => {
                 return Err(RelayError::Refused(format!(
@@ -341,12 +349,16 @@ impl EventHandler {
         };
         let images = decode_images(&table, &present, rows.rows_data())
             .map_err(|e| RelayError::Refused(e.to_string()))?;
+        let mut watermark = None;
         let (changes, loop_keys) = if records_keys {
             (Vec::new(), written_keys(&table, kind, &images)?)
+        } else if watermarks {
+            watermark = written_mark(&table, kind, &images);
+            (Vec::new(), Vec::new())
         } else {
             (changes_of(&table, kind, images), Vec::new())
         };
-        if changes.is_empty() && loop_keys.is_empty() {
+        if changes.is_empty() && loop_keys.is_empty() && watermark.is_none() {
             return Ok(None);
         }
         Ok(Some(Step::Rows(Rows {
@@ -362,6 +374,7 @@ impl EventHandler {
             has_marker: open.has_marker,
             skip_flagged: open.skip_flagged,
             loop_keys,
+            watermark,
         })))
     }
 
@@ -427,6 +440,19 @@ impl EventHandler {
             has_marker: open.has_marker,
             skip_flagged: open.skip_flagged,
         })
+    }
+}
+
+/// The watermark a rows event of the watermark table wrote: the `mark` of its last row written
+/// (a delete writes none).
+fn written_mark(table: &TableSchema, kind: ChangeKind, images: &[Image]) -> Option<u64> {
+    if kind == ChangeKind::Delete {
+        return None;
+    }
+    let column = table.columns.iter().position(|c| c.name == "mark")?;
+    match images.last()?.get(column)? {
+        Some(Value::Uint(mark)) => Some(*mark),
+        _ => None,
     }
 }
 

@@ -101,6 +101,24 @@ impl Source for RelaySource {
             capture.lag_seconds() as f64,
         );
         gauge("logstamp_relay_capture_connected", flag(&capture.connected));
+        let snapshot = &self.stats.snapshot;
+        counter(
+            "logstamp_relay_snapshot_rows_total",
+            count(&snapshot.copied_rows),
+        );
+        counter(
+            "logstamp_relay_snapshot_dropped_rows_total",
+            count(&snapshot.dropped_rows),
+        );
+        counter(
+            "logstamp_relay_snapshot_chunks_total",
+            count(&snapshot.chunks),
+        );
+        gauge(
+            "logstamp_relay_snapshot_remaining_rows",
+            count(&snapshot.remaining_rows) as f64,
+        );
+        gauge("logstamp_relay_snapshot_running", flag(&snapshot.running));
         for (remote, apply) in self.stats.appliers() {
             let labels = [("dc", dc.clone()), ("remote", remote.to_string())];
             metrics::counter!("logstamp_relay_applied_transactions_total", &labels)
@@ -205,6 +223,26 @@ fn describe() {
     describe_gauge!(
         "logstamp_relay_capture_connected",
         "1 while capture reads the binlog."
+    );
+    describe_counter!(
+        "logstamp_relay_snapshot_rows_total",
+        "Rows of existing tables the snapshot published (rows/s: its rate)."
+    );
+    describe_counter!(
+        "logstamp_relay_snapshot_dropped_rows_total",
+        "Chunk rows the snapshot left out because the binlog changed them between the chunk's watermarks (the binlog's newer version is published instead)."
+    );
+    describe_counter!(
+        "logstamp_relay_snapshot_chunks_total",
+        "Chunks the snapshot read and published."
+    );
+    describe_gauge!(
+        "logstamp_relay_snapshot_remaining_rows",
+        "Estimated rows of the table being snapshotted not read yet (from information_schema's estimate)."
+    );
+    describe_gauge!(
+        "logstamp_relay_snapshot_running",
+        "1 while capture snapshots a table."
     );
     describe_counter!(
         "logstamp_relay_applied_transactions_total",

@@ -5,7 +5,7 @@
 //! One concern per module, after the shape of Materialize's MySQL source: `gtid` (MariaDB's
 //! raw events), `table` and `decode` (table maps and row images), `events` (binlog events to
 //! transactions), `change` (the message), `loop_filter`, `capture`, `checkpoint` and `resume`
-//! (where capture starts), `order` (exactly once by GTID), `sql` and `apply`, `status`, `verify` (comparing data centres' tables), `stats`
+//! (where capture starts), `order` (exactly once by GTID), `sql` and `apply`, `snapshot` (copying existing rows online), `status`, `verify` (comparing data centres' tables), `stats`
 //! (what a running relay counts, for its metrics), and `context` (what they share).
 
 pub mod apply;
@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod order;
 pub mod resume;
 pub mod settings;
+pub mod snapshot;
 pub mod sql;
 pub mod stats;
 pub mod status;
@@ -42,7 +43,7 @@ use crate::mysql::retry::RetryPolicy;
 use crate::mysql::{self, DbError};
 use context::{
     APPLIED_GTIDS_TABLE, APPLIED_TABLE, CHECKPOINT_TABLE, CONFLICTS_TABLE, DEAD_LETTERS_TABLE,
-    LOOP_KEYS_TABLE, PUBLISHED_TABLE,
+    LOOP_KEYS_TABLE, PUBLISHED_TABLE, SNAPSHOTS_TABLE, WATERMARKS_TABLE,
 };
 
 /// A part that ran this long before failing starts again after the shortest wait.
@@ -154,6 +155,8 @@ async fn check_migrated(context: &RelayContext) -> Result<(), RelayError> {
         LOOP_KEYS_TABLE,
         CONFLICTS_TABLE,
         DEAD_LETTERS_TABLE,
+        SNAPSHOTS_TABLE,
+        WATERMARKS_TABLE,
     ];
     let marks = vec!["?"; tables.len()].join(", ");
     let params: Vec<mysql_async::Value> = std::iter::once(context.state_database.as_str())

@@ -45,6 +45,9 @@ pub struct RelaySettings {
     pub on_conflict: OnConflict,
     /// What an applier does with a message it cannot apply.
     pub on_bad_message: OnBadMessage,
+    /// Whether capture copies relayed tables it never copied, at its start (see
+    /// [`super::snapshot`]).
+    pub snapshot: SnapshotMode,
     /// The data centres whose changes are applied here.
     pub remotes: Vec<RemoteDc>,
 }
@@ -294,6 +297,25 @@ impl TryFrom<String> for TablePattern {
 impl From<TablePattern> for String {
     fn from(pattern: TablePattern) -> String {
         pattern.to_string()
+    }
+}
+
+/// Whether relayed tables are copied without being asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotMode {
+    /// Only on `relay snapshot`.
+    Off,
+    /// Also every relayed table that has never been snapshotted here, when capture starts.
+    Initial,
+}
+
+impl fmt::Display for SnapshotMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SnapshotMode::Off => "off",
+            SnapshotMode::Initial => "initial",
+        })
     }
 }
 

@@ -8,11 +8,14 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::change::TxnRef;
+pub use super::snapshot::SnapshotStats;
 
 /// The counts of one relay process: its capture and an applier per remote data centre.
 #[derive(Debug)]
 pub struct RelayStats {
     pub capture: CaptureStats,
+    /// Capture's snapshot of existing rows.
+    pub snapshot: SnapshotStats,
     /// In the order of `relay.remotes`, by source data centre.
     appliers: Vec<(String, ApplyStats)>,
 }
@@ -21,6 +24,7 @@ impl RelayStats {
     pub fn new<I: IntoIterator<Item = String>>(remotes: I) -> RelayStats {
         RelayStats {
             capture: CaptureStats::default(),
+            snapshot: SnapshotStats::default(),
             appliers: remotes
                 .into_iter()
                 .map(|dc| (dc, ApplyStats::default()))

@@ -87,6 +87,14 @@ const BUILTIN: &[(&str, &str)] = &[
         "0015_shard_assignments.sql",
         include_str!("../../migrations/0015_shard_assignments.sql"),
     ),
+    (
+        "0016_relay_snapshots.sql",
+        include_str!("../../migrations/0016_relay_snapshots.sql"),
+    ),
+    (
+        "0017_relay_watermarks.sql",
+        include_str!("../../migrations/0017_relay_watermarks.sql"),
+    ),
 ];
 
 /// logstamp's own tables in the database of `mysql.url`: the migrations' and the runner's.

@@ -7,6 +7,7 @@ pub mod explorer;
 pub mod http;
 pub mod ingest;
 pub mod mariadb;
+pub mod nisshi;
 pub mod python;
 pub mod relay;
 

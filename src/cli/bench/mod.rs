@@ -6,6 +6,7 @@ mod otlp;
 mod relay;
 mod serve;
 mod shards;
+mod snapshot;
 mod store;
 
 use std::process::ExitCode;
@@ -38,6 +39,9 @@ pub enum BenchCommand {
     /// Changes per second through the relay's capture and apply, and its lag at a fixed rate,
     /// beside MariaDB's own replication.
     Relay(relay::RelayArgs),
+    /// Rows per second of the relay's online snapshot of a table beside `mysqldump | mysql` of
+    /// it, and the source's commit latency with and without a snapshot running.
+    Snapshot(snapshot::SnapshotArgs),
     /// Rows per second through the store writer into 1, 2, ... N shards (store.shards), side
     /// by side.
     Shards(shards::ShardsArgs),
@@ -55,6 +59,10 @@ pub fn run(command: BenchCommand, sources: Sources) -> anyhow::Result<ExitCode> 
         BenchCommand::Shards(args) => shards::shards(args, sources),
         BenchCommand::Relay(args) => {
             relay::run(args, load_settings(&sources)?)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCommand::Snapshot(args) => {
+            snapshot::run(args, load_settings(&sources)?)?;
             Ok(ExitCode::SUCCESS)
         }
     }

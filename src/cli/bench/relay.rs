@@ -561,13 +561,13 @@ async fn wait_replica(
 }
 
 /// A connection to the server of `url`, in no database (the scratch ones do not exist yet).
-async fn server(url: &MysqlUrl) -> anyhow::Result<Conn> {
+pub(super) async fn server(url: &MysqlUrl) -> anyhow::Result<Conn> {
     let opts = mysql_async::Opts::from_url(url.expose())?;
     Ok(Conn::new(mysql_async::OptsBuilder::from_opts(opts).db_name(None::<String>)).await?)
 }
 
 /// The server URL `text` pointed at `database`.
-fn with_database(text: &str, database: &str) -> Result<MysqlUrl, String> {
+pub(super) fn with_database(text: &str, database: &str) -> Result<MysqlUrl, String> {
     let mut url = url::Url::parse(text).map_err(|e| e.to_string())?;
     url.set_path(&format!("/{database}"));
     MysqlUrl::try_from(url.to_string())
