@@ -229,10 +229,15 @@ impl Dispatcher {
                 self.count_partitions();
                 self.revocations.push((partitions, done));
             }
-            Event::Message(message) => {
-                if self.stopping.is_none() {
-                    return self.on_message(message);
+            Event::Messages(messages) => {
+                if self.stopping.is_some() {
+                    return Ok(0);
                 }
+                let mut records = 0;
+                for message in messages {
+                    records += self.on_message(message)?;
+                }
+                return Ok(records);
             }
             Event::Seeked { key, generation } => {
                 if let Some(partition) = self.partitions.get_mut(&key)
@@ -477,7 +482,7 @@ fn decode(
             raw,
         })];
     }
-    match pipeline.map_records(topic, &payload) {
+    match pipeline.map_records(topic, payload) {
         Ok(records) => records
             .into_iter()
             .map(|record| match record {
@@ -490,7 +495,7 @@ fn decode(
                 }),
             })
             .collect(),
-        Err(e) => vec![Record::Dead(DeadLetter {
+        Err((e, payload)) => vec![Record::Dead(DeadLetter {
             offset,
             record: None,
             reason: e.to_string(),

@@ -43,9 +43,9 @@ use consumer::{IngestContext, PollerSettings};
 use mysql_async::Conn;
 use settings::WorkerSettings;
 
-/// Events in flight from the consumer thread to the dispatcher. Small: the memory budget is
-/// enforced by pausing, and this only smooths the hand-over.
-const EVENT_QUEUE: usize = 1024;
+/// Events in flight from the consumer thread to the dispatcher (a batch of messages is one).
+/// Small: the memory budget is enforced by pausing, and this only smooths the hand-over.
+const EVENT_QUEUE: usize = 16;
 
 #[derive(Debug, thiserror::Error)]
 pub enum IngestError {

@@ -9,6 +9,7 @@
 mod convert;
 pub mod normalize;
 pub mod otlp;
+mod pointers;
 pub mod settings;
 
 use serde::{Deserialize, Serialize};
@@ -18,8 +19,9 @@ use crate::mysql::SqlValue;
 use crate::store::MappedRow;
 use crate::store::schema::{ColumnSpec, ColumnType, DEFAULT_STRING_LENGTH};
 
-use crate::store::route::{self, Condition};
+use crate::store::route::Condition;
 pub use normalize::Normalizer;
+use pointers::Pointers;
 
 use crate::store::settings::StoreSettings;
 
@@ -85,7 +87,6 @@ impl MessageFormat {
 #[derive(Debug, Clone)]
 struct Column {
     name: String,
-    pointer: String,
     column_type: ColumnType,
     length: usize,
     truncate: bool,
@@ -95,22 +96,33 @@ struct Column {
 #[derive(Debug, Clone)]
 pub struct Mapper {
     columns: Vec<Column>,
+    /// The columns' pointers, column `i` in slot `i`.
+    pointers: Pointers,
 }
 
 impl Mapper {
     pub fn new(columns: &[ColumnSpec]) -> Mapper {
+        let mut pointers = Pointers::default();
+        for column in columns {
+            pointers.add(&column.pointer);
+        }
         Mapper {
             columns: columns
                 .iter()
                 .map(|c| Column {
                     name: c.name.clone(),
-                    pointer: c.pointer.clone(),
                     column_type: c.column_type,
                     length: c.length.unwrap_or(DEFAULT_STRING_LENGTH) as usize,
                     truncate: c.truncate,
                 })
                 .collect(),
+            pointers,
         }
+    }
+
+    /// The columns' pointers, in column order.
+    fn pointers(&self) -> impl Iterator<Item = &str> {
+        self.pointers.texts()
     }
 
     /// Column names, in the order of [`MappedRow::values`].
@@ -124,18 +136,19 @@ impl Mapper {
         format: MessageFormat,
         message: &[u8],
     ) -> Result<MappedRow, MapError> {
+        if format == MessageFormat::Json {
+            let text = utf8(message)?;
+            let (values, truncated) = in_text(&self.pointers, text, |found| self.values(found))?;
+            return Ok(MappedRow {
+                values,
+                document: text.to_string(),
+                fanout: Vec::new(),
+                truncated,
+                record: None,
+            });
+        }
         let (document, text) = parse(format, message)?;
-        self.map_document(&document, text)
-    }
-
-    /// Maps a JSON message.
-    pub fn map(&self, message: &[u8]) -> Result<MappedRow, MapError> {
-        self.map_message(MessageFormat::Json, message)
-    }
-
-    /// Takes each column from `document`; `text` is the document as it is stored.
-    fn map_document(&self, document: &Json, text: String) -> Result<MappedRow, MapError> {
-        let (values, truncated) = self.values(document)?;
+        let (values, truncated) = self.values(&self.pointers.in_document(&document))?;
         Ok(MappedRow {
             values,
             document: text,
@@ -145,14 +158,21 @@ impl Mapper {
         })
     }
 
-    /// The columns' values, and how many were truncated.
-    fn values(&self, document: &Json) -> Result<(Vec<SqlValue>, u32), MapError> {
+    /// Maps a JSON message.
+    pub fn map(&self, message: &[u8]) -> Result<MappedRow, MapError> {
+        self.map_message(MessageFormat::Json, message)
+    }
+
+    /// The columns' values from what their pointers found (`found[i]` for column `i`), and how
+    /// many were truncated.
+    fn values(&self, found: &[Option<&Json>]) -> Result<(Vec<SqlValue>, u32), MapError> {
         let mut truncated = 0;
         let values = self
             .columns
             .iter()
-            .map(|column| {
-                let value = document.pointer(&column.pointer).unwrap_or(&Json::Null);
+            .zip(found)
+            .map(|(column, value)| {
+                let value = value.unwrap_or(&Json::Null);
                 let (value, cut) =
                     convert::convert(value, column.column_type, column.length, column.truncate)
                         .map_err(|reason| MapError::Column {
@@ -182,6 +202,9 @@ pub struct Pipeline {
     normalizer: Normalizer,
     main: Mapper,
     routes: Vec<Route>,
+    /// Every pointer read, compiled once: the log table's columns, then each route's
+    /// conditions and columns.
+    pointers: Pointers,
 }
 
 impl Pipeline {
@@ -191,11 +214,20 @@ impl Pipeline {
         main: Mapper,
         routes: Vec<Route>,
     ) -> Pipeline {
+        let mut pointers = Pointers::default();
+        let read = main.pointers().chain(routes.iter().flat_map(|route| {
+            let conditions = route.when.iter().map(|c| c.pointer.as_str());
+            conditions.chain(route.mapper.pointers())
+        }));
+        for pointer in read.collect::<Vec<_>>() {
+            pointers.add(pointer);
+        }
         Pipeline {
             format,
             normalizer,
             main,
             routes,
+            pointers,
         }
     }
 
@@ -229,22 +261,61 @@ impl Pipeline {
     /// that cannot be mapped in any of its tables, makes the whole record a dead letter: its
     /// rows are stored together or not at all.
     pub fn map(&self, topic: &str, message: &[u8]) -> Result<MappedRow, MapError> {
-        let (document, text) = parse(self.format, message)?;
-        self.map_document(topic, document, text)
+        self.map_owned(topic, message.to_vec()).map_err(|(e, _)| e)
+    }
+
+    /// [`Self::map`] of a message of our own: a JSON message that no rule changes becomes the
+    /// stored document itself, neither copied nor parsed into a document. A failure gives the
+    /// message back.
+    fn map_owned(
+        &self,
+        topic: &str,
+        message: Vec<u8>,
+    ) -> Result<MappedRow, (MapError, Vec<u8>)> {
+        if self.format == MessageFormat::Json && !self.normalizer.applies_to(topic) {
+            let text = String::from_utf8(message).map_err(|e| {
+                let at = e.utf8_error().valid_up_to();
+                (MapError::NotUtf8(at), e.into_bytes())
+            })?;
+            return match in_text(&self.pointers, &text, |found| self.values(found)) {
+                Ok((values, fanout, truncated)) => Ok(MappedRow {
+                    values,
+                    document: text,
+                    fanout,
+                    truncated,
+                    record: None,
+                }),
+                Err(e) => Err((e, text.into_bytes())),
+            };
+        }
+        parse(self.format, &message)
+            .and_then(|(document, text)| self.map_document(topic, document, text))
+            .map_err(|e| (e, message))
     }
 
     /// Maps every record of one message of `topic`: the message's one document for `json` and
     /// `raw`, or each log record of an OTLP message, in order. `Err` when the message cannot be
     /// read at all; otherwise one result per record, so one record that fails its rules or
-    /// columns does not take the others with it.
+    /// columns does not take the others with it, and the message given back.
     pub fn map_records(
         &self,
         topic: &str,
+        message: Vec<u8>,
+    ) -> Result<Vec<Result<MappedRow, RecordError>>, (MapError, Vec<u8>)> {
+        let Some(encoding) = self.format.otlp() else {
+            return Ok(vec![Ok(self.map_owned(topic, message)?)]);
+        };
+        self.map_otlp(topic, encoding, &message)
+            .map_err(|e| (e, message))
+    }
+
+    /// Maps every log record of an OTLP message.
+    fn map_otlp(
+        &self,
+        topic: &str,
+        encoding: otlp::Encoding,
         message: &[u8],
     ) -> Result<Vec<Result<MappedRow, RecordError>>, MapError> {
-        let Some(encoding) = self.format.otlp() else {
-            return Ok(vec![Ok(self.map(topic, message)?)]);
-        };
         let mapped: Vec<Result<MappedRow, MapError>> = otlp::records(encoding, message)?
             .into_iter()
             .map(|mut document| {
@@ -323,18 +394,34 @@ impl Pipeline {
             }
             normalized = Some(document.to_string());
         }
-        let (values, mut truncated) = self.main.values(document)?;
+        let (values, fanout, truncated) = self.values(&self.pointers.in_document(document))?;
+        Ok((normalized, values, fanout, truncated))
+    }
+
+    /// The values of the log table and of the fan-out tables the record goes to, from what
+    /// [`Self::pointers`] found, and the count of truncated values.
+    fn values(&self, found: &[Option<&Json>]) -> Result<Values, MapError> {
+        let (main, mut found) = found.split_at(self.main.columns.len());
+        let (values, mut truncated) = self.main.values(main)?;
         let mut fanout = Vec::with_capacity(self.routes.len());
         for route in &self.routes {
-            if !route::all_hold(&route.when, document) {
+            let (conditions, rest) = found.split_at(route.when.len());
+            let (columns, rest) = rest.split_at(route.mapper.columns.len());
+            found = rest;
+            let routed = route
+                .when
+                .iter()
+                .zip(conditions)
+                .all(|(condition, value)| condition.holds_value(*value));
+            if !routed {
                 fanout.push(None);
                 continue;
             }
-            let (values, cut) = route.mapper.values(document)?;
+            let (values, cut) = route.mapper.values(columns)?;
             truncated += cut;
             fanout.push(Some(values));
         }
-        Ok((normalized, values, fanout, truncated))
+        Ok((values, fanout, truncated))
     }
 }
 
@@ -345,6 +432,10 @@ type Rows = (
     Vec<Option<Vec<SqlValue>>>,
     u32,
 );
+
+/// The values of a record's tables: the log table's, each fan-out table's where it goes, and
+/// the count of truncated values.
+type Values = (Vec<SqlValue>, Vec<Option<Vec<SqlValue>>>, u32);
 
 /// A record of a message of several records (OTLP) that could not be mapped: a dead letter of
 /// its own.
@@ -385,6 +476,18 @@ fn parse(format: MessageFormat, message: &[u8]) -> Result<(Json, String), MapErr
         return Err(MapError::TooDeep);
     }
     Ok((document, text))
+}
+
+/// What `values` makes of the values at `pointers` in a JSON text, taken from it in one pass
+/// that builds no document.
+fn in_text<T>(
+    pointers: &Pointers,
+    text: &str,
+    values: impl FnOnce(&[Option<&Json>]) -> Result<T, MapError>,
+) -> Result<T, MapError> {
+    let found = pointers.in_text(text)?;
+    let found: Vec<Option<&Json>> = found.iter().map(Option::as_ref).collect();
+    values(&found)
 }
 
 fn utf8(message: &[u8]) -> Result<&str, MapError> {
