@@ -233,10 +233,13 @@ impl Dispatcher {
                 if self.stopping.is_some() {
                     return Ok(0);
                 }
+                // One clock reading for the whole hand-over, not two a message.
+                let now = Instant::now();
                 let mut records = 0;
                 for message in messages {
-                    records += self.on_message(message)?;
+                    records += self.on_message(message, now)?;
                 }
+                IngestStats::add(&self.stats.decode_nanos, elapsed_nanos(now));
                 return Ok(records);
             }
             Event::Seeked { key, generation } => {
@@ -259,8 +262,8 @@ impl Dispatcher {
         );
     }
 
-    /// Decodes a message into its partition's open batch; the records it became.
-    fn on_message(&mut self, message: Incoming) -> Result<usize, IngestError> {
+    /// Decodes a message into its partition's open batch, received `now`; the records it became.
+    fn on_message(&mut self, message: Incoming, now: Instant) -> Result<usize, IngestError> {
         let Some(partition) = self.partitions.get_mut(&message.key) else {
             // Read before the partition was revoked; its next owner reads it again.
             return Ok(0);
@@ -269,7 +272,6 @@ impl Dispatcher {
             return Ok(0);
         }
         IngestStats::add(&self.stats.consumed, 1);
-        let started = Instant::now();
         let records = decode(
             &self.pipeline,
             self.max_message_bytes,
@@ -278,14 +280,13 @@ impl Dispatcher {
             message.payload,
             message.size,
         );
-        IngestStats::add(&self.stats.decode_nanos, elapsed_nanos(started));
         let count = records.len();
         // An OTLP message's documents outweigh its protobuf: the memory budget and the batch's
         // byte limit count whichever is larger.
         let bytes = message.size.max(held_bytes(&records));
         partition
             .batcher
-            .push(message.offset, records, bytes, Instant::now())
+            .push(message.offset, records, bytes, now)
             .map_err(|source| IngestError::OffsetBehind {
                 partition: message.key.to_string(),
                 source,

@@ -12,6 +12,8 @@ pub mod otlp;
 mod pointers;
 pub mod settings;
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
@@ -138,7 +140,7 @@ impl Mapper {
     ) -> Result<MappedRow, MapError> {
         if format == MessageFormat::Json {
             let text = utf8(message)?;
-            let (values, truncated) = in_text(&self.pointers, text, |found| self.values(found))?;
+            let (values, truncated) = self.values(&mut self.pointers.in_text(text)?)?;
             return Ok(MappedRow {
                 values,
                 document: text.to_string(),
@@ -148,7 +150,7 @@ impl Mapper {
             });
         }
         let (document, text) = parse(format, message)?;
-        let (values, truncated) = self.values(&self.pointers.in_document(&document))?;
+        let (values, truncated) = self.values(&mut self.pointers.in_document(&document))?;
         Ok(MappedRow {
             values,
             document: text,
@@ -163,16 +165,16 @@ impl Mapper {
         self.map_message(MessageFormat::Json, message)
     }
 
-    /// The columns' values from what their pointers found (`found[i]` for column `i`), and how
-    /// many were truncated.
-    fn values(&self, found: &[Option<&Json>]) -> Result<(Vec<SqlValue>, u32), MapError> {
+    /// The columns' values from what their pointers found (`found[i]` for column `i`, taken),
+    /// and how many were truncated.
+    fn values(&self, found: &mut [Option<Cow<Json>>]) -> Result<(Vec<SqlValue>, u32), MapError> {
         let mut truncated = 0;
         let values = self
             .columns
             .iter()
             .zip(found)
             .map(|(column, value)| {
-                let value = value.unwrap_or(&Json::Null);
+                let value = value.take().unwrap_or(Cow::Owned(Json::Null));
                 let (value, cut) =
                     convert::convert(value, column.column_type, column.length, column.truncate)
                         .map_err(|reason| MapError::Column {
@@ -277,7 +279,8 @@ impl Pipeline {
                 let at = e.utf8_error().valid_up_to();
                 (MapError::NotUtf8(at), e.into_bytes())
             })?;
-            return match in_text(&self.pointers, &text, |found| self.values(found)) {
+            let values = self.pointers.in_text(&text).and_then(|mut found| self.values(&mut found));
+            return match values {
                 Ok((values, fanout, truncated)) => Ok(MappedRow {
                     values,
                     document: text,
@@ -394,25 +397,25 @@ impl Pipeline {
             }
             normalized = Some(document.to_string());
         }
-        let (values, fanout, truncated) = self.values(&self.pointers.in_document(document))?;
+        let (values, fanout, truncated) = self.values(&mut self.pointers.in_document(document))?;
         Ok((normalized, values, fanout, truncated))
     }
 
     /// The values of the log table and of the fan-out tables the record goes to, from what
     /// [`Self::pointers`] found, and the count of truncated values.
-    fn values(&self, found: &[Option<&Json>]) -> Result<Values, MapError> {
-        let (main, mut found) = found.split_at(self.main.columns.len());
+    fn values(&self, found: &mut [Option<Cow<Json>>]) -> Result<Values, MapError> {
+        let (main, mut found) = found.split_at_mut(self.main.columns.len());
         let (values, mut truncated) = self.main.values(main)?;
         let mut fanout = Vec::with_capacity(self.routes.len());
         for route in &self.routes {
-            let (conditions, rest) = found.split_at(route.when.len());
-            let (columns, rest) = rest.split_at(route.mapper.columns.len());
+            let (conditions, rest) = found.split_at_mut(route.when.len());
+            let (columns, rest) = rest.split_at_mut(route.mapper.columns.len());
             found = rest;
             let routed = route
                 .when
                 .iter()
-                .zip(conditions)
-                .all(|(condition, value)| condition.holds_value(*value));
+                .zip(conditions.iter())
+                .all(|(condition, value)| condition.holds_value(value.as_deref()));
             if !routed {
                 fanout.push(None);
                 continue;
@@ -476,18 +479,6 @@ fn parse(format: MessageFormat, message: &[u8]) -> Result<(Json, String), MapErr
         return Err(MapError::TooDeep);
     }
     Ok((document, text))
-}
-
-/// What `values` makes of the values at `pointers` in a JSON text, taken from it in one pass
-/// that builds no document.
-fn in_text<T>(
-    pointers: &Pointers,
-    text: &str,
-    values: impl FnOnce(&[Option<&Json>]) -> Result<T, MapError>,
-) -> Result<T, MapError> {
-    let found = pointers.in_text(text)?;
-    let found: Vec<Option<&Json>> = found.iter().map(Option::as_ref).collect();
-    values(&found)
 }
 
 fn utf8(message: &[u8]) -> Result<&str, MapError> {

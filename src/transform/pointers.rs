@@ -6,6 +6,7 @@
 //! what [`Json::pointer`] would find in the parsed document (the last of duplicate keys, array
 //! elements by index), and the nesting depth is measured as [`super::depth`] does.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::Deserialize;
@@ -13,6 +14,9 @@ use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value as Json;
 
 use super::{MAX_JSON_DEPTH, MapError, depth};
+
+/// What each slot's pointer found: the document's own value, or one taken from a text.
+pub type Found<'a> = Vec<Option<Cow<'a, Json>>>;
 
 /// A set of pointers, each with a slot: values found are returned in slot order.
 #[derive(Debug, Clone, Default)]
@@ -81,16 +85,16 @@ impl Pointers {
     }
 
     /// The value at each slot's pointer in a parsed document.
-    pub fn in_document<'a>(&self, document: &'a Json) -> Vec<Option<&'a Json>> {
+    pub fn in_document<'a>(&self, document: &'a Json) -> Found<'a> {
         self.paths
             .iter()
-            .map(|path| follow(document, path.as_deref()?))
+            .map(|path| follow(document, path.as_deref()?).map(Cow::Borrowed))
             .collect()
     }
 
     /// Reads a JSON text as `serde_json::from_str` would (same errors, then [`MapError::TooDeep`]
     /// past MariaDB's depth) and returns the value at each slot's pointer, keeping nothing else.
-    pub fn in_text(&self, text: &str) -> Result<Vec<Option<Json>>, MapError> {
+    pub fn in_text(&self, text: &str) -> Result<Found<'static>, MapError> {
         let mut walk = Walk {
             found: vec![None; self.paths.len()],
             paths: &self.paths,
@@ -151,7 +155,7 @@ fn follow<'a>(document: &'a Json, tokens: &[Token]) -> Option<&'a Json> {
 
 /// The state of one pass over a text.
 struct Walk<'p> {
-    found: Vec<Option<Json>>,
+    found: Found<'static>,
     paths: &'p [Option<Vec<Token>>],
     /// The deepest nesting seen.
     deepest: usize,
@@ -179,7 +183,8 @@ impl<'de> DeserializeSeed<'de> for At<'_, '_, '_> {
                     let Some(path) = &walk.paths[slot] else {
                         continue;
                     };
-                    walk.found[slot] = follow(&value, &path[node.depth..]).cloned();
+                    walk.found[slot] = follow(&value, &path[node.depth..])
+                        .map(|found| Cow::Owned(found.clone()));
                 }
                 Ok(())
             }
@@ -309,11 +314,11 @@ mod tests {
             (Ok(found), Ok(document)) => {
                 assert!(depth(&document) <= MAX_JSON_DEPTH, "{text}");
                 for (slot, pointer) in POINTERS.iter().enumerate() {
-                    assert_eq!(found[slot].as_ref(), document.pointer(pointer), "{pointer} in {text}");
+                    assert_eq!(found[slot].as_deref(), document.pointer(pointer), "{pointer} in {text}");
                 }
                 let in_document = pointers.in_document(&document);
                 for (slot, pointer) in POINTERS.iter().enumerate() {
-                    assert_eq!(in_document[slot], document.pointer(pointer), "{pointer}");
+                    assert_eq!(in_document[slot].as_deref(), document.pointer(pointer), "{pointer}");
                 }
             }
             (Err(MapError::TooDeep), Ok(document)) => {
