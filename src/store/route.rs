@@ -189,9 +189,12 @@ mod tests {
                 ..condition("/http/status")
             },
         ];
-        assert!(all_hold(&conditions, &json!({"http": {"status": 503}})));
-        assert!(!all_hold(&conditions, &json!({"http": {"status": 200}})));
-        assert!(all_hold(&[], &json!({})));
+        let all_hold = |conditions: &[Condition], document: Json| {
+            conditions.iter().all(|c| c.holds(&document))
+        };
+        assert!(all_hold(&conditions, json!({"http": {"status": 503}})));
+        assert!(!all_hold(&conditions, json!({"http": {"status": 200}})));
+        assert!(all_hold(&[], json!({})));
     }
 
     #[test]
