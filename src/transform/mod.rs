@@ -269,17 +269,16 @@ impl Pipeline {
     /// [`Self::map`] of a message of our own: a JSON message that no rule changes becomes the
     /// stored document itself, neither copied nor parsed into a document. A failure gives the
     /// message back.
-    fn map_owned(
-        &self,
-        topic: &str,
-        message: Vec<u8>,
-    ) -> Result<MappedRow, (MapError, Vec<u8>)> {
+    fn map_owned(&self, topic: &str, message: Vec<u8>) -> Result<MappedRow, Unread> {
         if self.format == MessageFormat::Json && !self.normalizer.applies_to(topic) {
             let text = String::from_utf8(message).map_err(|e| {
                 let at = e.utf8_error().valid_up_to();
                 (MapError::NotUtf8(at), e.into_bytes())
             })?;
-            let values = self.pointers.in_text(&text).and_then(|mut found| self.values(&mut found));
+            let values = self
+                .pointers
+                .in_text(&text)
+                .and_then(|mut found| self.values(&mut found));
             return match values {
                 Ok((values, fanout, truncated)) => Ok(MappedRow {
                     values,
@@ -304,7 +303,7 @@ impl Pipeline {
         &self,
         topic: &str,
         message: Vec<u8>,
-    ) -> Result<Vec<Result<MappedRow, RecordError>>, (MapError, Vec<u8>)> {
+    ) -> Result<Vec<Result<MappedRow, RecordError>>, Unread> {
         let Some(encoding) = self.format.otlp() else {
             return Ok(vec![Ok(self.map_owned(topic, message)?)]);
         };
@@ -439,6 +438,9 @@ type Rows = (
 /// The values of a record's tables: the log table's, each fan-out table's where it goes, and
 /// the count of truncated values.
 type Values = (Vec<SqlValue>, Vec<Option<Vec<SqlValue>>>, u32);
+
+/// Why a message of our own could not be read at all, and the message given back.
+pub type Unread = (MapError, Vec<u8>);
 
 /// A record of a message of several records (OTLP) that could not be mapped: a dead letter of
 /// its own.

@@ -146,11 +146,13 @@ fn array_index(key: &str) -> Option<usize> {
 }
 
 fn follow<'a>(document: &'a Json, tokens: &[Token]) -> Option<&'a Json> {
-    tokens.iter().try_fold(document, |value, token| match value {
-        Json::Object(fields) => fields.get(&token.key),
-        Json::Array(items) => items.get(token.index?),
-        _ => None,
-    })
+    tokens
+        .iter()
+        .try_fold(document, |value, token| match value {
+            Json::Object(fields) => fields.get(&token.key),
+            Json::Array(items) => items.get(token.index?),
+            _ => None,
+        })
 }
 
 /// The state of one pass over a text.
@@ -183,8 +185,8 @@ impl<'de> DeserializeSeed<'de> for At<'_, '_, '_> {
                     let Some(path) = &walk.paths[slot] else {
                         continue;
                     };
-                    walk.found[slot] = follow(&value, &path[node.depth..])
-                        .map(|found| Cow::Owned(found.clone()));
+                    walk.found[slot] =
+                        follow(&value, &path[node.depth..]).map(|found| Cow::Owned(found.clone()));
                 }
                 Ok(())
             }
@@ -314,11 +316,19 @@ mod tests {
             (Ok(found), Ok(document)) => {
                 assert!(depth(&document) <= MAX_JSON_DEPTH, "{text}");
                 for (slot, pointer) in POINTERS.iter().enumerate() {
-                    assert_eq!(found[slot].as_deref(), document.pointer(pointer), "{pointer} in {text}");
+                    assert_eq!(
+                        found[slot].as_deref(),
+                        document.pointer(pointer),
+                        "{pointer} in {text}"
+                    );
                 }
                 let in_document = pointers.in_document(&document);
                 for (slot, pointer) in POINTERS.iter().enumerate() {
-                    assert_eq!(in_document[slot].as_deref(), document.pointer(pointer), "{pointer}");
+                    assert_eq!(
+                        in_document[slot].as_deref(),
+                        document.pointer(pointer),
+                        "{pointer}"
+                    );
                 }
             }
             (Err(MapError::TooDeep), Ok(document)) => {
@@ -369,15 +379,24 @@ mod tests {
     fn measures_depth_as_mariadb_limits_it() {
         let nested = |n: usize| format!("{}1{}", "[".repeat(n), "]".repeat(n));
         assert!(pointers().in_text(&nested(MAX_JSON_DEPTH)).is_ok());
-        assert_eq!(pointers().in_text(&nested(MAX_JSON_DEPTH + 1)), Err(MapError::TooDeep));
+        assert_eq!(
+            pointers().in_text(&nested(MAX_JSON_DEPTH + 1)),
+            Err(MapError::TooDeep)
+        );
         // Deep inside a value a pointer keeps, and inside one it skips.
         let kept = json!({"a": {"b": serde_json::from_str::<Json>(&nested(30)).unwrap()}});
-        assert_eq!(pointers().in_text(&kept.to_string()), Err(MapError::TooDeep));
+        assert_eq!(
+            pointers().in_text(&kept.to_string()),
+            Err(MapError::TooDeep)
+        );
         let mut only_a = Pointers::default();
         only_a.add("/a");
         let skipped = |n| json!({"z": serde_json::from_str::<Json>(&nested(n)).unwrap()});
         assert!(only_a.in_text(&skipped(30).to_string()).is_ok());
-        assert_eq!(only_a.in_text(&skipped(31).to_string()), Err(MapError::TooDeep));
+        assert_eq!(
+            only_a.in_text(&skipped(31).to_string()),
+            Err(MapError::TooDeep)
+        );
     }
 
     /// JSON texts whose objects may repeat member names, as a message's may.

@@ -122,7 +122,10 @@ async fn bench(settings: &Settings, args: &IngestArgs, sources: &Sources) -> any
             (backlog, topic, partitions)
         }
     };
-    let result = measure(settings, args, sources, &backlog, &topic, partitions, &mut out).await;
+    let result = measure(
+        settings, args, sources, &backlog, &topic, partitions, &mut out,
+    )
+    .await;
     if let Backlog::External { brokers } = &backlog
         && let Err(e) = delete_topic(brokers, &topic).await
     {
@@ -330,7 +333,9 @@ async fn pid_from_file(settings: &Settings) -> Option<u32> {
     let (file, datadir) = files?;
     let path = std::path::Path::new(&datadir).join(file);
     let pid: u32 = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
-    std::path::Path::new(&format!("/proc/{pid}")).exists().then_some(pid)
+    std::path::Path::new(&format!("/proc/{pid}"))
+        .exists()
+        .then_some(pid)
 }
 
 /// The one process whose name is one of `names`; `None` if there are none or several.
@@ -529,10 +534,15 @@ async fn writer_alone(
 ) -> anyhow::Result<WriterAlone> {
     let rows = usize::try_from(messages)?;
     let concurrency = settings.store.concurrency.max(1);
-    let (partitions, _) = make_batches(settings, rows, settings.batch.max_rows.max(1), concurrency)?;
+    let (partitions, _) =
+        make_batches(settings, rows, settings.batch.max_rows.max(1), concurrency)?;
     let partitions = std::sync::Arc::new(partitions);
     let mut conn = mysql_async::Conn::from_url(settings.mysql.url.expose()).await?;
-    for table in [settings.store.table.as_str(), "ingest_offsets", "dead_letters"] {
+    for table in [
+        settings.store.table.as_str(),
+        "ingest_offsets",
+        "dead_letters",
+    ] {
         conn.query_drop(format!("TRUNCATE TABLE {table}")).await?;
     }
     conn.disconnect().await?;
@@ -542,7 +552,9 @@ async fn writer_alone(
     let started = Instant::now();
     write_all(&writer, &partitions).await?;
     let seconds = started.elapsed().as_secs_f64();
-    let own_cpu = cpu_seconds(own).zip(own_before).map(|(after, before)| after - before);
+    let own_cpu = cpu_seconds(own)
+        .zip(own_before)
+        .map(|(after, before)| after - before);
     let database_cpu = database.cpu_since(database_before);
     writer.close().await?;
     check_stored(settings, messages).await?;
