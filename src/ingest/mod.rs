@@ -141,7 +141,8 @@ pub struct IngestCounts {
     pub dead_letters_unpublished: u64,
     /// Partitions assigned to the worker now.
     pub partitions: u64,
-    /// Time spent parsing and mapping messages, in milliseconds.
+    /// Time spent parsing and mapping messages (and adding them to their batches), in
+    /// milliseconds.
     pub decode_ms: u64,
     /// Time batches spent being stamped and written (summed over concurrent writes), in
     /// milliseconds.
