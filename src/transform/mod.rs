@@ -221,7 +221,7 @@ impl Pipeline {
             let conditions = route.when.iter().map(|c| c.pointer.as_str());
             conditions.chain(route.mapper.pointers())
         }));
-        for pointer in read.collect::<Vec<_>>() {
+        for pointer in read {
             pointers.add(pointer);
         }
         Pipeline {
