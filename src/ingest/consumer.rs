@@ -8,7 +8,8 @@
 //!
 //! Everything the thread hands over travels in one ordered channel, so the dispatcher sees an
 //! assignment before the partition's first message and every message of a partition before its
-//! revocation.
+//! revocation. Messages travel in batches of what one round of polling found (one wake-up of
+//! the dispatcher for many messages); any other event first sends the messages gathered so far.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,6 +22,7 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::KafkaError;
+use rdkafka::message::BorrowedMessage;
 use rdkafka::topic_partition_list::TopicPartitionList;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Message, Offset, Statistics};
@@ -42,6 +44,11 @@ const REVOKE_WAIT: Duration = Duration::from_secs(30);
 
 /// How long a seek is waited for, so its failure is seen (a seek not waited for reports none).
 const SEEK_WAIT: Duration = Duration::from_secs(1);
+
+/// Messages handed over at once at most, and their bytes: small enough that the channel's
+/// few batches stay a small part of the memory budget.
+const HANDOVER_MESSAGES: usize = 512;
+const HANDOVER_BYTES: usize = 256 * 1024;
 
 /// A message taken off Kafka.
 #[derive(Debug)]
@@ -76,7 +83,8 @@ pub enum Event {
         partitions: Vec<PartitionKey>,
         done: oneshot::Sender<()>,
     },
-    Message(Incoming),
+    /// Messages in the order they were read.
+    Messages(Vec<Incoming>),
     /// A seek asked for with this generation is done: the partition's next messages follow it.
     Seeked {
         key: PartitionKey,
@@ -122,6 +130,9 @@ pub struct IngestContext {
     assignments: Mutex<Assignments>,
     /// Where the consumer lag from librdkafka's statistics goes.
     stats: Arc<IngestStats>,
+    /// Messages read and not handed over yet, and their bytes. Only the consumer thread takes
+    /// it (the callbacks run inside its `poll`).
+    gathered: Mutex<(Vec<Incoming>, usize)>,
 }
 
 impl IngestContext {
@@ -141,6 +152,7 @@ impl IngestContext {
             paused: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             assignments: Mutex::default(),
+            gathered: Mutex::default(),
         }
     }
 
@@ -152,8 +164,37 @@ impl IngestContext {
     }
 
     fn send(&self, event: Event) {
+        self.hand_over();
+        self.send_now(event);
+    }
+
+    fn send_now(&self, event: Event) -> bool {
         // Fails only once the dispatcher is gone, when nothing is listening anyway.
-        let _ = self.handle.block_on(self.events.send(event));
+        self.handle.block_on(self.events.send(event)).is_ok()
+    }
+
+    fn gathered(&self) -> MutexGuard<'_, (Vec<Incoming>, usize)> {
+        self.gathered
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Adds a message to those gathered; hands them over once there are enough. False once the
+    /// dispatcher is gone.
+    fn gather(&self, message: Incoming) -> bool {
+        let full = {
+            let mut gathered = self.gathered();
+            gathered.1 += message.size;
+            gathered.0.push(message);
+            gathered.0.len() >= HANDOVER_MESSAGES || gathered.1 >= HANDOVER_BYTES
+        };
+        !full || self.hand_over()
+    }
+
+    /// Sends the messages gathered, if any. False once the dispatcher is gone.
+    fn hand_over(&self) -> bool {
+        let (messages, _) = std::mem::take(&mut *self.gathered());
+        messages.is_empty() || self.send_now(Event::Messages(messages))
     }
 
     fn assign(&self, consumer: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
@@ -387,6 +428,8 @@ impl Poller {
     }
 
     fn run(mut self, requests: std_mpsc::Receiver<Request>) {
+        // The topic of the last message, shared by the next ones (not an allocation each).
+        let mut topic = None;
         'polling: loop {
             loop {
                 match requests.try_recv() {
@@ -398,37 +441,22 @@ impl Poller {
                 }
             }
             self.seek_pending();
-            match self.consumer.poll(POLL_WAIT) {
-                None => {}
-                Some(Err(e)) => tracing::warn!("consuming: {e}"),
-                Some(Ok(message)) => {
-                    if self.stopped {
-                        continue;
-                    }
-                    let context = self.consumer.context();
-                    if let Some(limiter) = &self.limiter {
-                        context.handle.block_on(limiter.until_ready());
-                    }
-                    let payload = message.payload();
-                    let incoming = Incoming {
-                        key: PartitionKey {
-                            topic: Arc::from(message.topic()),
-                            partition: message.partition(),
-                        },
-                        offset: message.offset(),
-                        size: payload.map_or(0, <[u8]>::len),
-                        payload: payload.map(|p| {
-                            p[..p.len().min(self.max_message_bytes.saturating_add(1))].to_vec()
-                        }),
-                    };
-                    if context
-                        .handle
-                        .block_on(context.events.send(Event::Message(incoming)))
-                        .is_err()
-                    {
-                        break 'polling;
+            // Waits for the first message, then takes what else is ready at once.
+            let mut wait = POLL_WAIT;
+            for _ in 0..HANDOVER_MESSAGES {
+                match self.consumer.poll(wait) {
+                    None => break,
+                    Some(Err(e)) => tracing::warn!("consuming: {e}"),
+                    Some(Ok(message)) => {
+                        if !self.stopped && !self.take(&message, &mut topic) {
+                            break 'polling;
+                        }
                     }
                 }
+                wait = Duration::ZERO;
+            }
+            if !self.consumer.context().hand_over() {
+                break 'polling;
             }
         }
         self.commit_final();
@@ -438,6 +466,29 @@ impl Poller {
             .store(true, Ordering::Relaxed);
         // Dropping the consumer closes it: it leaves the group (unless it is a static member)
         // and serves the final revocation on this thread.
+    }
+
+    /// Copies a message off librdkafka into those gathered. False once the dispatcher is gone.
+    fn take(&self, message: &BorrowedMessage<'_>, last_topic: &mut Option<Arc<str>>) -> bool {
+        let context = self.consumer.context();
+        if let Some(limiter) = &self.limiter {
+            context.handle.block_on(limiter.until_ready());
+        }
+        let topic = match last_topic {
+            Some(topic) if **topic == *message.topic() => topic.clone(),
+            _ => last_topic.insert(Arc::from(message.topic())).clone(),
+        };
+        let payload = message.payload();
+        context.gather(Incoming {
+            key: PartitionKey {
+                topic,
+                partition: message.partition(),
+            },
+            offset: message.offset(),
+            size: payload.map_or(0, <[u8]>::len),
+            payload: payload
+                .map(|p| p[..p.len().min(self.max_message_bytes.saturating_add(1))].to_vec()),
+        })
     }
 
     /// Tries the pending seeks; one whose assignment is over is dropped (the dispatcher

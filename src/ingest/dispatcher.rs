@@ -229,10 +229,18 @@ impl Dispatcher {
                 self.count_partitions();
                 self.revocations.push((partitions, done));
             }
-            Event::Message(message) => {
-                if self.stopping.is_none() {
-                    return self.on_message(message);
+            Event::Messages(messages) => {
+                if self.stopping.is_some() {
+                    return Ok(0);
                 }
+                // One clock reading for the whole hand-over, not two a message.
+                let now = Instant::now();
+                let mut records = 0;
+                for message in messages {
+                    records += self.on_message(message, now)?;
+                }
+                IngestStats::add(&self.stats.decode_nanos, elapsed_nanos(now));
+                return Ok(records);
             }
             Event::Seeked { key, generation } => {
                 if let Some(partition) = self.partitions.get_mut(&key)
@@ -254,8 +262,8 @@ impl Dispatcher {
         );
     }
 
-    /// Decodes a message into its partition's open batch; the records it became.
-    fn on_message(&mut self, message: Incoming) -> Result<usize, IngestError> {
+    /// Decodes a message into its partition's open batch, received `now`; the records it became.
+    fn on_message(&mut self, message: Incoming, now: Instant) -> Result<usize, IngestError> {
         let Some(partition) = self.partitions.get_mut(&message.key) else {
             // Read before the partition was revoked; its next owner reads it again.
             return Ok(0);
@@ -264,7 +272,6 @@ impl Dispatcher {
             return Ok(0);
         }
         IngestStats::add(&self.stats.consumed, 1);
-        let started = Instant::now();
         let records = decode(
             &self.pipeline,
             self.max_message_bytes,
@@ -273,14 +280,13 @@ impl Dispatcher {
             message.payload,
             message.size,
         );
-        IngestStats::add(&self.stats.decode_nanos, elapsed_nanos(started));
         let count = records.len();
         // An OTLP message's documents outweigh its protobuf: the memory budget and the batch's
         // byte limit count whichever is larger.
         let bytes = message.size.max(held_bytes(&records));
         partition
             .batcher
-            .push(message.offset, records, bytes, Instant::now())
+            .push(message.offset, records, bytes, now)
             .map_err(|source| IngestError::OffsetBehind {
                 partition: message.key.to_string(),
                 source,
@@ -477,7 +483,7 @@ fn decode(
             raw,
         })];
     }
-    match pipeline.map_records(topic, &payload) {
+    match pipeline.map_records(topic, payload) {
         Ok(records) => records
             .into_iter()
             .map(|record| match record {
@@ -490,7 +496,7 @@ fn decode(
                 }),
             })
             .collect(),
-        Err(e) => vec![Record::Dead(DeadLetter {
+        Err((e, payload)) => vec![Record::Dead(DeadLetter {
             offset,
             record: None,
             reason: e.to_string(),

@@ -43,9 +43,9 @@ use consumer::{IngestContext, PollerSettings};
 use mysql_async::Conn;
 use settings::WorkerSettings;
 
-/// Events in flight from the consumer thread to the dispatcher. Small: the memory budget is
-/// enforced by pausing, and this only smooths the hand-over.
-const EVENT_QUEUE: usize = 1024;
+/// Events in flight from the consumer thread to the dispatcher (a batch of messages is one).
+/// Small: the memory budget is enforced by pausing, and this only smooths the hand-over.
+const EVENT_QUEUE: usize = 16;
 
 #[derive(Debug, thiserror::Error)]
 pub enum IngestError {
@@ -141,7 +141,8 @@ pub struct IngestCounts {
     pub dead_letters_unpublished: u64,
     /// Partitions assigned to the worker now.
     pub partitions: u64,
-    /// Time spent parsing and mapping messages, in milliseconds.
+    /// Time spent parsing and mapping messages (and adding them to their batches), in
+    /// milliseconds.
     pub decode_ms: u64,
     /// Time batches spent being stamped and written (summed over concurrent writes), in
     /// milliseconds.

@@ -1,5 +1,7 @@
 //! One JSON value to one SQL value of a column's type.
 
+use std::borrow::Cow;
+
 use chrono::{DateTime, Datelike, NaiveDateTime, Utc};
 use serde_json::{Number, Value as Json};
 
@@ -16,9 +18,9 @@ const EPOCH_MILLIS_FROM: f64 = 100_000_000_000.0;
 
 /// The value for a column of `column_type`; `length` is a `string` column's limit in characters.
 /// A longer string is an error, or with `truncate` is cut to fit and the flag returned is true.
-/// The error is the reason, without the column name.
+/// The error is the reason, without the column name. A string of its own is moved, not copied.
 pub fn convert(
-    value: &Json,
+    value: Cow<'_, Json>,
     column_type: ColumnType,
     length: usize,
     truncate: bool,
@@ -64,21 +66,21 @@ pub fn convert(
             return Ok((SqlValue::Text(text), false));
         }
         ColumnType::Int => {
-            let n = as_integer(value)?;
+            let n = as_integer(&value)?;
             i64::try_from(n)
                 .map(SqlValue::Int)
                 .map_err(|_| format!("{n} is out of range for a signed 64-bit integer"))
         }
         ColumnType::Uint => {
-            let n = as_integer(value)?;
+            let n = as_integer(&value)?;
             u64::try_from(n)
                 .map(SqlValue::Uint)
                 .map_err(|_| format!("{n} is out of range for an unsigned 64-bit integer"))
         }
-        ColumnType::Double => as_double(value).map(SqlValue::Double),
-        ColumnType::Bool => as_bool(value).map(SqlValue::Bool),
-        ColumnType::Datetime => as_datetime(value).map(SqlValue::Datetime),
-        ColumnType::Json => serde_json::to_string(value)
+        ColumnType::Double => as_double(&value).map(SqlValue::Double),
+        ColumnType::Bool => as_bool(&value).map(SqlValue::Bool),
+        ColumnType::Datetime => as_datetime(&value).map(SqlValue::Datetime),
+        ColumnType::Json => serde_json::to_string(&*value)
             .map(SqlValue::Json)
             .map_err(|e| format!("cannot write the value as JSON: {e}")),
     };
@@ -99,15 +101,18 @@ pub(super) fn kind(value: &Json) -> &'static str {
 }
 
 /// Strings as they are; numbers and booleans as their JSON text.
-fn as_text(value: &Json) -> Result<String, String> {
+fn as_text(value: Cow<'_, Json>) -> Result<String, String> {
     match value {
-        Json::String(s) => Ok(s.clone()),
-        Json::Number(n) => Ok(n.to_string()),
-        Json::Bool(b) => Ok(b.to_string()),
-        other => Err(format!(
-            "expected a string, number or boolean, got {}",
-            kind(other)
-        )),
+        Cow::Owned(Json::String(s)) => Ok(s),
+        Cow::Borrowed(Json::String(s)) => Ok(s.clone()),
+        _ => match &*value {
+            Json::Number(n) => Ok(n.to_string()),
+            Json::Bool(b) => Ok(b.to_string()),
+            other => Err(format!(
+                "expected a string, number or boolean, got {}",
+                kind(other)
+            )),
+        },
     }
 }
 

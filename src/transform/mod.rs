@@ -9,7 +9,10 @@
 mod convert;
 pub mod normalize;
 pub mod otlp;
+mod pointers;
 pub mod settings;
+
+use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
@@ -18,8 +21,9 @@ use crate::mysql::SqlValue;
 use crate::store::MappedRow;
 use crate::store::schema::{ColumnSpec, ColumnType, DEFAULT_STRING_LENGTH};
 
-use crate::store::route::{self, Condition};
+use crate::store::route::Condition;
 pub use normalize::Normalizer;
+use pointers::Pointers;
 
 use crate::store::settings::StoreSettings;
 
@@ -85,7 +89,6 @@ impl MessageFormat {
 #[derive(Debug, Clone)]
 struct Column {
     name: String,
-    pointer: String,
     column_type: ColumnType,
     length: usize,
     truncate: bool,
@@ -95,22 +98,33 @@ struct Column {
 #[derive(Debug, Clone)]
 pub struct Mapper {
     columns: Vec<Column>,
+    /// The columns' pointers, column `i` in slot `i`.
+    pointers: Pointers,
 }
 
 impl Mapper {
     pub fn new(columns: &[ColumnSpec]) -> Mapper {
+        let mut pointers = Pointers::default();
+        for column in columns {
+            pointers.add(&column.pointer);
+        }
         Mapper {
             columns: columns
                 .iter()
                 .map(|c| Column {
                     name: c.name.clone(),
-                    pointer: c.pointer.clone(),
                     column_type: c.column_type,
                     length: c.length.unwrap_or(DEFAULT_STRING_LENGTH) as usize,
                     truncate: c.truncate,
                 })
                 .collect(),
+            pointers,
         }
+    }
+
+    /// The columns' pointers, in column order.
+    fn pointers(&self) -> impl Iterator<Item = &str> {
+        self.pointers.texts()
     }
 
     /// Column names, in the order of [`MappedRow::values`].
@@ -124,18 +138,19 @@ impl Mapper {
         format: MessageFormat,
         message: &[u8],
     ) -> Result<MappedRow, MapError> {
+        if format == MessageFormat::Json {
+            let text = utf8(message)?;
+            let (values, truncated) = self.values(&mut self.pointers.in_text(text)?)?;
+            return Ok(MappedRow {
+                values,
+                document: text.to_string(),
+                fanout: Vec::new(),
+                truncated,
+                record: None,
+            });
+        }
         let (document, text) = parse(format, message)?;
-        self.map_document(&document, text)
-    }
-
-    /// Maps a JSON message.
-    pub fn map(&self, message: &[u8]) -> Result<MappedRow, MapError> {
-        self.map_message(MessageFormat::Json, message)
-    }
-
-    /// Takes each column from `document`; `text` is the document as it is stored.
-    fn map_document(&self, document: &Json, text: String) -> Result<MappedRow, MapError> {
-        let (values, truncated) = self.values(document)?;
+        let (values, truncated) = self.values(&mut self.pointers.in_document(&document))?;
         Ok(MappedRow {
             values,
             document: text,
@@ -145,14 +160,21 @@ impl Mapper {
         })
     }
 
-    /// The columns' values, and how many were truncated.
-    fn values(&self, document: &Json) -> Result<(Vec<SqlValue>, u32), MapError> {
+    /// Maps a JSON message.
+    pub fn map(&self, message: &[u8]) -> Result<MappedRow, MapError> {
+        self.map_message(MessageFormat::Json, message)
+    }
+
+    /// The columns' values from what their pointers found (`found[i]` for column `i`, taken),
+    /// and how many were truncated.
+    fn values(&self, found: &mut [Option<Cow<Json>>]) -> Result<(Vec<SqlValue>, u32), MapError> {
         let mut truncated = 0;
         let values = self
             .columns
             .iter()
-            .map(|column| {
-                let value = document.pointer(&column.pointer).unwrap_or(&Json::Null);
+            .zip(found)
+            .map(|(column, value)| {
+                let value = value.take().unwrap_or(Cow::Owned(Json::Null));
                 let (value, cut) =
                     convert::convert(value, column.column_type, column.length, column.truncate)
                         .map_err(|reason| MapError::Column {
@@ -182,6 +204,9 @@ pub struct Pipeline {
     normalizer: Normalizer,
     main: Mapper,
     routes: Vec<Route>,
+    /// Every pointer read, compiled once: the log table's columns, then each route's
+    /// conditions and columns.
+    pointers: Pointers,
 }
 
 impl Pipeline {
@@ -191,11 +216,20 @@ impl Pipeline {
         main: Mapper,
         routes: Vec<Route>,
     ) -> Pipeline {
+        let mut pointers = Pointers::default();
+        let read = main.pointers().chain(routes.iter().flat_map(|route| {
+            let conditions = route.when.iter().map(|c| c.pointer.as_str());
+            conditions.chain(route.mapper.pointers())
+        }));
+        for pointer in read {
+            pointers.add(pointer);
+        }
         Pipeline {
             format,
             normalizer,
             main,
             routes,
+            pointers,
         }
     }
 
@@ -229,22 +263,61 @@ impl Pipeline {
     /// that cannot be mapped in any of its tables, makes the whole record a dead letter: its
     /// rows are stored together or not at all.
     pub fn map(&self, topic: &str, message: &[u8]) -> Result<MappedRow, MapError> {
-        let (document, text) = parse(self.format, message)?;
-        self.map_document(topic, document, text)
+        self.map_owned(topic, message.to_vec()).map_err(|(e, _)| e)
+    }
+
+    /// [`Self::map`] of a message of our own: a JSON message that no rule changes becomes the
+    /// stored document itself, neither copied nor parsed into a document. A failure gives the
+    /// message back.
+    fn map_owned(&self, topic: &str, message: Vec<u8>) -> Result<MappedRow, Unread> {
+        if self.format == MessageFormat::Json && !self.normalizer.applies_to(topic) {
+            let text = String::from_utf8(message).map_err(|e| {
+                let at = e.utf8_error().valid_up_to();
+                (MapError::NotUtf8(at), e.into_bytes())
+            })?;
+            let values = self
+                .pointers
+                .in_text(&text)
+                .and_then(|mut found| self.values(&mut found));
+            return match values {
+                Ok((values, fanout, truncated)) => Ok(MappedRow {
+                    values,
+                    document: text,
+                    fanout,
+                    truncated,
+                    record: None,
+                }),
+                Err(e) => Err((e, text.into_bytes())),
+            };
+        }
+        parse(self.format, &message)
+            .and_then(|(document, text)| self.map_document(topic, document, text))
+            .map_err(|e| (e, message))
     }
 
     /// Maps every record of one message of `topic`: the message's one document for `json` and
     /// `raw`, or each log record of an OTLP message, in order. `Err` when the message cannot be
     /// read at all; otherwise one result per record, so one record that fails its rules or
-    /// columns does not take the others with it.
+    /// columns does not take the others with it, and the message given back.
     pub fn map_records(
         &self,
         topic: &str,
+        message: Vec<u8>,
+    ) -> Result<Vec<Result<MappedRow, RecordError>>, Unread> {
+        let Some(encoding) = self.format.otlp() else {
+            return Ok(vec![Ok(self.map_owned(topic, message)?)]);
+        };
+        self.map_otlp(topic, encoding, &message)
+            .map_err(|e| (e, message))
+    }
+
+    /// Maps every log record of an OTLP message.
+    fn map_otlp(
+        &self,
+        topic: &str,
+        encoding: otlp::Encoding,
         message: &[u8],
     ) -> Result<Vec<Result<MappedRow, RecordError>>, MapError> {
-        let Some(encoding) = self.format.otlp() else {
-            return Ok(vec![Ok(self.map(topic, message)?)]);
-        };
         let mapped: Vec<Result<MappedRow, MapError>> = otlp::records(encoding, message)?
             .into_iter()
             .map(|mut document| {
@@ -323,18 +396,34 @@ impl Pipeline {
             }
             normalized = Some(document.to_string());
         }
-        let (values, mut truncated) = self.main.values(document)?;
+        let (values, fanout, truncated) = self.values(&mut self.pointers.in_document(document))?;
+        Ok((normalized, values, fanout, truncated))
+    }
+
+    /// The values of the log table and of the fan-out tables the record goes to, from what
+    /// [`Self::pointers`] found, and the count of truncated values.
+    fn values(&self, found: &mut [Option<Cow<Json>>]) -> Result<Values, MapError> {
+        let (main, mut found) = found.split_at_mut(self.main.columns.len());
+        let (values, mut truncated) = self.main.values(main)?;
         let mut fanout = Vec::with_capacity(self.routes.len());
         for route in &self.routes {
-            if !route::all_hold(&route.when, document) {
+            let (conditions, rest) = found.split_at_mut(route.when.len());
+            let (columns, rest) = rest.split_at_mut(route.mapper.columns.len());
+            found = rest;
+            let routed = route
+                .when
+                .iter()
+                .zip(conditions.iter())
+                .all(|(condition, value)| condition.holds_value(value.as_deref()));
+            if !routed {
                 fanout.push(None);
                 continue;
             }
-            let (values, cut) = route.mapper.values(document)?;
+            let (values, cut) = route.mapper.values(columns)?;
             truncated += cut;
             fanout.push(Some(values));
         }
-        Ok((normalized, values, fanout, truncated))
+        Ok((values, fanout, truncated))
     }
 }
 
@@ -345,6 +434,13 @@ type Rows = (
     Vec<Option<Vec<SqlValue>>>,
     u32,
 );
+
+/// The values of a record's tables: the log table's, each fan-out table's where it goes, and
+/// the count of truncated values.
+type Values = (Vec<SqlValue>, Vec<Option<Vec<SqlValue>>>, u32);
+
+/// Why a message of our own could not be read at all, and the message given back.
+pub type Unread = (MapError, Vec<u8>);
 
 /// A record of a message of several records (OTLP) that could not be mapped: a dead letter of
 /// its own.

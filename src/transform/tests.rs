@@ -536,7 +536,9 @@ fn each_otlp_record_is_normalized_and_mapped_on_its_own() {
         {"resource": resource("too long a name"), "scopeLogs": [{"logRecords": [{}]}]},
     ]})
     .to_string();
-    let records = pipeline.map_records("t", message.as_bytes()).unwrap();
+    let records = pipeline
+        .map_records("t", message.clone().into_bytes())
+        .unwrap();
     type Outcome = Result<(Option<u32>, Vec<SqlValue>), (u32, String)>;
     let outcome: Vec<Outcome> = records
         .into_iter()

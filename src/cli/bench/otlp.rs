@@ -26,7 +26,9 @@ use logstamp::ingest::kafka::{Outgoing, produce_all};
 use logstamp::ingest::local_cluster::LocalCluster;
 use logstamp::transform::otlp::{self, Encoding};
 
-use super::ingest::{check_stored, peak_rss_kib, round3, spawn_worker, stop_workers, watch};
+use super::ingest::{
+    check_stored, cpu_seconds, peak_rss_kib, round3, spawn_worker, stop_workers, watch,
+};
 use super::{in_scratch_database, median};
 use crate::cli::output::Output;
 use crate::cli::{UsageError, load_settings};
@@ -322,16 +324,4 @@ async fn empty_tables(settings: &Settings) -> anyhow::Result<()> {
     }
     conn.disconnect().await?;
     Ok(())
-}
-
-/// A process's user and system CPU time so far, from Linux's `/proc/PID/stat`.
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The fields after the command name, which is in parentheses and may hold spaces.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    // SAFETY: sysconf only reads a configuration value.
-    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    (per_second > 0).then(|| ticks as f64 / per_second as f64)
 }

@@ -18,7 +18,7 @@ use logstamp::id::IdGenerator;
 use logstamp::store::settings::DurationOrOff;
 use logstamp::store::settings::{InsertMethod, StoreSettings};
 use logstamp::store::{Batch, Row, WriteOutcome, Writer};
-use logstamp::transform::Mapper;
+use logstamp::transform::{MessageFormat, Pipeline};
 
 use super::{in_scratch_database, log_message, median, writer};
 use crate::cli::output::Output;
@@ -244,7 +244,11 @@ pub(super) fn make_batches(
     batch_rows: usize,
     partition_count: usize,
 ) -> anyhow::Result<(Vec<Vec<Batch>>, usize)> {
-    let mapper = Mapper::new(&settings.store.columns);
+    // Mapped as a worker maps them (normalize rules, fan-out tables), so any settings' writer
+    // takes the batches.
+    let pipeline =
+        Pipeline::from_settings(MessageFormat::Json, &settings.normalize, &settings.store);
+    let topic = settings.kafka.topics.first().map_or("logs", String::as_str);
     // Rows for a scratch database, dropped afterwards: these IDs need no lease.
     let service_id = settings.id.service_id.fixed().unwrap_or(0);
     let generator = IdGenerator::new(settings.id.layout, service_id)?;
@@ -267,8 +271,8 @@ pub(super) fn make_batches(
         for (k, id) in ids.into_iter().enumerate() {
             let message = log_message((made + k) as u64);
             bytes += message.len();
-            let mapped = mapper
-                .map(message.as_bytes())
+            let mapped = pipeline
+                .map(topic, message.as_bytes())
                 .map_err(|e| anyhow::anyhow!("the benchmark's own message did not map: {e}"))?;
             rows.push(Row {
                 id,
@@ -279,7 +283,7 @@ pub(super) fn make_batches(
         offsets[partition] = start + count as i64;
         partitions[partition].push(Batch {
             consumer_group: "bench".into(),
-            topic: "logs".into(),
+            topic: topic.into(),
             partition: i32::try_from(partition)?,
             start_offset: start,
             next_offset: start + count as i64,
