@@ -24,7 +24,7 @@
 //! a request row, which the running capture picks up, and follows its progress.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -53,20 +53,6 @@ const POLL: Duration = Duration::from_secs(1);
 const ACK_POLL: Duration = Duration::from_millis(100);
 /// Rows per chunk when a request does not say.
 pub const DEFAULT_CHUNK_ROWS: u64 = 2000;
-
-/// What a running snapshot counts, for the metrics.
-#[derive(Debug, Default)]
-pub struct SnapshotStats {
-    /// Rows published from chunks.
-    pub copied_rows: AtomicU64,
-    /// Chunk rows left out because the binlog changed them between the watermarks.
-    pub dropped_rows: AtomicU64,
-    pub chunks: AtomicU64,
-    /// The table's estimated rows not copied yet (`information_schema.TABLES.TABLE_ROWS`).
-    pub remaining_rows: AtomicU64,
-    /// A table is being copied.
-    pub running: AtomicBool,
-}
 
 /// The chunk between a low and a high watermark, shared by the snapshot task and capture.
 #[derive(Debug, Default)]

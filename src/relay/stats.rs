@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::change::TxnRef;
-pub use super::snapshot::SnapshotStats;
 
 /// The counts of one relay process: its capture and an applier per remote data centre.
 #[derive(Debug)]
@@ -262,4 +261,18 @@ mod tests {
         assert!(!applier.running.load(Ordering::Relaxed));
         assert!(stats.applier("c").is_none());
     }
+}
+
+/// What a running snapshot counts, for the metrics.
+#[derive(Debug, Default)]
+pub struct SnapshotStats {
+    /// Rows published from chunks.
+    pub copied_rows: AtomicU64,
+    /// Chunk rows left out because the binlog changed them between the watermarks.
+    pub dropped_rows: AtomicU64,
+    pub chunks: AtomicU64,
+    /// The table's estimated rows not copied yet (`information_schema.TABLES.TABLE_ROWS`).
+    pub remaining_rows: AtomicU64,
+    /// A table is being copied.
+    pub running: AtomicBool,
 }
