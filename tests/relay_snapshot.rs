@@ -192,6 +192,7 @@ async fn a_snapshot_under_writes_and_two_kills_ends_with_identical_tables() {
     assert_eq!(requested["state"], "requested", "{requested}");
 
     // Killed twice while copying, each time after more rows were recorded as copied.
+    let mut restarts = Vec::new();
     for at_least in [ROWS / 5, ROWS / 2] {
         wait_until("the snapshot gets further", || {
             let status = snapshot_status(&dcs[0], "app.big");
@@ -210,9 +211,20 @@ async fn a_snapshot_under_writes_and_two_kills_ends_with_identical_tables() {
         })
         .await;
         dcs[0].kill_relay();
+        let restarted_at = dcs[0].log().len();
         dcs[0].start_relay();
+        restarts.push(restarted_at);
     }
     let done = wait_snapshot_done(&dcs[0], "app.big").await;
+    // Each restarted relay went on from the key its predecessor recorded, not from the start.
+    let log = dcs[0].log();
+    for at in restarts {
+        let started = log[at..]
+            .lines()
+            .find(|line| line.contains("snapshot started"))
+            .unwrap_or_else(|| panic!("no snapshot started after a restart: {}", &log[at..]));
+        assert!(started.contains("from=Some("), "resumed: {started}");
+    }
     let copy_seconds = started.elapsed().as_secs_f64();
     stop.send(true).unwrap();
     let writes = writer.await.unwrap();

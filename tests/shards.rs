@@ -45,6 +45,9 @@ impl Fleet {
                 ("store.shards", shards.as_str()),
                 ("batch.max_rows", "500"),
                 ("store.give_up_after", "120s"),
+                // One write at a time: a write waiting for a stopped shard must not hold the
+                // slot the other shards' partitions need.
+                ("store.concurrency", "1"),
             ],
         )
         .await;
@@ -179,6 +182,8 @@ impl Fleet {
         let mut seqs: Vec<u64> = Vec::new();
         let mut ids: Vec<u64> = Vec::new();
         let mut committed = 0;
+        // Rows of the moved partition in the shard it left and in the shard it went to.
+        let mut moved_rows = [0u64; 2];
         for i in 0..self.servers.len() {
             let mut conn = self.shard_conn(i).await;
             let rows: Vec<(u64, u64)> = conn.query("SELECT id, seq FROM logs").await.unwrap();
@@ -203,12 +208,25 @@ impl Fleet {
                     assignments.get(&partition) == Some(&i) || moved == (partition, i),
                     "row of sequence number {seq} (partition {partition}) is in shard {i}"
                 );
+                if partition == moved.0 {
+                    if i == moved.1 {
+                        moved_rows[0] += 1;
+                    } else if assignments.get(&partition) == Some(&i) {
+                        moved_rows[1] += 1;
+                    }
+                }
                 ids.push(id);
                 seqs.push(seq);
             }
             conn.disconnect().await.unwrap();
         }
         assert_eq!(committed as u64, n, "the offsets count every message");
+        assert!(
+            moved_rows.iter().all(|&rows| rows > 0),
+            "partition {} was moved while written: rows in the shard it left and in the one \
+             it went to, {moved_rows:?}",
+            moved.0
+        );
         seqs.sort_unstable();
         assert_eq!(
             seqs,

@@ -295,17 +295,43 @@ impl Dispatcher {
     }
 
     /// Starts writing closed batches while there is room, one per partition at a time.
+    ///
+    /// A write to a shard that is failing waits in its retries while the shard is away (up to
+    /// `store.give_up_after`). Such writes hold none of the `store.concurrency` slots, so the
+    /// other shards' partitions keep flowing, and each failing shard has one write in flight
+    /// at most: it finds out when the shard is back.
     fn start_writes(&mut self) {
-        for (key, partition) in &mut self.partitions {
-            if self.writes.len() >= self.concurrency {
-                break;
+        let writer = &self.writer;
+        let group = &self.group;
+        let failing_shard =
+            |key: &PartitionKey| writer.failing_shard(group, &key.topic, key.partition);
+        let mut probed = Vec::new();
+        let mut healthy = 0;
+        for key in self.writing.keys() {
+            match failing_shard(key) {
+                Some(shard) => probed.push(shard),
+                None => healthy += 1,
             }
+        }
+        for (key, partition) in &mut self.partitions {
             if self.writing.contains_key(key) {
+                continue;
+            }
+            let failing = failing_shard(key);
+            let room = match failing {
+                Some(shard) => !probed.contains(&shard),
+                None => healthy < self.concurrency,
+            };
+            if !room {
                 continue;
             }
             let Some(pending) = partition.batcher.take_next() else {
                 continue;
             };
+            match failing {
+                Some(shard) => probed.push(shard),
+                None => healthy += 1,
+            }
             self.writing.insert(key.clone(), partition.generation);
             let writer = self.writer.clone();
             let generator = self.generator.clone();

@@ -127,9 +127,10 @@ pub fn order(followed: &Followed, source_dc: &str, gtid: Option<Gtid>, stream: &
 /// The way out, the same for every case: the README's procedure.
 fn fix(source_dc: &str) -> String {
     format!(
-        "applying from {source_dc} stops until its stream is started anew: make the relayed \
-         tables equal and run `logstamp relay reset` in {source_dc} (README: \"Starting a \
-         stream anew\")"
+        "applying from {source_dc} stops until its stream is started anew: stop writing to \
+         the relayed tables, run `logstamp relay reset` in {source_dc}, and copy \
+         {source_dc}'s relayed tables to the others once the relays caught up (README: \
+         \"Starting a stream anew\")"
     )
 }
 

@@ -117,6 +117,11 @@ impl ShardHealth {
         self.lock().clone()
     }
 
+    /// Whether each shard is failing now, in the shards' order.
+    pub fn failing(&self) -> Vec<bool> {
+        self.lock().iter().map(|(_, why)| why.is_some()).collect()
+    }
+
     pub(crate) fn set(&self, shard: usize, failing: Option<String>) {
         if let Some(entry) = self.lock().get_mut(shard) {
             entry.1 = failing;

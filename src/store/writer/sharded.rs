@@ -74,6 +74,29 @@ impl Writer {
         self.inner.health.clone()
     }
 
+    /// The shard of a partition, when it is known and failing now. Cheap while every shard
+    /// answers (nothing is looked up), so the dispatcher may ask before each write.
+    pub fn failing_shard(&self, group: &str, topic: &str, partition: i32) -> Option<usize> {
+        if !self.inner.set.sharded {
+            return None;
+        }
+        let failing = self.inner.health.failing();
+        if !failing.contains(&true) {
+            return None;
+        }
+        let key = PartitionKey {
+            group: group.to_string(),
+            topic: topic.to_string(),
+            partition,
+        };
+        let shard = *self.routes().get(&key)?;
+        failing
+            .get(shard)
+            .copied()
+            .unwrap_or(false)
+            .then_some(shard)
+    }
+
     /// Writes a batch exactly once to its partition's shard, retrying transient failures for
     /// up to `store.give_up_after`. While its shard fails, the batch waits; the shard is
     /// marked failing in [`Writer::health`] until a write to it succeeds.
