@@ -45,7 +45,7 @@ use crate::relay::settings::{
 };
 
 use super::change::{
-    Change, ChangeKind, Kind, Position, Row, RowChange, TxnRef, Value, row_to_json,
+    Change, ChangeKind, Contracts, Kind, Position, Row, RowChange, TxnRef, Value, row_to_json,
 };
 use super::context::{
     APPLIED_GTIDS_TABLE, APPLIED_TABLE, CONFLICTS_TABLE, DEAD_LETTERS_TABLE, LOOP_KEYS_TABLE,
@@ -453,7 +453,7 @@ impl<'a> Reader<'a> {
         let mut consumed = applied.next_offset;
         let mut stopped = false;
         let mut reading: Option<Reading> = None;
-        let mut contracts = SharedContracts::default();
+        let mut contracts = Contracts::default();
         // A transaction that failed for good before this applier started again, to dead-letter.
         let mut lettering = self.stats.take_dead_lettering();
         loop {
@@ -481,7 +481,7 @@ impl<'a> Reader<'a> {
             };
             let offset = message.offset();
             let payload = message.payload().unwrap_or_default();
-            let parsed = match Change::from_json(payload) {
+            let parsed = match Change::from_json_with(payload, &mut contracts) {
                 Ok(change) if change.dc == remote.dc => Ok(change),
                 Ok(change) => Err(format!(
                     "holds a change from {}, not {}",
@@ -489,7 +489,7 @@ impl<'a> Reader<'a> {
                 )),
                 Err(e) => Err(e.to_string()),
             };
-            let mut change = match parsed {
+            let change = match parsed {
                 Ok(change) => change,
                 // Not part of any transaction of this source's: the transaction being read,
                 // if any, goes on after it.
@@ -512,7 +512,6 @@ impl<'a> Reader<'a> {
                 }
             };
             consumed = offset + 1;
-            contracts.share(&mut change.row);
             let continues = reading.as_ref().is_some_and(|r| r.continued_by(&change));
             if !continues && let Some(cut) = reading.take() {
                 // The rest of it comes again, whole, from its first message.
@@ -818,34 +817,6 @@ struct Letter<'m> {
     offset: i64,
     payload: &'m [u8],
     reason: &'m str,
-}
-
-/// The contracts of the tables read lately, one copy each: every message carries its table's
-/// contract, and decoded, a contract takes more memory than a narrow row's change.
-#[derive(Default)]
-struct SharedContracts {
-    by_table: Vec<(String, String, Arc<Contract>)>,
-}
-
-impl SharedContracts {
-    /// Gives `row` the copy of its contract already held, or holds its own.
-    fn share(&mut self, row: &mut RowChange) {
-        let Some(contract) = &row.contract else {
-            return;
-        };
-        let held = self
-            .by_table
-            .iter_mut()
-            .find(|(schema, table, _)| *schema == row.schema && *table == row.table);
-        match held {
-            Some((_, _, shared)) if shared == contract => row.contract = Some(shared.clone()),
-            Some((_, _, shared)) => *shared = contract.clone(),
-            None => {
-                self.by_table
-                    .push((row.schema.clone(), row.table.clone(), contract.clone()));
-            }
-        }
-    }
 }
 
 /// Whether the statement of `change` must find its row (see [`sql::statement`]): an UPDATE that

@@ -253,9 +253,10 @@ pub struct Change {
 #[error("bad change message: {0}")]
 pub struct ChangeError(String);
 
-/// The message as JSON: the typed rows become plain JSON values.
+/// The message as JSON: the typed rows become plain JSON values. `C` is the contract: shared
+/// when written, its text when read (see [`Contracts`]).
 #[derive(Serialize, Deserialize)]
-struct Wire {
+struct Wire<C> {
     dc: String,
     server_id: u32,
     schema: String,
@@ -268,9 +269,10 @@ struct Wire {
     values: BTreeMap<String, serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     before: Option<BTreeMap<String, serde_json::Value>>,
-    /// Shared with the row: serialising a message does not copy its table's contract.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    contract: Option<Arc<Contract>>,
+    /// Shared with the row: serialising a message does not copy its table's contract. Messages
+    /// without one read as `None` (serde's rule for a missing `Option`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    contract: Option<C>,
     #[serde(flatten)]
     position: Position,
     commit_ts: u32,
@@ -303,7 +305,19 @@ impl Change {
 
     /// Reads a message, checking every value against its column's kind.
     pub fn from_json(bytes: &[u8]) -> Result<Change, ChangeError> {
-        let wire: Wire = serde_json::from_slice(bytes).map_err(|e| ChangeError(e.to_string()))?;
+        Change::from_json_with(bytes, &mut Contracts::default())
+    }
+
+    /// [`Change::from_json`], taking the contract from `contracts` when its text is one read
+    /// before: every message carries its table's contract, and reading it again for each row
+    /// would cost more than the row.
+    pub fn from_json_with(bytes: &[u8], contracts: &mut Contracts) -> Result<Change, ChangeError> {
+        let wire: Wire<&serde_json::value::RawValue> =
+            serde_json::from_slice(bytes).map_err(|e| ChangeError(e.to_string()))?;
+        let contract = wire
+            .contract
+            .map(|raw| contracts.read(raw.get()))
+            .transpose()?;
         let columns = wire.columns;
         let row = |values: BTreeMap<String, serde_json::Value>| -> Result<Row, ChangeError> {
             values
@@ -343,13 +357,39 @@ impl Change {
                 key,
                 values,
                 before,
-                contract: wire.contract,
+                contract,
             },
             position: wire.position,
             commit_ts: wire.commit_ts,
             txn: wire.txn,
             stream: wire.stream,
         })
+    }
+}
+
+/// The contracts read lately, by their text, one copy each (decoded, a contract takes more
+/// memory than a narrow row's change). Bounded: a table's contract changes only with its
+/// definition.
+#[derive(Debug, Default)]
+pub struct Contracts {
+    recent: Vec<(Box<str>, Arc<Contract>)>,
+}
+
+impl Contracts {
+    /// Tables whose contracts are kept; past it the oldest is forgotten.
+    const KEPT: usize = 64;
+
+    fn read(&mut self, text: &str) -> Result<Arc<Contract>, ChangeError> {
+        if let Some((_, contract)) = self.recent.iter().find(|(t, _)| **t == *text) {
+            return Ok(contract.clone());
+        }
+        let contract: Arc<Contract> =
+            serde_json::from_str(text).map_err(|e| ChangeError(format!("contract: {e}")))?;
+        if self.recent.len() == Self::KEPT {
+            self.recent.remove(0);
+        }
+        self.recent.push((text.into(), contract.clone()));
+        Ok(contract)
     }
 }
 
@@ -432,6 +472,41 @@ impl Change {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn messages_with_the_same_contract_share_one_copy() {
+        let mut contracts = Contracts::default();
+        let first = sample();
+        let mut other = sample();
+        other.row.contract = Some(Arc::new(Contract {
+            key: vec!["id".into(), "region".into()],
+            types: [("id".to_string(), "int".to_string())].into(),
+        }));
+        let read = |change: &Change, contracts: &mut Contracts| {
+            Change::from_json_with(&change.to_json(), contracts).unwrap()
+        };
+        let (a, b, c) = (
+            read(&first, &mut contracts),
+            read(&first, &mut contracts),
+            read(&other, &mut contracts),
+        );
+        assert_eq!(a, first);
+        assert_eq!(c, other);
+        let shared = |x: &Change, y: &Change| {
+            Arc::ptr_eq(
+                x.row.contract.as_ref().unwrap(),
+                y.row.contract.as_ref().unwrap(),
+            )
+        };
+        assert!(shared(&a, &b), "the same contract text is read once");
+        assert!(!shared(&a, &c));
+        let mut without = first.to_json();
+        let text = String::from_utf8(without.clone()).unwrap();
+        let bad = text.replace(r#""key":["id"]"#, r#""key":"id""#);
+        assert_ne!(bad, text);
+        without.clear();
+        assert!(Change::from_json_with(bad.as_bytes(), &mut contracts).is_err());
+    }
 
     fn sample() -> Change {
         let columns: BTreeMap<String, Kind> = [
