@@ -46,7 +46,7 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 /// How often a position reached with nothing to publish (a heartbeat's) becomes a checkpoint.
 /// Its GTID state is read with `BINLOG_GTID_POS`, which reads the binlog file from its start
 /// (1.1 s for an 800 MB file here) while the checkpoint task, and capture behind it, waits: at
-/// every heartbeat, a quiet relay had its source read its binlog over and over. Transactions'
+/// every heartbeat after writes to tables not relayed, the source read its binlog file again. Transactions'
 /// checkpoints carry their GTIDs and are saved at every `relay.checkpoint_interval` as before.
 const IDLE_CHECKPOINT_EVERY: Duration = Duration::from_secs(30);
 /// ...so a connection silent for this long is dead.
