@@ -46,7 +46,8 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 /// How often a position reached with nothing to publish (a heartbeat's) becomes a checkpoint.
 /// Its GTID state is read with `BINLOG_GTID_POS`, which reads the binlog file from its start
 /// (1.1 s for an 800 MB file here) while the checkpoint task, and capture behind it, waits: at
-/// every heartbeat after writes to tables not relayed, the source read its binlog file again. Transactions'
+/// every heartbeat after groups the server left out (the applier's, flagged, with the
+/// skip_replication filter), the source read its binlog file again. Transactions'
 /// checkpoints carry their GTIDs and are saved at every `relay.checkpoint_interval` as before.
 const IDLE_CHECKPOINT_EVERY: Duration = Duration::from_secs(30);
 /// ...so a connection silent for this long is dead.
