@@ -301,6 +301,9 @@ async fn a_table_added_to_a_running_pair_is_copied_by_the_initial_snapshot() {
         dc.wait_capture_started().await;
     }
     let items = write_everywhere(&dcs, 30).await;
+    // `relay.snapshot = "initial"` takes app.items too (it was never snapshotted), and a's copy
+    // of b's rows goes back to b as upserts: it must be b's latest, so a has applied it first.
+    wait_in_sync(&dcs, &items, "app.items").await;
     let (stop, stopped) = watch::channel(false);
     let writer = tokio::spawn(churn(
         dcs[0].server.url("app"),
