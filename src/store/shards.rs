@@ -117,9 +117,14 @@ impl ShardHealth {
         self.lock().clone()
     }
 
-    /// Whether each shard is failing now, in the shards' order.
-    pub fn failing(&self) -> Vec<bool> {
-        self.lock().iter().map(|(_, why)| why.is_some()).collect()
+    /// Whether any shard is failing now.
+    pub fn any_failing(&self) -> bool {
+        self.lock().iter().any(|(_, why)| why.is_some())
+    }
+
+    /// Whether shard number `shard` is failing now.
+    pub fn is_failing(&self, shard: usize) -> bool {
+        self.lock().get(shard).is_some_and(|(_, why)| why.is_some())
     }
 
     pub(crate) fn set(&self, shard: usize, failing: Option<String>) {

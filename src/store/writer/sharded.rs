@@ -75,13 +75,11 @@ impl Writer {
     }
 
     /// The shard of a partition, when it is known and failing now. Cheap while every shard
-    /// answers (nothing is looked up), so the dispatcher may ask before each write.
+    /// answers (no key is built, nothing allocated), so the dispatcher may ask before each
+    /// write.
     pub fn failing_shard(&self, group: &str, topic: &str, partition: i32) -> Option<usize> {
-        if !self.inner.set.sharded {
-            return None;
-        }
-        let failing = self.inner.health.failing();
-        if !failing.contains(&true) {
+        let health = &self.inner.health;
+        if !self.inner.set.sharded || !health.any_failing() {
             return None;
         }
         let key = PartitionKey {
@@ -90,11 +88,7 @@ impl Writer {
             partition,
         };
         let shard = *self.routes().get(&key)?;
-        failing
-            .get(shard)
-            .copied()
-            .unwrap_or(false)
-            .then_some(shard)
+        health.is_failing(shard).then_some(shard)
     }
 
     /// Writes a batch exactly once to its partition's shard, retrying transient failures for
