@@ -306,7 +306,7 @@ impl From<TablePattern> for String {
 pub enum SnapshotMode {
     /// Only on `relay snapshot`.
     Off,
-    /// Also every relayed table that has never been snapshotted here, when capture starts.
+    /// Also every relayed table this data centre's capture never relayed, when capture starts.
     Initial,
 }
 

@@ -51,6 +51,9 @@ use crate::mysql::{self, DbError};
 const POLL: Duration = Duration::from_secs(1);
 /// How often a finished table waits for capture's checkpoint to pass its last chunk.
 const ACK_POLL: Duration = Duration::from_millis(100);
+/// The state of a relayed table's row in `relay_snapshots` when no snapshot of it was asked
+/// for: capture has taken its changes since. Not a snapshot, so `relay status` leaves it out.
+const CAPTURED: &str = "captured";
 /// Rows per chunk when a request does not say.
 pub const DEFAULT_CHUNK_ROWS: u64 = 2000;
 
@@ -208,18 +211,16 @@ pub fn spawn(context: RelayContext, watermarks: Arc<Watermarks>) -> SnapshotTask
     }))
 }
 
-/// Runs capture's snapshot task: picks up this data centre's requests (and, with
-/// `relay.snapshot = "initial"`, requests one for each relayed table that has none) and copies
-/// one table after the other. Returns only on a database error; capture runs it alongside its
+/// Runs capture's snapshot task: records the relayed tables (with `relay.snapshot = "initial"`
+/// requesting a snapshot of each never captured here), then picks up this data centre's
+/// requests and copies one table after the other. Returns only on a database error; capture runs it alongside its
 /// binlog reader and stops it with it.
 pub async fn run(
     context: RelayContext,
     watermarks: Arc<Watermarks>,
 ) -> Result<std::convert::Infallible, RelayError> {
     let mut conn = session(&context).await?;
-    if context.relay.snapshot == SnapshotMode::Initial {
-        request_initial(&context, &mut conn).await?;
-    }
+    record_relayed(&context, &mut conn).await?;
     loop {
         let Some(request) = next_request(&mut conn, context.dc()).await? else {
             tokio::time::sleep(POLL).await;
@@ -294,8 +295,12 @@ async fn next_request(conn: &mut Conn, dc: &str) -> Result<Option<Request>, Rela
     }))
 }
 
-/// Requests a snapshot of every relayed table that has no row in `relay_snapshots` yet.
-async fn request_initial(context: &RelayContext, conn: &mut Conn) -> Result<(), RelayError> {
+/// Gives every relayed table with no row in `relay_snapshots` yet one: `requested` with
+/// `relay.snapshot = "initial"`, else `captured`. Either way the table's changes are captured
+/// from now on, so a later start with `initial` copies only tables never captured here: a table
+/// captured before (perhaps written in several data centres) is not copied back over the others
+/// with this data centre's possibly older version of their rows.
+async fn record_relayed(context: &RelayContext, conn: &mut Conn) -> Result<(), RelayError> {
     let tables: Vec<(String, String)> = conn
         .query(
             "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES \
@@ -303,7 +308,13 @@ async fn request_initial(context: &RelayContext, conn: &mut Conn) -> Result<(), 
              ('mysql', 'information_schema', 'performance_schema', 'sys')",
         )
         .await
-        .map_err(DbError::mysql("listing the tables to snapshot"))?;
+        .map_err(DbError::mysql("listing the relayed tables"))?;
+    let initial = context.relay.snapshot == SnapshotMode::Initial;
+    let record = if initial {
+        Record::Request
+    } else {
+        Record::Captured
+    };
     for (schema, table) in tables {
         if context.is_relayed(&schema, &table) {
             let new = insert_request(
@@ -312,10 +323,10 @@ async fn request_initial(context: &RelayContext, conn: &mut Conn) -> Result<(), 
                 &schema,
                 &table,
                 DEFAULT_CHUNK_ROWS,
-                false,
+                record,
             )
             .await?;
-            if new {
+            if new && initial {
                 tracing::info!(
                     table = format!("{schema}.{table}"),
                     "initial snapshot requested"
@@ -326,17 +337,32 @@ async fn request_initial(context: &RelayContext, conn: &mut Conn) -> Result<(), 
     Ok(())
 }
 
-/// Records a request for a snapshot of `schema.table`; `again` starts over one that exists
-/// (unless it is running). Whether a request was recorded.
+/// What [`insert_request`] records of a table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Record {
+    /// A snapshot, unless the table has a row.
+    Request,
+    /// A snapshot, also starting over one done, failed or never asked for (not one running).
+    RequestAgain,
+    /// That capture takes the table's changes, unless it has a row.
+    Captured,
+}
+
+/// Records `schema.table` in `relay_snapshots` as `record` says. Whether a row was written.
 async fn insert_request(
     conn: &mut Conn,
     dc: &str,
     schema: &str,
     table: &str,
     chunk_rows: u64,
-    again: bool,
+    record: Record,
 ) -> Result<bool, RelayError> {
-    let on_duplicate = if again {
+    let state = if record == Record::Captured {
+        CAPTURED
+    } else {
+        "requested"
+    };
+    let on_duplicate = if record == Record::RequestAgain {
         "ON DUPLICATE KEY UPDATE state = IF(state = 'running', state, 'requested'), \
          chunk_rows = IF(state = 'running', chunk_rows, VALUES(chunk_rows)), \
          last_key = IF(state = 'running', last_key, NULL), \
@@ -354,9 +380,9 @@ async fn insert_request(
         .exec_iter(
             format!(
                 "INSERT INTO `{SNAPSHOTS_TABLE}` (dc, table_schema, table_name, state, chunk_rows, \
-                 requested_at) VALUES (?, ?, ?, 'requested', ?, UTC_TIMESTAMP(6)) {on_duplicate}"
+                 requested_at) VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6)) {on_duplicate}"
             ),
-            (dc, schema, table, chunk_rows),
+            (dc, schema, table, state, chunk_rows),
         )
         .await
         .map_err(DbError::mysql(format!(
@@ -835,7 +861,8 @@ pub async fn status(
                 "SELECT table_schema, table_name, state, chunk_rows, copied_rows, dropped_rows, \
                  chunks, estimated_rows, last_key, CAST(requested_at AS CHAR), \
                  CAST(started_at AS CHAR), CAST(finished_at AS CHAR), last_error \
-                 FROM `{SNAPSHOTS_TABLE}` WHERE dc = ?{filter} ORDER BY table_schema, table_name"
+                 FROM `{SNAPSHOTS_TABLE}` WHERE dc = ? AND state <> '{CAPTURED}'{filter} \
+                 ORDER BY table_schema, table_name"
             ),
             params,
         )
@@ -880,7 +907,15 @@ pub async fn request(
     }
     let mut conn = mysql::connect(context.url()).await?;
     Source::read(&mut conn, schema, table).await?;
-    insert_request(&mut conn, context.dc(), schema, table, chunk_rows, true).await?;
+    insert_request(
+        &mut conn,
+        context.dc(),
+        schema,
+        table,
+        chunk_rows,
+        Record::RequestAgain,
+    )
+    .await?;
     let _ = conn.disconnect().await;
     Ok(())
 }
