@@ -7,6 +7,7 @@ mod support;
 
 use std::collections::BTreeMap;
 
+use mysql_async::prelude::Queryable;
 use serde_json::Value;
 
 use logstamp::serve::Server;
@@ -382,4 +383,94 @@ async fn a_statement_past_its_time_is_stopped_by_the_server() {
     assert_eq!(status, 504, "{body}");
     let message = body["error"]["message"].as_str().unwrap();
     assert!(message.contains("serve.statement_timeout"), "{message}");
+}
+
+/// Every ID of `loaded`'s lines (newest first) from `path`'s pages of rows, along the cursor.
+async fn paged_ids(address: &str, path: &str) -> Vec<u64> {
+    let mut got = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let (status, page) = get(address, &format!("{path}{cursor}"), None).await;
+        assert_eq!(status, 200, "{page}");
+        assert!(page.get("error").is_none(), "{page}");
+        let rows = page["rows"].as_array().unwrap();
+        got.extend(
+            rows.iter()
+                .map(|r| r["id"].as_str().unwrap().parse::<u64>().unwrap()),
+        );
+        match page["next"].as_str() {
+            Some(next) => cursor = format!("&cursor={next}"),
+            None => return got,
+        }
+    }
+}
+
+#[tokio::test]
+async fn rows_by_event_time_match_plain_sql() {
+    let loaded = loaded("serve_event").await;
+    let start = loaded.start;
+    // Lines arrive late: each one's event time is up to an hour before its ID time, so event
+    // order is not ID order and an event range takes IDs from far apart.
+    let mut conn = loaded.db.conn().await;
+    conn.query_drop(
+        "UPDATE logs SET event_time = event_time - INTERVAL ((id & 0x3FFFFF) * 7919 % 3600) SECOND",
+    )
+    .await
+    .unwrap();
+    let rebuilt = std::process::Command::new(env!("CARGO_BIN_EXE_logstamp"))
+        .args(["--config", loaded.config.path().to_str().unwrap()])
+        .args(["zonemap", "rebuild"])
+        .env("LOGSTAMP__MYSQL__URL", &loaded.db.url)
+        .env("LOGSTAMP__STORE__EVENT_TIME", "event_time")
+        .output()
+        .unwrap();
+    assert!(
+        rebuilt.status.success(),
+        "zonemap rebuild: {}",
+        String::from_utf8_lossy(&rebuilt.stderr)
+    );
+    let (from, to) = (start + 1_000, start + 2_500);
+    let oracle = |filter: &str| {
+        format!(
+            "SELECT id FROM logs WHERE event_time >= DATE_ADD('1970-01-01', INTERVAL ? SECOND) \
+             AND event_time < DATE_ADD('1970-01-01', INTERVAL ? SECOND){filter} ORDER BY id"
+        )
+    };
+    let every: Vec<u64> = conn.exec(oracle(""), (from, to)).await.unwrap();
+    let errors: Vec<u64> = conn
+        .exec(oracle(" AND level = 'error'"), (from, to))
+        .await
+        .unwrap();
+    conn.disconnect().await.unwrap();
+    // Not the ID range's rows: some lines of the event range were stamped after it.
+    assert_ne!(
+        every,
+        lines_between(&loaded.db, from, to)
+            .await
+            .iter()
+            .map(|(id, _)| *id)
+            .collect::<Vec<_>>()
+    );
+    assert!(every.len() > 1_000 && !errors.is_empty(), "{}", every.len());
+
+    let address = serve(&loaded, &[("store.event_time", "event_time")]).await;
+    let by_event = format!("/api/rows?{}&time=event&limit=300", range(from, to));
+    let mut newest = every.clone();
+    newest.reverse();
+    assert_eq!(paged_ids(&address, &by_event).await, newest);
+    let oldest_errors = format!("{by_event}&order=oldest&where={}", enc("level = 'error'"));
+    assert_eq!(paged_ids(&address, &oldest_errors).await, errors);
+
+    // A table without an event time, or a time that is neither: the caller's fault, named.
+    let no_event_time = serve(&loaded, &[]).await;
+    for (address, time) in [(&no_event_time, "event"), (&address, "arrival")] {
+        let (status, body) = get(
+            address,
+            &format!("/api/rows?{}&time={time}", range(from, to)),
+            None,
+        )
+        .await;
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(body["error"]["parameter"], "time", "{body}");
+    }
 }

@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use super::request::{ApiError, Params, assemble, interval, parts, rollup_answers, unix_range};
 use super::{Server, db_error};
 use crate::store::log_table::TableSpec;
-use crate::store::query::{self, Order, Record, TimeQuery, parse_filter};
+use crate::store::query::{self, EventQuery, Order, Record, TimeQuery, parse_filter};
 use crate::store::schema::{ColumnSpec, ColumnType};
 use crate::store::{partitions, rollup};
 use crate::time::format_utc;
@@ -142,10 +142,16 @@ enum Piece {
     Failed(ApiError),
 }
 
-/// `GET /api/rows?from&to[&tz][&table][&where][&limit][&order=newest|oldest][&cursor]`:
-/// `{"rows": [...], "count": n, "next": cursor or null}`, streamed as MySQL reads. `next`
-/// continues the same query past the last row. An error after the first row ends the document
-/// with `"error"` (the status was sent already); one before it is the response.
+/// What a rows request reads: a range of ID time, or of event time through the zone map.
+enum RowsQuery {
+    Id(TimeQuery),
+    Event(EventQuery),
+}
+
+/// `GET /api/rows?from&to[&tz][&time=id|event][&table][&where][&limit][&order=newest|oldest]
+/// [&cursor]`: `{"rows": [...], "count": n, "next": cursor or null}`, streamed as MySQL reads.
+/// `next` continues the same query past the last row. An error after the first row ends the
+/// document with `"error"` (the status was sent already); one before it is the response.
 async fn rows(State(server): State<Arc<Server>>, RawQuery(q): RawQuery) -> Response {
     match read_rows(server, q).await {
         Ok(response) => response,
@@ -157,14 +163,12 @@ async fn read_rows(server: Arc<Server>, q: Option<String>) -> Result<Response, A
     let params = Params::parse(
         q.as_deref(),
         &[
-            "from", "to", "tz", "table", "where", "limit", "order", "cursor",
+            "from", "to", "tz", "time", "table", "where", "limit", "order", "cursor",
         ],
     )?;
     let spec = table(&server, &params)?.clone();
-    let (mut query, _) = time_query(&server, &spec, &params)?;
     let max = server.settings.max_rows;
     let limit = params.count("limit", max.min(100), max)?;
-    query.limit = Some(limit);
     let order = match params.get("order") {
         None | Some("newest") => Order::NewestFirst,
         Some("oldest") => Order::OldestFirst,
@@ -175,23 +179,50 @@ async fn read_rows(server: Arc<Server>, q: Option<String>) -> Result<Response, A
             ));
         }
     };
-    if let Some(cursor) = params.get("cursor") {
-        let id: u64 = cursor
-            .parse()
-            .map_err(|_| ApiError::bad("cursor", "not a cursor this API gave"))?;
-        match order {
-            Order::NewestFirst => query.range.end = query.range.end.min(id),
-            Order::OldestFirst => {
-                query.range.start = query.range.start.max(id.saturating_add(1));
+    let cursor = match params.get("cursor") {
+        None => None,
+        Some(cursor) => Some(
+            cursor
+                .parse::<u64>()
+                .map_err(|_| ApiError::bad("cursor", "not a cursor this API gave"))?,
+        ),
+    };
+    let query = match params.get("time") {
+        None | Some("id") => {
+            let (mut query, _) = time_query(&server, &spec, &params)?;
+            query.limit = Some(limit);
+            match (order, cursor) {
+                (_, None) => {}
+                (Order::NewestFirst, Some(id)) => query.range.end = query.range.end.min(id),
+                (Order::OldestFirst, Some(id)) => {
+                    query.range.start = query.range.start.max(id.saturating_add(1));
+                }
             }
+            RowsQuery::Id(query)
         }
-    }
+        Some("event") => {
+            query::event_column(&spec).map_err(|e| ApiError::bad("time", e))?;
+            let (from, to) = params.time_range(server.settings.max_range)?;
+            let mut query = EventQuery::between(from, to);
+            query.filter = filter(&spec, &params)?;
+            query.limit = Some(limit);
+            query.order = order;
+            query.past = cursor;
+            RowsQuery::Event(query)
+        }
+        Some(other) => {
+            return Err(ApiError::bad(
+                "time",
+                format!("{other:?}: use id (the stamp's time) or event"),
+            ));
+        }
+    };
     let mut conn = server.conn().await?;
     let (tx, mut rx) = mpsc::unbounded_channel();
     // The statement's own limit stops it in the server; this one also covers the network.
     let deadline = server.settings.statement_timeout + Duration::from_secs(1);
     tokio::spawn(async move {
-        let read = query::run_in_order(&mut conn, &spec, &query, order, |record| {
+        let each = |record: Record| {
             let sent = serde_json::to_vec(&ApiRecord(&record))
                 .map_err(|e| ApiError::Internal(e.to_string()))
                 .map_or_else(Piece::Failed, |bytes| Piece::Row(record.id, bytes));
@@ -200,7 +231,17 @@ async fn read_rows(server: Arc<Server>, q: Option<String>) -> Result<Response, A
                 // The client went away.
                 Err(_) => ControlFlow::Break(()),
             }
-        });
+        };
+        let read = async {
+            match &query {
+                RowsQuery::Id(query) => {
+                    query::run_in_order(&mut conn, &spec, query, order, each).await
+                }
+                RowsQuery::Event(query) => query::run_by_event(&mut conn, &spec, query, each)
+                    .await
+                    .map(|(_, count)| count),
+            }
+        };
         let end = match tokio::time::timeout(deadline, read).await {
             Ok(Ok(_)) => Piece::Done,
             Ok(Err(e)) => Piece::Failed(db_error(e)),

@@ -497,6 +497,10 @@ pub struct EventQuery {
     pub to: DateTime<Utc>,
     pub filter: Vec<Condition>,
     pub limit: Option<u64>,
+    /// Rows are handed over in this order of IDs.
+    pub order: Order,
+    /// Only rows past this ID in `order`: where the previous page stopped.
+    pub past: Option<u64>,
 }
 
 /// ID ranges per statement of a query by event time: a long `OR` list costs the optimizer
@@ -511,7 +515,33 @@ impl EventQuery {
             to,
             filter: Vec::new(),
             limit: None,
+            order: Order::OldestFirst,
+            past: None,
         }
+    }
+
+    /// `ranges` (disjoint, in ID order, as the zone map gives them) in the order this query
+    /// reads them, cut to the IDs past [`EventQuery::past`].
+    fn ranges_to_read(&self, ranges: &[IdRange]) -> Vec<IdRange> {
+        let cut = |r: &IdRange| match (self.order, self.past) {
+            (_, None) => Some(*r),
+            (Order::OldestFirst, Some(past)) => {
+                let start = r.start.max(past.saturating_add(1));
+                (start < r.end).then_some(IdRange { start, end: r.end })
+            }
+            (Order::NewestFirst, Some(past)) => {
+                let end = r.end.min(past);
+                (r.start < end).then_some(IdRange {
+                    start: r.start,
+                    end,
+                })
+            }
+        };
+        let mut read: Vec<IdRange> = ranges.iter().filter_map(cut).collect();
+        if self.order == Order::NewestFirst {
+            read.reverse();
+        }
+        read
     }
 
     /// The conditions on the event-time column, then the filter.
@@ -547,7 +577,7 @@ pub fn event_column(spec: &TableSpec) -> Result<&Ident, DbError> {
     })
 }
 
-/// Runs a query by event time and hands each row to `each`, in ID order, until the rows end or
+/// Runs a query by event time and hands each row to `each`, in the query's order of IDs, until the rows end or
 /// `each` breaks. The zone map and the table are read in one consistent snapshot, so every
 /// row committed before it whose event time is in the range is found. Returns the ID ranges
 /// read and the number of rows handed over.
@@ -566,13 +596,15 @@ pub async fn run_by_event(
     let ranges = zone_map::ranges(&mut tx, &spec.table, (query.from, query.to), false).await?;
     let conditions = query.conditions(column);
     let mut count = 0;
-    'chunks: for chunk in ranges.chunks(RANGES_PER_STATEMENT) {
+    // Disjoint ranges read chunk after chunk in the query's order, each chunk's rows sorted:
+    // the rows come in ID order overall.
+    'chunks: for chunk in query.ranges_to_read(&ranges).chunks(RANGES_PER_STATEMENT) {
         let limit = match query.limit {
             Some(limit) if count >= limit => break,
             Some(limit) => Some(limit - count),
             None => None,
         };
-        let (sql, params) = select_ranges_sql(spec, chunk, &conditions, limit, Order::OldestFirst);
+        let (sql, params) = select_ranges_sql(spec, chunk, &conditions, limit, query.order);
         let mut rows = tx
             .exec_stream::<Row, _, _>(sql, params)
             .await
@@ -599,9 +631,8 @@ pub async fn explain_by_event(
     let ranges = zone_map::ranges(conn, &spec.table, (query.from, query.to), false).await?;
     let conditions = query.conditions(column);
     let mut partitions: Vec<String> = Vec::new();
-    for chunk in ranges.chunks(RANGES_PER_STATEMENT) {
-        let (sql, params) =
-            select_ranges_sql(spec, chunk, &conditions, query.limit, Order::OldestFirst);
+    for chunk in query.ranges_to_read(&ranges).chunks(RANGES_PER_STATEMENT) {
+        let (sql, params) = select_ranges_sql(spec, chunk, &conditions, query.limit, query.order);
         for p in explained_partitions(conn, spec, &sql, params).await? {
             if !partitions.contains(&p) {
                 partitions.push(p);
@@ -944,6 +975,31 @@ mod tests {
         // MySQL 8 refuses `EXPLAIN PARTITIONS`; MariaDB's plain EXPLAIN has no partitions.
         assert_eq!(explain(Flavor::MariaDb), "EXPLAIN PARTITIONS");
         assert_eq!(explain(Flavor::MySql), "EXPLAIN");
+    }
+
+    #[test]
+    fn an_event_query_reads_its_ranges_in_its_order_past_the_cursor() {
+        let r = |start, end| IdRange { start, end };
+        let ranges = [r(10, 20), r(30, 40), r(50, 60)];
+        let at = |order, past| {
+            let mut query = EventQuery::between(Utc::now(), Utc::now());
+            query.order = order;
+            query.past = past;
+            query.ranges_to_read(&ranges)
+        };
+        assert_eq!(at(Order::OldestFirst, None), ranges);
+        assert_eq!(
+            at(Order::NewestFirst, None),
+            [r(50, 60), r(30, 40), r(10, 20)]
+        );
+        // Past ID 35: oldest first the rows after it, newest first the rows before it.
+        assert_eq!(at(Order::OldestFirst, Some(35)), [r(36, 40), r(50, 60)]);
+        assert_eq!(at(Order::NewestFirst, Some(35)), [r(30, 35), r(10, 20)]);
+        // A cursor on a range's last ID leaves nothing of it; past the ends, nothing at all.
+        assert_eq!(at(Order::OldestFirst, Some(39)), [r(50, 60)]);
+        assert_eq!(at(Order::NewestFirst, Some(30)), [r(10, 20)]);
+        assert_eq!(at(Order::OldestFirst, Some(u64::MAX)), []);
+        assert_eq!(at(Order::NewestFirst, Some(0)), []);
     }
 
     fn spec() -> TableSpec {
