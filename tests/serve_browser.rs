@@ -15,12 +15,44 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use serde_json::Value;
 
+use logstamp::ingest::local_cluster::LocalCluster;
 use logstamp::time::format_utc;
 use support::explorer::{Loaded, lines_between, loaded};
+use support::ingest::{TOPIC, Worker, produce_messages, test_overrides};
+use support::relay::wait_until;
 use support::{SET_UP, TestDb};
 
 /// Lines inserted while the page is live, in two batches committed out of ID order.
 const LIVE_LINES: u64 = 10;
+/// Lines two workers then ingest from Kafka while the page is live, produced in rounds.
+const WORKER_LINES: u64 = 120;
+const WORKER_ROUNDS: u64 = 4;
+/// Partitions of the workers' topic, shared between them.
+const WORKER_PARTITIONS: i32 = 4;
+
+/// A log line of service `live`, happening now.
+fn worker_line(seq: u64) -> Vec<u8> {
+    let level = ["info", "warn", "error"][(seq % 3) as usize];
+    serde_json::to_vec(&serde_json::json!({
+        "time": chrono::Utc::now().to_rfc3339(),
+        "level": level,
+        "host": "web-worker",
+        "service": "live",
+        "message": format!("worker line {seq}"),
+    }))
+    .unwrap()
+}
+
+/// Lines of service `live` in the database, by plain SQL.
+async fn live_ids(db: &TestDb) -> Vec<u64> {
+    let mut conn = db.conn().await;
+    let ids = conn
+        .query("SELECT id FROM logs WHERE service = 'live' ORDER BY id")
+        .await
+        .unwrap();
+    conn.disconnect().await.unwrap();
+    ids
+}
 
 /// A child process killed (by its own handle) when the test ends, passing or not.
 struct Killed(Child);
@@ -82,6 +114,7 @@ fn drive(base: &str, from: u64, to: u64, artefacts: &Path) -> (Killed, mpsc::Rec
         .env("TO", format_utc(to))
         .env("ARTEFACTS", artefacts)
         .env("LIVE_LINES", LIVE_LINES.to_string())
+        .env("WORKER_LINES", WORKER_LINES.to_string())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run node: {e}; {SET_UP}"));
@@ -102,7 +135,8 @@ fn drive(base: &str, from: u64, to: u64, artefacts: &Path) -> (Killed, mpsc::Rec
     (Killed(child), rx)
 }
 
-/// The next report, which must be `step`.
+/// The next report, which must be `step`. Blocks this runtime thread: the test runs on two,
+/// so the workers it starts go on meanwhile.
 fn next(reports: &mpsc::Receiver<Value>, step: &str) -> Value {
     let report = reports
         .recv_timeout(Duration::from_secs(60))
@@ -147,7 +181,7 @@ async fn insert_live(
     ids
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_shows_what_sql_holds_and_follows_new_lines() {
     let loaded = loaded("serve_browser").await;
     let (_server, base) = serve(&loaded);
@@ -246,6 +280,52 @@ async fn the_page_shows_what_sql_holds_and_follows_new_lines() {
     // Newest first.
     assert!(shown.windows(2).all(|w| w[0] > w[1]), "{shown:?}");
     assert_eq!(report["total"], LIVE_LINES);
+
+    // Then two workers ingest from Kafka, each committing its own batches, while the page
+    // follows: every line appears, once, as SQL has it.
+    next(&reports, "worker-ready");
+    let cluster = LocalCluster::start(1).unwrap();
+    cluster.create_topic(TOPIC, WORKER_PARTITIONS).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    let settings = loaded
+        .db
+        .settings_with_file(Some(loaded.config.path()), &test_overrides(&brokers));
+    let workers = [Worker::start(&settings, 21), Worker::start(&settings, 22)];
+    let per_round = WORKER_LINES / WORKER_ROUNDS;
+    for round in 0..WORKER_ROUNDS {
+        let (first, end) = (round * per_round, (round + 1) * per_round);
+        let brokers = brokers.clone();
+        tokio::task::spawn_blocking(move || {
+            produce_messages(&brokers, first, end, WORKER_PARTITIONS, worker_line)
+        })
+        .await
+        .unwrap();
+        // The next round once this one is stored, so lines arrive over several refreshes.
+        wait_until("the workers store the round", || async {
+            let stored = live_ids(&loaded.db).await.len() as u64;
+            match stored >= LIVE_LINES + end {
+                true => Ok(()),
+                false => Err(format!("{stored} lines stored")),
+            }
+        })
+        .await;
+    }
+    let report = next(&reports, "worker");
+    let shown: Vec<u64> = report["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().parse().unwrap())
+        .collect();
+    let mut stored = live_ids(&loaded.db).await;
+    assert_eq!(stored.len() as u64, LIVE_LINES + WORKER_LINES);
+    stored.reverse();
+    // Newest first, none twice, none missing.
+    assert_eq!(shown, stored, "{report}");
+    assert_eq!(report["total"], LIVE_LINES + WORKER_LINES);
+    for worker in workers {
+        worker.stop().await.unwrap();
+    }
     next(&reports, "done");
     for shot in [
         "range",

@@ -3,11 +3,13 @@
 // tests/serve_browser.rs to check against SQL. Screenshots go to $ARTEFACTS.
 //
 // Environment: BASE_URL (the server), FROM and TO (a range of loaded lines), ARTEFACTS (a
-// directory), LIVE_LINES (how many lines the test inserts while the page is live).
+// directory), LIVE_LINES (how many lines the test inserts while the page is live), WORKER_LINES
+// (how many lines workers then ingest).
 import { chromium } from "playwright-core";
 
 const { BASE_URL, FROM, TO, ARTEFACTS } = process.env;
 const LIVE_LINES = Number(process.env.LIVE_LINES);
+const WORKER_LINES = Number(process.env.WORKER_LINES);
 const WAIT = { timeout: 30_000 };
 
 function report(step, fields) {
@@ -118,6 +120,12 @@ try {
   const refreshes = await page.$eval("#lines", (t) => Number(t.dataset.live || 0));
   await page.waitForFunction((n) => Number(document.querySelector("#lines").dataset.live || 0) >= n + 2, refreshes, WAIT);
   report("live", { ids: await shownIds(), total: await total() });
+  // Then workers ingest: their lines appear as their batches commit.
+  report("worker-ready", {});
+  await page.waitForFunction((n) => document.querySelectorAll("tr.line").length >= n, LIVE_LINES + WORKER_LINES, WAIT);
+  const afterWorkers = await page.$eval("#lines", (t) => Number(t.dataset.live || 0));
+  await page.waitForFunction((n) => Number(document.querySelector("#lines").dataset.live || 0) >= n + 2, afterWorkers, WAIT);
+  report("worker", { ids: await shownIds(), total: await total() });
   await page.screenshot({ path: `${ARTEFACTS}/live.png` });
   report("done", {});
 } finally {

@@ -22,7 +22,7 @@ use super::mariadb::MariaDb;
 pub const TOPIC: &str = "logs";
 
 /// What every test worker runs with, besides its database.
-fn test_overrides(brokers: &str) -> Vec<(&str, &str)> {
+pub fn test_overrides(brokers: &str) -> Vec<(&str, &str)> {
     vec![
         ("kafka.brokers", brokers),
         ("kafka.group_id", "ingest-test"),
