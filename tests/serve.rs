@@ -383,6 +383,11 @@ async fn a_statement_past_its_time_is_stopped_by_the_server() {
     assert_eq!(status, 504, "{body}");
     let message = body["error"]["message"].as_str().unwrap();
     assert!(message.contains("serve.statement_timeout"), "{message}");
+    // Counted from the table: the remedy is named.
+    assert!(
+        message.contains("rollup of logs with service as a dimension"),
+        "{message}"
+    );
 }
 
 /// Every ID of `loaded`'s lines (newest first) from `path`'s pages of rows, along the cursor.

@@ -384,6 +384,7 @@ async fn count_histogram(server: &Server, q: Option<String>) -> Result<Response,
                     (part.from, part.to),
                 )
                 .await
+                .map_err(db_error)
             }
             None => {
                 sources.push(format!(
@@ -399,10 +400,20 @@ async fn count_histogram(server: &Server, q: Option<String>) -> Result<Response,
                     .layout
                     .id_range(seconds(part.from), seconds(part.to))
                     .map_err(|e| ApiError::bad("from", e))?;
-                query::histogram(&mut conn, spec, &part_query, &by, interval).await
+                query::histogram(&mut conn, spec, &part_query, &by, interval)
+                    .await
+                    .map_err(|e| match db_error(e) {
+                        ApiError::Timeout(message) => ApiError::Timeout(format!(
+                            "{message}; or keep a rollup of {} with {} as a dimension (see \
+                             [[rollups]]), which counts a day in milliseconds",
+                            spec.table.as_str(),
+                            by.as_str()
+                        )),
+                        other => other,
+                    })
             }
         };
-        counts.extend(counted.map_err(db_error)?);
+        counts.extend(counted?);
     }
     Ok(json(
         StatusCode::OK,
