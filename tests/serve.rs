@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use logstamp::serve::Server;
 use logstamp::time::format_utc;
-use support::explorer::{LINES, Loaded, id_of, lines_between, loaded};
+use support::explorer::{LINES, Loaded, id_of, lines_between, loaded, run_logstamp};
 use support::http;
 
 /// Serves the API of `loaded`'s settings (with `overrides`) on a free port, in this runtime.
@@ -422,17 +422,11 @@ async fn rows_by_event_time_match_plain_sql() {
     )
     .await
     .unwrap();
-    let rebuilt = std::process::Command::new(env!("CARGO_BIN_EXE_logstamp"))
-        .args(["--config", loaded.config.path().to_str().unwrap()])
-        .args(["zonemap", "rebuild"])
-        .env("LOGSTAMP__MYSQL__URL", &loaded.db.url)
-        .env("LOGSTAMP__STORE__EVENT_TIME", "event_time")
-        .output()
-        .unwrap();
-    assert!(
-        rebuilt.status.success(),
-        "zonemap rebuild: {}",
-        String::from_utf8_lossy(&rebuilt.stderr)
+    run_logstamp(
+        loaded.config.path(),
+        &loaded.db.url,
+        &["zonemap", "rebuild"],
+        &[("LOGSTAMP__STORE__EVENT_TIME", "event_time")],
     );
     let (from, to) = (start + 1_000, start + 2_500);
     let oracle = |filter: &str| {

@@ -152,6 +152,16 @@ fn seconds(view: &Value, key: &str) -> (u64, bool) {
     (t.timestamp() as u64, t.timestamp_subsec_nanos() > 0)
 }
 
+/// The IDs a report says the page shows, in its order.
+fn shown_ids(report: &Value) -> Vec<u64> {
+    report["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().parse().unwrap())
+        .collect()
+}
+
 /// Inserts live lines with IDs at `second`, service ID `service`, in one transaction.
 async fn insert_live(
     db: &TestDb,
@@ -266,12 +276,7 @@ async fn the_page_shows_what_sql_holds_and_follows_new_lines() {
     );
     inserted.extend(insert_live(&loaded.db, now - 3, 9, LIVE_LINES / 2..LIVE_LINES).await);
     let report = next(&reports, "live");
-    let shown: Vec<u64> = report["ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|id| id.as_str().unwrap().parse().unwrap())
-        .collect();
+    let shown = shown_ids(&report);
     assert_eq!(shown.len() as u64, LIVE_LINES, "shown twice? {report}");
     assert_eq!(
         shown.iter().copied().collect::<BTreeSet<_>>(),
@@ -311,12 +316,7 @@ async fn the_page_shows_what_sql_holds_and_follows_new_lines() {
         .await;
     }
     let report = next(&reports, "worker");
-    let shown: Vec<u64> = report["ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|id| id.as_str().unwrap().parse().unwrap())
-        .collect();
+    let shown = shown_ids(&report);
     let mut stored = live_ids(&loaded.db).await;
     assert_eq!(stored.len() as u64, LIVE_LINES + WORKER_LINES);
     stored.reverse();

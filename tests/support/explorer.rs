@@ -2,6 +2,7 @@
 //! hours, with a per-minute rollup by level, and plain-SQL answers to check the server by.
 
 use std::io::Write;
+use std::path::Path;
 use std::process::Command;
 
 use logstamp::config::Settings;
@@ -59,18 +60,19 @@ pub async fn loaded(hint: &str) -> Loaded {
     .await
     .unwrap();
     conn.disconnect().await.unwrap();
-    let rebuilt = Command::new(env!("CARGO_BIN_EXE_logstamp"))
-        .args(["--config", config.path().to_str().unwrap()])
-        .args(["rollup", "rebuild", "per_minute_level"])
-        .args(["--from", &logstamp::time::format_utc(start)])
-        .args(["--to", &logstamp::time::format_utc(start + LINES + 60)])
-        .env("LOGSTAMP__MYSQL__URL", &db.url)
-        .output()
-        .unwrap();
-    assert!(
-        rebuilt.status.success(),
-        "rollup rebuild: {}",
-        String::from_utf8_lossy(&rebuilt.stderr)
+    run_logstamp(
+        config.path(),
+        &db.url,
+        &[
+            "rollup",
+            "rebuild",
+            "per_minute_level",
+            "--from",
+            &logstamp::time::format_utc(start),
+            "--to",
+            &logstamp::time::format_utc(start + LINES + 60),
+        ],
+        &[],
     );
     Loaded {
         db,
@@ -78,6 +80,25 @@ pub async fn loaded(hint: &str) -> Loaded {
         config,
         start,
     }
+}
+
+/// Runs `logstamp --config CONFIG ARGS` on the database at `url`, with more settings in `env`,
+/// and asserts it succeeded.
+pub fn run_logstamp(config: &Path, url: &str, args: &[&str], env: &[(&str, &str)]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_logstamp"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env("LOGSTAMP__MYSQL__URL", url)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "logstamp {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// `(id, level)` of every line with `from <= id time < to` (Unix seconds), by a plain SELECT.
