@@ -4,7 +4,8 @@ mod cli;
 
 /// jemalloc: a worker allocates each message's bytes on the consumer thread and frees them on
 /// the writers' threads, which glibc's malloc serves with more CPU and, by its per-thread
-/// arenas, more memory (measured side by side in docs/benchmarks.md, "The allocator").
+/// arenas, more memory (measured side by side in docs/benchmarks.md, "The allocator and the
+/// fetch back-off").
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -213,8 +213,8 @@ pub fn spawn(context: RelayContext, watermarks: Arc<Watermarks>) -> SnapshotTask
 
 /// Runs capture's snapshot task: records the relayed tables (with `relay.snapshot = "initial"`
 /// requesting a snapshot of each never captured here), then picks up this data centre's
-/// requests and copies one table after the other. Returns only on a database error; capture runs it alongside its
-/// binlog reader and stops it with it.
+/// requests and copies one table after the other. Returns only on a database error; capture
+/// runs it alongside its binlog reader and stops it with it.
 pub async fn run(
     context: RelayContext,
     watermarks: Arc<Watermarks>,
