@@ -21,7 +21,7 @@ pub const STATISTICS_INTERVAL_MS: &str = "5000";
 /// prefetch is kept to 8 MiB per process (librdkafka's default is 64 MiB) to bound memory; a
 /// partition whose prefetch is full is fetched again 20 ms later, not librdkafka's 1 s (with a
 /// backlog the prefetch is full most of the time, and those second-long pauses held one worker
-/// to about 89,000 rows/s where it now reaches about 122,000, with less memory: see
+/// to about 89,000 rows/s; with 20 ms it stored about 120,000, and 8 MiB then sufficed: see
 /// docs/benchmarks.md); and statistics are reported for the consumer-lag metric.
 const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     ("partition.assignment.strategy", "cooperative-sticky"),

@@ -317,7 +317,7 @@ async fn record_relayed(context: &RelayContext, conn: &mut Conn) -> Result<(), R
     };
     for (schema, table) in tables {
         if context.is_relayed(&schema, &table) {
-            let new = insert_request(
+            let new = record_table(
                 conn,
                 context.dc(),
                 &schema,
@@ -337,7 +337,7 @@ async fn record_relayed(context: &RelayContext, conn: &mut Conn) -> Result<(), R
     Ok(())
 }
 
-/// What [`insert_request`] records of a table.
+/// What [`record_table`] records of a table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Record {
     /// A snapshot, unless the table has a row.
@@ -349,7 +349,7 @@ enum Record {
 }
 
 /// Records `schema.table` in `relay_snapshots` as `record` says. Whether a row was written.
-async fn insert_request(
+async fn record_table(
     conn: &mut Conn,
     dc: &str,
     schema: &str,
@@ -907,7 +907,7 @@ pub async fn request(
     }
     let mut conn = mysql::connect(context.url()).await?;
     Source::read(&mut conn, schema, table).await?;
-    insert_request(
+    record_table(
         &mut conn,
         context.dc(),
         schema,
