@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use rdkafka::config::RDKafkaLogLevel;
@@ -44,6 +44,16 @@ const REVOKE_WAIT: Duration = Duration::from_secs(30);
 
 /// How long a seek is waited for, so its failure is seen (a seek not waited for reports none).
 const SEEK_WAIT: Duration = Duration::from_secs(1);
+
+/// How long the thread stops taking messages when the dispatcher reaches its memory budget
+/// before it pauses the partitions in librdkafka. Holding off leaves librdkafka's prefetch in
+/// place (bounded by `queued.max.messages.kbytes`), so messages flow again the moment the
+/// writers have caught up. A pause drops the prefetch, and after a resume librdkafka's broker
+/// thread fetches again only when it next wakes up, up to a second later (0.72 to 0.76 s
+/// measured against nisshi): pausing at every turn of the budget held one worker to about
+/// 120,000 rows/s. Pausing once the hold has lasted this long keeps rebalances served (they
+/// arrive through `poll`) while the writers wait for a database that is away.
+const HOLD_BEFORE_PAUSE: Duration = Duration::from_secs(1);
 
 /// Messages handed over at once at most, and their bytes: small enough that the channel's
 /// few batches stay a small part of the memory budget.
@@ -97,7 +107,8 @@ pub enum Event {
 /// What the dispatcher asks of the consumer thread.
 #[derive(Debug)]
 pub enum Request {
-    /// Stop fetching every partition (memory budget reached).
+    /// Take no more messages for now (memory budget reached); past [`HOLD_BEFORE_PAUSE`],
+    /// stop fetching every partition.
     Pause,
     Resume,
     /// Read the partition again from `offset`, then send [`Event::Seeked`]; unless its
@@ -122,7 +133,7 @@ pub struct IngestContext {
     events: mpsc::Sender<Event>,
     writer: Writer,
     group: String,
-    /// Set while the dispatcher asked for a pause: newly assigned partitions start paused.
+    /// Set while the partitions are paused in librdkafka: newly assigned ones start paused.
     paused: AtomicBool,
     /// Set once the consumer is closing: revocations no longer wait for the dispatcher.
     closing: AtomicBool,
@@ -408,6 +419,9 @@ struct Poller {
     max_message_bytes: usize,
     limiter: Option<DefaultDirectRateLimiter>,
     stopped: bool,
+    /// Since when no message is taken at the dispatcher's request, while the partitions are not
+    /// paused in librdkafka yet.
+    holding: Option<Instant>,
     seeks: PendingSeeks,
     /// The latest offset committed to Kafka per partition.
     committed: HashMap<PartitionKey, i64>,
@@ -422,6 +436,7 @@ impl Poller {
                 .max_records_per_second
                 .map(|n| RateLimiter::direct(Quota::per_second(n))),
             stopped: false,
+            holding: None,
             seeks: PendingSeeks::default(),
             committed: HashMap::new(),
         }
@@ -431,6 +446,18 @@ impl Poller {
         // The topic of the last message, shared by the next ones (not an allocation each).
         let mut topic = None;
         'polling: loop {
+            // Holding off or paused, no message is taken: the thread waits for the
+            // dispatcher's next request instead, so a resume is carried out at once.
+            if let Some(wait) = self.idle_wait() {
+                match requests.recv_timeout(wait) {
+                    Ok(Request::Close) | Err(std_mpsc::RecvTimeoutError::Disconnected) => {
+                        break 'polling;
+                    }
+                    Ok(request) => self.carry_out(request),
+                    Err(std_mpsc::RecvTimeoutError::Timeout) => {}
+                }
+                self.pause_after_holding();
+            }
             loop {
                 match requests.try_recv() {
                     Ok(Request::Close) | Err(std_mpsc::TryRecvError::Disconnected) => {
@@ -441,8 +468,13 @@ impl Poller {
                 }
             }
             self.seek_pending();
-            // Waits for the first message, then takes what else is ready at once.
-            let mut wait = POLL_WAIT;
+            if self.holding.is_some() {
+                continue;
+            }
+            // Waits for the first message, then takes what else is ready at once; paused, it
+            // only serves what librdkafka has besides messages (rebalances, for one).
+            let paused = self.consumer.context().paused.load(Ordering::Relaxed);
+            let mut wait = if paused { Duration::ZERO } else { POLL_WAIT };
             for _ in 0..HANDOVER_MESSAGES {
                 match self.consumer.poll(wait) {
                     None => break,
@@ -566,22 +598,61 @@ impl Poller {
         }
     }
 
+    /// How long to wait for a request instead of polling: `None` while messages are taken.
+    fn idle_wait(&self) -> Option<Duration> {
+        if let Some(since) = self.holding {
+            return Some(
+                HOLD_BEFORE_PAUSE
+                    .saturating_sub(since.elapsed())
+                    .min(POLL_WAIT),
+            );
+        }
+        self.consumer
+            .context()
+            .paused
+            .load(Ordering::Relaxed)
+            .then_some(POLL_WAIT)
+    }
+
+    /// Pauses the partitions once the dispatcher has been over its budget for
+    /// [`HOLD_BEFORE_PAUSE`].
+    fn pause_after_holding(&mut self) {
+        if self
+            .holding
+            .is_some_and(|since| since.elapsed() >= HOLD_BEFORE_PAUSE)
+        {
+            tracing::debug!("still over the memory budget: pausing the partitions");
+            self.pause();
+        }
+    }
+
+    fn pause(&mut self) {
+        self.holding = None;
+        let consumer = &self.consumer;
+        consumer.context().paused.store(true, Ordering::Relaxed);
+        if let Err(e) = consumer.assignment().and_then(|a| consumer.pause(&a)) {
+            tracing::warn!("pausing the partitions: {e}");
+        }
+    }
+
     fn carry_out(&mut self, request: Request) {
         let consumer = &self.consumer;
-        let assignment = || consumer.assignment();
         match request {
-            Request::Pause | Request::Stop => {
-                if matches!(request, Request::Stop) {
-                    self.stopped = true;
-                }
-                consumer.context().paused.store(true, Ordering::Relaxed);
-                if let Err(e) = assignment().and_then(|a| consumer.pause(&a)) {
-                    tracing::warn!("pausing the partitions: {e}");
+            Request::Pause => {
+                let paused = consumer.context().paused.load(Ordering::Relaxed);
+                if !paused && self.holding.is_none() {
+                    self.holding = Some(Instant::now());
                 }
             }
+            Request::Stop => {
+                self.stopped = true;
+                self.pause();
+            }
             Request::Resume => {
-                consumer.context().paused.store(false, Ordering::Relaxed);
-                if let Err(e) = assignment().and_then(|a| consumer.resume(&a)) {
+                self.holding = None;
+                if consumer.context().paused.swap(false, Ordering::Relaxed)
+                    && let Err(e) = consumer.assignment().and_then(|a| consumer.resume(&a))
+                {
                     tracing::warn!("resuming the partitions: {e}");
                 }
             }
