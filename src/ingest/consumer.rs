@@ -204,8 +204,16 @@ impl IngestContext {
 
     /// Sends the messages gathered, if any. False once the dispatcher is gone.
     fn hand_over(&self) -> bool {
-        let (messages, _) = std::mem::take(&mut *self.gathered());
-        messages.is_empty() || self.send_now(Event::Messages(messages))
+        let messages = {
+            let mut gathered = self.gathered();
+            if gathered.0.is_empty() {
+                return true;
+            }
+            // The next list is made at its full size: no copying as it grows.
+            let next = (Vec::with_capacity(HANDOVER_MESSAGES), 0);
+            std::mem::replace(&mut *gathered, next).0
+        };
+        self.send_now(Event::Messages(messages))
     }
 
     fn assign(&self, consumer: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {

@@ -70,6 +70,8 @@ pub struct Dispatcher {
     dead_letter_topic: Option<DeadLetterTopic>,
     requests: std_mpsc::Sender<Request>,
     partitions: HashMap<PartitionKey, Partition>,
+    /// The records of the message being decoded: one list reused for every message.
+    records: Vec<Record>,
     writes: JoinSet<Written>,
     /// Partitions with a batch being written, by generation (a revoked partition's write still
     /// counts until it ends).
@@ -111,6 +113,7 @@ impl Dispatcher {
             dead_letter_topic,
             requests,
             partitions: HashMap::new(),
+            records: Vec::new(),
             writes: JoinSet::new(),
             writing: HashMap::new(),
             revocations: Vec::new(),
@@ -272,21 +275,23 @@ impl Dispatcher {
             return Ok(0);
         }
         IngestStats::add(&self.stats.consumed, 1);
-        let records = decode(
+        let records = &mut self.records;
+        decode(
             &self.pipeline,
             self.max_message_bytes,
             &message.key.topic,
             message.offset,
             message.payload,
             message.size,
+            records,
         );
         let count = records.len();
         // An OTLP message's documents outweigh its protobuf: the memory budget and the batch's
         // byte limit count whichever is larger.
-        let bytes = message.size.max(held_bytes(&records));
+        let bytes = message.size.max(held_bytes(records));
         partition
             .batcher
-            .push(message.offset, records, bytes, now)
+            .push(message.offset, records.drain(..), bytes, now)
             .map_err(|source| IngestError::OffsetBehind {
                 partition: message.key.to_string(),
                 source,
@@ -484,8 +489,8 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// What a message becomes: its rows (one, or one per OTLP log record), dead letters with the
-/// reason (the whole message, or a record of it), or a skipped tombstone.
+/// What a message becomes, added to `records`: its rows (one, or one per OTLP log record), dead
+/// letters with the reason (the whole message, or a record of it), or a skipped tombstone.
 fn decode(
     pipeline: &Pipeline,
     max_message_bytes: usize,
@@ -493,41 +498,43 @@ fn decode(
     offset: i64,
     payload: Option<Vec<u8>>,
     size: usize,
-) -> Vec<Record> {
+    records: &mut Vec<Record>,
+) {
     let Some(payload) = payload else {
-        return vec![Record::Tombstone];
+        records.push(Record::Tombstone);
+        return;
     };
     if size > max_message_bytes {
         let mut raw = payload;
         raw.truncate(max_message_bytes);
-        return vec![Record::Dead(DeadLetter {
+        records.push(Record::Dead(DeadLetter {
             offset,
             record: None,
             reason: format!(
                 "message is {size} bytes, over ingest.max_message_bytes ({max_message_bytes}); its first {max_message_bytes} bytes are kept"
             ),
             raw,
-        })];
+        }));
+        return;
     }
-    match pipeline.map_records(topic, payload) {
-        Ok(records) => records
-            .into_iter()
-            .map(|record| match record {
-                Ok(mapped) => Record::Row(mapped),
-                Err(e) => Record::Dead(DeadLetter {
-                    offset,
-                    record: Some(e.record),
-                    reason: e.error.to_string(),
-                    raw: e.document.into_bytes(),
-                }),
-            })
-            .collect(),
-        Err((e, payload)) => vec![Record::Dead(DeadLetter {
+    let mapped = pipeline.map_records(topic, payload, |record| {
+        records.push(match record {
+            Ok(mapped) => Record::Row(mapped),
+            Err(e) => Record::Dead(DeadLetter {
+                offset,
+                record: Some(e.record),
+                reason: e.error.to_string(),
+                raw: e.document.into_bytes(),
+            }),
+        })
+    });
+    if let Err((e, payload)) = mapped {
+        records.push(Record::Dead(DeadLetter {
             offset,
             record: None,
             reason: e.to_string(),
             raw: payload,
-        })],
+        }));
     }
 }
 
@@ -655,6 +662,27 @@ mod tests {
         Pipeline::new(format, Normalizer::default(), mapper, Vec::new())
     }
 
+    /// What `decode` adds for a message.
+    fn decoded(
+        pipeline: &Pipeline,
+        max_message_bytes: usize,
+        offset: i64,
+        payload: Option<Vec<u8>>,
+        size: usize,
+    ) -> Vec<Record> {
+        let mut records = Vec::new();
+        decode(
+            pipeline,
+            max_message_bytes,
+            "t",
+            offset,
+            payload,
+            size,
+            &mut records,
+        );
+        records
+    }
+
     /// The one record of a message that is one record.
     fn one(mut records: Vec<Record>) -> Record {
         assert_eq!(records.len(), 1, "{records:?}");
@@ -671,19 +699,18 @@ mod tests {
     #[test]
     fn a_message_becomes_a_row_a_dead_letter_or_a_tombstone() {
         let m = pipeline(MessageFormat::Json);
-        let row = one(decode(&m, 100, "t", 7, Some(br#"{"n":3}"#.to_vec()), 7));
+        let row = one(decoded(&m, 100, 7, Some(br#"{"n":3}"#.to_vec()), 7));
         assert!(matches!(row, Record::Row(ref r) if r.document == r#"{"n":3}"#));
         assert!(matches!(
-            one(decode(&m, 100, "t", 7, None, 0)),
+            one(decoded(&m, 100, 7, None, 0)),
             Record::Tombstone
         ));
-        let (reason, raw) = dead_reason(decode(&m, 100, "t", 7, Some(br#"{"n":"x"}"#.to_vec()), 9));
+        let (reason, raw) = dead_reason(decoded(&m, 100, 7, Some(br#"{"n":"x"}"#.to_vec()), 9));
         assert!(reason.starts_with("column n:"), "{reason}");
         assert_eq!(raw, br#"{"n":"x"}"#);
-        let raw_row = decode(
+        let raw_row = decoded(
             &pipeline(MessageFormat::Raw),
             100,
-            "t",
             7,
             Some(b"plain text".to_vec()),
             10,
@@ -702,7 +729,7 @@ mod tests {
         .to_string()
         .into_bytes();
         let size = message.len();
-        let records = decode(&m, size, "t", 9, Some(message), size);
+        let records = decoded(&m, size, 9, Some(message), size);
         assert_eq!(records.len(), 3);
         let Record::Dead(letter) = &records[1] else {
             panic!("record 1 is not a dead letter: {records:?}");
@@ -718,10 +745,9 @@ mod tests {
             assert_eq!(row.record, Some(index as u32));
             assert_eq!(row.values, [crate::mysql::SqlValue::Uint(n)]);
         }
-        let (reason, raw) = dead_reason(decode(
+        let (reason, raw) = dead_reason(decoded(
             &m,
             100,
-            "t",
             9,
             Some(b"{\"resourceLogs\": 1}".to_vec()),
             20,
@@ -736,10 +762,9 @@ mod tests {
     #[test]
     fn an_oversized_message_keeps_its_first_bytes_and_says_how_large_it_was() {
         // The consumer thread copies at most max_message_bytes + 1 bytes of a large message.
-        let (reason, raw) = dead_reason(decode(
+        let (reason, raw) = dead_reason(decoded(
             &pipeline(MessageFormat::Json),
             4,
-            "t",
             0,
             Some(b"{\"n\":".to_vec()),
             5000,

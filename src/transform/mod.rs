@@ -296,19 +296,26 @@ impl Pipeline {
     }
 
     /// Maps every record of one message of `topic`: the message's one document for `json` and
-    /// `raw`, or each log record of an OTLP message, in order. `Err` when the message cannot be
-    /// read at all; otherwise one result per record, so one record that fails its rules or
-    /// columns does not take the others with it, and the message given back.
+    /// `raw`, or each log record of an OTLP message, in order, each handed to `each`. `Err` when
+    /// the message cannot be read at all, with the message given back; otherwise one result per
+    /// record, so one record that fails its rules or columns does not take the others with it.
+    /// (A callback rather than a list: most messages are one record, and a list each would be
+    /// an allocation per message.)
     pub fn map_records(
         &self,
         topic: &str,
         message: Vec<u8>,
-    ) -> Result<Vec<Result<MappedRow, RecordError>>, Unread> {
+        mut each: impl FnMut(Result<MappedRow, RecordError>),
+    ) -> Result<(), Unread> {
         let Some(encoding) = self.format.otlp() else {
-            return Ok(vec![Ok(self.map_owned(topic, message)?)]);
+            each(Ok(self.map_owned(topic, message)?));
+            return Ok(());
         };
-        self.map_otlp(topic, encoding, &message)
-            .map_err(|e| (e, message))
+        let records = self
+            .map_otlp(topic, encoding, &message)
+            .map_err(|e| (e, message))?;
+        records.into_iter().for_each(each);
+        Ok(())
     }
 
     /// Maps every log record of an OTLP message.

@@ -185,8 +185,19 @@ impl<'de> DeserializeSeed<'de> for At<'_, '_, '_> {
                     let Some(path) = &walk.paths[slot] else {
                         continue;
                     };
-                    walk.found[slot] =
-                        follow(&value, &path[node.depth..]).map(|found| Cow::Owned(found.clone()));
+                    // Pointers that end here take the value itself, below.
+                    if path.len() > node.depth {
+                        walk.found[slot] = follow(&value, &path[node.depth..])
+                            .map(|found| Cow::Owned(found.clone()));
+                    }
+                }
+                // The value is moved into the last slot that ends here, not copied (each
+                // string column's value is one allocation, not two).
+                if let Some((&last, others)) = node.slots.split_last() {
+                    for &slot in others {
+                        walk.found[slot] = Some(Cow::Owned(value.clone()));
+                    }
+                    walk.found[last] = Some(Cow::Owned(value));
                 }
                 Ok(())
             }

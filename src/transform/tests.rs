@@ -536,8 +536,9 @@ fn each_otlp_record_is_normalized_and_mapped_on_its_own() {
         {"resource": resource("too long a name"), "scopeLogs": [{"logRecords": [{}]}]},
     ]})
     .to_string();
-    let records = pipeline
-        .map_records("t", message.clone().into_bytes())
+    let mut records = Vec::new();
+    pipeline
+        .map_records("t", message.clone().into_bytes(), |r| records.push(r))
         .unwrap();
     type Outcome = Result<(Option<u32>, Vec<SqlValue>), (u32, String)>;
     let outcome: Vec<Outcome> = records
