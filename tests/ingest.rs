@@ -4,6 +4,7 @@ mod support;
 
 use std::time::Duration;
 
+use logstamp::ingest::IngestCounts;
 use support::ingest::{COUNT_ALL, SUM_OFFSETS, Setup};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -91,8 +92,13 @@ async fn a_broker_outage_loses_and_duplicates_nothing() {
 
 /// Two workers take messages `0..n`: the first half is fed, and once a quarter is stored
 /// `outage` runs (given `n`; it may produce from `n / 2` on meanwhile, and returns where feeding
-/// goes on); then the rest. At the end every message is stored exactly once.
-async fn through_an_outage(setup: &Setup, n: u64, outage: impl AsyncFnOnce(&Setup, u64) -> u64) {
+/// goes on); then the rest. At the end every message is stored exactly once. Returns the
+/// workers' final counts.
+async fn through_an_outage(
+    setup: &Setup,
+    n: u64,
+    outage: impl AsyncFnOnce(&Setup, u64) -> u64,
+) -> Vec<IngestCounts> {
     let workers: Vec<_> = (1..=2).map(|s| setup.start_worker(s)).collect();
     setup.feed(0, n / 2, 6).await;
     setup
@@ -101,10 +107,14 @@ async fn through_an_outage(setup: &Setup, n: u64, outage: impl AsyncFnOnce(&Setu
     let next = outage(setup, n).await;
     setup.feed(next, n, 6).await;
     setup.wait_for(COUNT_ALL, n, Duration::from_secs(120)).await;
+    let mut counts = Vec::new();
     for worker in workers {
+        let stats = worker.stats.clone();
         worker.stop().await.unwrap();
+        counts.push(stats.snapshot());
     }
     setup.assert_exactly_once(n, &[1, 2]).await;
+    counts
 }
 
 /// SIGTERM-like shutdown while messages are flowing: everything consumed is committed, rows
@@ -284,16 +294,23 @@ async fn the_rate_limit_holds_the_worker_back() {
 
 /// MariaDB goes away for a while (a private server, stopped and started again) while messages
 /// keep coming: the workers retry their batches and go on; nothing is lost or stored twice.
+/// With a memory budget of a few batches, the messages that arrive meanwhile fill it: each
+/// worker stops taking messages, and a second later pauses its partitions, then resumes them
+/// when the database is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_database_outage_loses_and_duplicates_nothing() {
     let (mut server, setup) = Setup::on_private_server(
         71,
         "ingest_db",
         6,
-        &[("batch.max_rows", "1000"), ("store.give_up_after", "120s")],
+        &[
+            ("batch.max_rows", "1000"),
+            ("store.give_up_after", "120s"),
+            ("ingest.max_buffered_bytes", "1048576"),
+        ],
     )
     .await;
-    through_an_outage(&setup, 60_000, async |setup, n| {
+    let counts = through_an_outage(&setup, 60_000, async |setup, n| {
         server.stop().await;
         // Messages keep arriving while the database is down.
         setup.produce(n / 2, 3 * n / 4, 6);
@@ -302,6 +319,10 @@ async fn a_database_outage_loses_and_duplicates_nothing() {
         3 * n / 4
     })
     .await;
+    let paused: u64 = counts.iter().map(|c| c.partitions_paused).sum();
+    let reached: u64 = counts.iter().map(|c| c.budget_reached).sum();
+    assert!(paused >= 1, "no worker paused its partitions: {counts:?}");
+    assert!(reached >= paused, "{counts:?}");
 }
 
 /// MariaDB stays away longer than `store.give_up_after`: the worker stops with the database's

@@ -630,6 +630,7 @@ impl Poller {
             .is_some_and(|since| since.elapsed() >= HOLD_BEFORE_PAUSE)
         {
             tracing::debug!("still over the memory budget: pausing the partitions");
+            IngestStats::add(&self.consumer.context().stats.partitions_paused, 1);
             self.pause();
         }
     }

@@ -442,13 +442,17 @@ impl Dispatcher {
         });
     }
 
-    /// Pauses the consumer while more than `ingest.max_buffered_bytes` are held, and resumes it
-    /// once below half of that.
+    /// Stops the consumer taking messages while more than `ingest.max_buffered_bytes` are held,
+    /// and lets it go on once below half of that.
     fn apply_backpressure(&mut self) {
         let held: usize = self.partitions.values().map(|p| p.batcher.bytes()).sum();
         if !self.paused && held > self.max_buffered_bytes {
-            tracing::debug!(held, "memory budget reached: pausing the consumer");
+            tracing::debug!(
+                held,
+                "memory budget reached: taking no more messages for now"
+            );
             self.paused = true;
+            IngestStats::add(&self.stats.budget_reached, 1);
             self.request(Request::Pause);
         } else if self.paused && held <= self.max_buffered_bytes / 2 && self.stopping.is_none() {
             tracing::debug!(held, "resuming the consumer");

@@ -86,6 +86,14 @@ impl Source for IngestSource {
             counts.dead_letters_unpublished,
         );
         metrics::gauge!("logstamp_ingest_partitions").set(counts.partitions as f64);
+        counter(
+            "logstamp_ingest_budget_reached_total",
+            counts.budget_reached,
+        );
+        counter(
+            "logstamp_ingest_partitions_paused_total",
+            counts.partitions_paused,
+        );
         let ids = worker.generator.stats();
         counter("logstamp_id_borrowed_seconds_total", ids.borrowed_seconds);
         counter("logstamp_id_clock_back_events_total", ids.clock_back_events);
@@ -184,6 +192,14 @@ fn describe() {
     describe_gauge!(
         "logstamp_ingest_partitions",
         "Partitions assigned to this worker."
+    );
+    describe_counter!(
+        "logstamp_ingest_budget_reached_total",
+        "Times the messages held reached ingest.max_buffered_bytes and the worker stopped taking messages until the writers caught up."
+    );
+    describe_counter!(
+        "logstamp_ingest_partitions_paused_total",
+        "Times the worker stayed over ingest.max_buffered_bytes for a second and paused its partitions in Kafka (the writers wait, for a database away or too slow)."
     );
     describe_histogram!(
         BATCH_SECONDS,

@@ -102,6 +102,8 @@ pub struct IngestStats {
     dead_letters_published: AtomicU64,
     dead_letters_unpublished: AtomicU64,
     partitions: AtomicU64,
+    budget_reached: AtomicU64,
+    partitions_paused: AtomicU64,
     decode_nanos: AtomicU64,
     write_nanos: AtomicU64,
     /// Per assigned partition, from librdkafka's statistics; replaced whole at each report, so
@@ -141,6 +143,12 @@ pub struct IngestCounts {
     pub dead_letters_unpublished: u64,
     /// Partitions assigned to the worker now.
     pub partitions: u64,
+    /// Times the messages held reached `ingest.max_buffered_bytes`, so the worker stopped
+    /// taking messages until the writers had caught up.
+    pub budget_reached: u64,
+    /// Times that lasted long enough (a second) for the worker to pause its partitions in
+    /// Kafka.
+    pub partitions_paused: u64,
     /// Time spent parsing and mapping messages (and adding them to their batches), in
     /// milliseconds.
     pub decode_ms: u64,
@@ -162,6 +170,8 @@ impl IngestStats {
             dead_letters_published: get(&self.dead_letters_published),
             dead_letters_unpublished: get(&self.dead_letters_unpublished),
             partitions: get(&self.partitions),
+            budget_reached: get(&self.budget_reached),
+            partitions_paused: get(&self.partitions_paused),
             decode_ms: get(&self.decode_nanos) / 1_000_000,
             write_ms: get(&self.write_nanos) / 1_000_000,
         }

@@ -40,7 +40,7 @@ pub struct IngestSettings {
     pub dead_letter_topic: String,
     #[serde(with = "duration_text")]
     pub shutdown_timeout: Duration,
-    /// Message bytes held between Kafka and MySQL before the consumer pauses.
+    /// Message bytes held between Kafka and MySQL before the consumer stops taking messages.
     pub max_buffered_bytes: usize,
     /// How often `partitions ensure` runs.
     #[serde(with = "duration_text")]
