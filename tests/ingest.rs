@@ -53,18 +53,24 @@ async fn workers_joining_and_leaving_mid_stream_rebalance_without_loss() {
     let n = 120_000;
     let first = setup.start_worker(1);
     let second = setup.start_worker(2);
-    let changes = async {
+    let join = async {
         setup
             .wait_until_at_least(COUNT_ALL, n / 4, Duration::from_secs(60))
             .await;
         let third = setup.start_worker(3);
+        third.wait_for_partitions(Duration::from_secs(60)).await;
+        third
+    };
+    // The second half is produced once the third worker holds partitions, so it has messages
+    // to store however fast the others are.
+    let ((), third) = tokio::join!(setup.feed(0, n / 2, 6), join);
+    let leave = async {
         setup
             .wait_until_at_least(COUNT_ALL, n / 2, Duration::from_secs(60))
             .await;
         second.stop().await.unwrap();
-        third
     };
-    let ((), third) = tokio::join!(setup.feed(0, n, 6), changes);
+    tokio::join!(setup.feed(n / 2, n, 6), leave);
     setup.wait_for(COUNT_ALL, n, Duration::from_secs(120)).await;
     let third_stats = third.stats.clone();
     third.stop().await.unwrap();

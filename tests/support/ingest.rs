@@ -569,6 +569,18 @@ impl Worker {
         }
     }
 
+    /// Waits until the worker has partitions assigned, failing after `within`.
+    pub async fn wait_for_partitions(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        while self.stats.snapshot().partitions == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "no partition assigned after {within:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Asks for a graceful shutdown and waits for it.
     pub async fn stop(mut self) -> Result<(), IngestError> {
         if let Some(stop) = self.stop.take() {
