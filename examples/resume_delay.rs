@@ -15,7 +15,8 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
-use logstamp::ingest::kafka::{Outgoing, produce_all};
+use logstamp::config::{Settings, Sources};
+use logstamp::ingest::kafka::{Outgoing, consumer_config, produce_all};
 
 const PARTITIONS: i32 = 8;
 const EVERY: u64 = 50_000;
@@ -34,7 +35,11 @@ fn main() -> anyhow::Result<()> {
         .create()?;
     let options = AdminOptions::new();
     let new = NewTopic::new(&topic, PARTITIONS, TopicReplication::Fixed(1));
-    runtime.block_on(admin.create_topics([&new], &options))?;
+    for created in runtime.block_on(admin.create_topics([&new], &options))? {
+        if let Err((_, code)) = created {
+            bail!("creating topic {topic} on {brokers}: {code}");
+        }
+    }
     let result = measure(&brokers, &topic, rounds);
     runtime.block_on(admin.delete_topics(&[&topic], &options))?;
     result
@@ -49,15 +54,16 @@ fn measure(brokers: &str, topic: &str, rounds: u64) -> anyhow::Result<()> {
         payload: Some(payload.clone()),
     });
     produce_all(brokers, topic, messages)?;
-    // The ingest worker's prefetch settings (src/ingest/kafka.rs).
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", topic)
-        .set("auto.offset.reset", "earliest")
-        .set("enable.auto.commit", "false")
-        .set("queued.max.messages.kbytes", "8192")
-        .set("fetch.queue.backoff.ms", "20")
-        .create()?;
+    // A consumer as the ingest worker makes it (its prefetch and back-off included), on the
+    // built-in defaults and not the environment's settings.
+    let sources = Sources {
+        env: Some(Default::default()),
+        ..Sources::default()
+    }
+    .set("kafka.brokers", brokers)
+    .set("kafka.group_id", topic);
+    let settings = Settings::load(&sources)?;
+    let consumer: BaseConsumer = consumer_config(&settings.kafka).create()?;
     consumer.subscribe(&[topic])?;
     let mut taken = 0;
     let deadline = Instant::now() + Duration::from_secs(120);

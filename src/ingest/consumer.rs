@@ -50,9 +50,9 @@ const SEEK_WAIT: Duration = Duration::from_secs(1);
 /// place (bounded by `queued.max.messages.kbytes`), so messages flow again the moment the
 /// writers have caught up. A pause drops the prefetch, and after a resume librdkafka's broker
 /// thread fetches again only when it next wakes up, up to a second later (0.76 to 0.78 s
-/// measured against nisshi): pausing at every turn of the budget held one worker to about
-/// 120,000 rows/s. Pausing once the hold has lasted this long keeps rebalances served (they
-/// arrive through `poll`) while the writers wait for a database that is away.
+/// against nisshi, `examples/resume_delay.rs`): pausing at every turn of the budget held one
+/// worker to about 120,000 rows/s. Pausing once the hold has lasted this long keeps rebalances
+/// served (they arrive through `poll`) while the writers wait for a database that is away.
 const HOLD_BEFORE_PAUSE: Duration = Duration::from_secs(1);
 
 /// Messages handed over at once at most, and their bytes: small enough that the channel's

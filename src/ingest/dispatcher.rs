@@ -78,7 +78,9 @@ pub struct Dispatcher {
     writing: HashMap<PartitionKey, u64>,
     revocations: Vec<(Vec<PartitionKey>, oneshot::Sender<()>)>,
     next_generation: u64,
-    paused: bool,
+    /// Set from reaching `ingest.max_buffered_bytes` until down to half of it: the consumer
+    /// thread takes no messages meanwhile.
+    over_budget: bool,
     stopping: Option<Instant>,
     shutdown_timeout: Duration,
 }
@@ -118,7 +120,7 @@ impl Dispatcher {
             writing: HashMap::new(),
             revocations: Vec::new(),
             next_generation: 0,
-            paused: false,
+            over_budget: false,
             stopping: None,
             shutdown_timeout: settings.ingest.shutdown_timeout,
         }
@@ -446,17 +448,18 @@ impl Dispatcher {
     /// and lets it go on once below half of that.
     fn apply_backpressure(&mut self) {
         let held: usize = self.partitions.values().map(|p| p.batcher.bytes()).sum();
-        if !self.paused && held > self.max_buffered_bytes {
+        if !self.over_budget && held > self.max_buffered_bytes {
             tracing::debug!(
                 held,
                 "memory budget reached: taking no more messages for now"
             );
-            self.paused = true;
+            self.over_budget = true;
             IngestStats::add(&self.stats.budget_reached, 1);
             self.request(Request::Pause);
-        } else if self.paused && held <= self.max_buffered_bytes / 2 && self.stopping.is_none() {
-            tracing::debug!(held, "resuming the consumer");
-            self.paused = false;
+        } else if self.over_budget && held <= self.max_buffered_bytes / 2 && self.stopping.is_none()
+        {
+            tracing::debug!(held, "taking messages again");
+            self.over_budget = false;
             self.request(Request::Resume);
         }
     }
