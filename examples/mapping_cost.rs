@@ -1,0 +1,62 @@
+//! What mapping one message costs, alone: the dispatcher's share of a worker's CPU, measured
+//! without Kafka, MySQL or another thread, so a change to the mapping (or to how it is
+//! compiled) can be compared in a few seconds (docs/benchmarks.md).
+//!
+//! `cargo run --release --example mapping_cost -- [MESSAGES] [ROUNDS]` makes MESSAGES (default
+//! 200,000) of `bench ingest`'s log messages, maps them ROUNDS times (default 7) through the
+//! pipeline of the built-in settings, as the worker does (each message handed over as its own
+//! bytes), and prints the nanoseconds per message of each round and the fastest.
+
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use chrono::DateTime;
+
+use logstamp::config::Settings;
+use logstamp::ingest::sample::log_message;
+use logstamp::transform::Pipeline;
+
+/// The first message's time, as `bench ingest` has it.
+const FIRST_MILLIS: i64 = 1_714_566_896_000;
+
+fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let messages: usize = args.next().map_or(Ok(200_000), |m| m.parse())?;
+    let rounds: usize = args.next().map_or(Ok(7), |r| r.parse())?;
+    if messages == 0 || rounds == 0 {
+        bail!("usage: mapping_cost [MESSAGES] [ROUNDS], both at least 1");
+    }
+    let settings = Settings::defaults().context("the built-in settings")?;
+    let pipeline =
+        Pipeline::from_settings(settings.ingest.format, &settings.normalize, &settings.store);
+    let topic = settings.kafka.topics.first().map_or("logs", String::as_str);
+    let texts = (0..messages)
+        .map(|n| {
+            let at = DateTime::from_timestamp_millis(FIRST_MILLIS + n as i64)
+                .context("a message time")?;
+            Ok(log_message(n as u64, at).into_bytes())
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut fastest = f64::MAX;
+    for round in 1..=rounds {
+        // Copied before the clock starts: the worker maps bytes it owns.
+        let owned = texts.clone();
+        let mut records = Vec::with_capacity(messages);
+        let started = Instant::now();
+        for text in owned {
+            pipeline
+                .map_records(topic, text, |record| records.push(record))
+                .map_err(|(e, _)| e)
+                .context("mapping a message")?;
+        }
+        let nanos = started.elapsed().as_nanos() as f64 / messages as f64;
+        if let Some(Err(e)) = records.iter().find(|r| r.is_err()) {
+            bail!("a record was refused: {}", e.error);
+        }
+        drop(records);
+        println!("round {round}: {nanos:.0} ns a message");
+        fastest = fastest.min(nanos);
+    }
+    println!("fastest: {fastest:.0} ns a message ({messages} messages, {rounds} rounds)");
+    Ok(())
+}
