@@ -269,6 +269,25 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_is_made_at_the_size_of_the_last_one() {
+        let now = Instant::now();
+        let mut b = PartitionBatcher::new(limits(100, 1 << 20, 1000), Some(0));
+        b.push(0, [row()], 1, now).unwrap();
+        assert!(b.open.as_ref().unwrap().0.rows.capacity() < 40);
+        for offset in 1..40 {
+            b.push(offset, [row()], 1, now).unwrap();
+        }
+        b.close();
+        b.push(40, [row()], 1, now).unwrap();
+        // Room for as many rows as the last batch had: it does not grow by copying itself.
+        assert!(b.open.as_ref().unwrap().0.rows.capacity() >= 40);
+        // A quieter spell: the next batch is made smaller again.
+        b.close();
+        b.push(41, [row()], 1, now).unwrap();
+        assert!(b.open.as_ref().unwrap().0.rows.capacity() < 40);
+    }
+
+    #[test]
     fn dead_letters_count_toward_max_rows_and_tombstones_do_not() {
         let now = Instant::now();
         let mut b = PartitionBatcher::new(limits(2, 1 << 20, 1000), None);
