@@ -5,7 +5,8 @@
 //! `cargo run --release --example mapping_cost -- [MESSAGES] [ROUNDS]` makes MESSAGES (default
 //! 200,000) of `bench ingest`'s log messages, maps them ROUNDS times (default 7) through the
 //! pipeline of the built-in settings, as the worker does (each message handed over as its own
-//! bytes), and prints the nanoseconds per message of each round and the fastest.
+//! bytes), and prints the nanoseconds per message of each round and the fastest. It allocates
+//! with jemalloc, as the `logstamp` binary does.
 
 use std::time::Instant;
 
@@ -15,6 +16,9 @@ use chrono::DateTime;
 use logstamp::config::Settings;
 use logstamp::ingest::sample::log_message;
 use logstamp::transform::Pipeline;
+
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// The first message's time, as `bench ingest` has it.
 const FIRST_MILLIS: i64 = 1_714_566_896_000;
