@@ -34,3 +34,59 @@ async fn three_worker_processes_against_a_broker_process_store_exactly_once() {
     }
     setup.assert_exactly_once(n, &[1, 2, 3]).await;
 }
+
+/// `bench ingest --brokers` against the broker process: every stage is reported in order, and
+/// the consumer alone and the writer alone each read or wrote the whole backlog with CPU of their
+/// own measured, so the worker's CPU can be set beside what the Kafka client and the writer
+/// cost by themselves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_ingest_against_a_broker_process_measures_each_part_alone() {
+    let broker = Broker::start();
+    let db = support::TestDb::create("bench_ingest").await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_logstamp"))
+        .env_clear()
+        .env("LOGSTAMP__MYSQL__URL", &db.url)
+        .args(["bench", "ingest", "--messages", "100000", "--workers", "1"])
+        .args(["--brokers", &broker.address, "--partitions", "4"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let stages: Vec<&str> = lines
+        .iter()
+        .map(|l| l["stage"].as_str().or(l["summary"].as_str()).unwrap())
+        .collect();
+    assert_eq!(
+        stages,
+        [
+            "produce", "ingest", "ceiling", "consumer", "writer", "ingest"
+        ]
+    );
+    let consumer = &lines[3];
+    assert_eq!(consumer["broker_cpu_included"], false, "{consumer}");
+    assert!(
+        consumer["rows_per_second"].as_f64().unwrap() > 0.0,
+        "{consumer}"
+    );
+    let summary = &lines[5];
+    assert_eq!(summary["messages"], 100_000);
+    for figure in [
+        "worker_cpu_us_per_row",
+        "consumer_alone_cpu_us_per_row",
+        "writer_alone_cpu_us_per_row",
+    ] {
+        // Reading or writing 100,000 rows costs tens of milliseconds of CPU, several of the
+        // kernel's 10 ms ticks: a zero or a missing figure means it was not measured.
+        let value = summary[figure].as_f64().unwrap_or(0.0);
+        assert!(value > 0.0, "{figure} in {summary}");
+    }
+    assert_eq!(
+        consumer["consumer_cpu_us_per_row"], summary["consumer_alone_cpu_us_per_row"],
+        "{summary}"
+    );
+}

@@ -1,9 +1,9 @@
 //! `logstamp bench ingest`: produce N log messages of about 300 bytes, ingest them with W
 //! `logstamp ingest` processes of one consumer group, and compare the rate with the same rows
-//! loaded by one `LOAD DATA LOCAL INFILE` stream and written by the store writer alone (the
-//! writer's part of the work), each measured in the same run. Reports the time of each stage,
-//! the CPU the workers and the database server spent per row, and each worker's peak memory
-//! (VmHWM).
+//! loaded by one `LOAD DATA LOCAL INFILE` stream, read by a Kafka consumer alone (the Kafka
+//! client's part of the work) and written by the store writer alone (the writer's part), each
+//! measured in the same run. Reports the time of each stage, the CPU the workers and the
+//! database server spent per row, and each worker's peak memory (VmHWM).
 //!
 //! The workers are separate processes so their memory and CPU are their own. The backlog is in
 //! an in-process Kafka cluster in this process, or with `--brokers` in an existing Kafka (a
@@ -19,11 +19,14 @@ use mysql_async::prelude::Queryable;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
 use serde_json::json;
 
 use logstamp::config::{Settings, Sources, env_var};
 use logstamp::id::IdGenerator;
-use logstamp::ingest::kafka::{Outgoing, produce_all};
+use logstamp::ingest::kafka::{Outgoing, consumer_config, produce_all};
 use logstamp::ingest::local_cluster::LocalCluster;
 use logstamp::store::Row;
 use logstamp::transform::Mapper;
@@ -215,6 +218,22 @@ async fn measure(
     }))?;
     out.flush()?;
 
+    let (brokers_, topic_) = (brokers.clone(), topic.to_string());
+    let (settings_, messages) = (settings.clone(), args.messages);
+    let consumer = tokio::task::spawn_blocking(move || {
+        consumer_alone(&settings_, &brokers_, &topic_, partitions, messages)
+    })
+    .await??;
+    out.json(&json!({
+        "stage": "consumer",
+        "method": "a Kafka consumer alone, with the workers' consumer settings: every message read from the topic's start and its payload copied, as the worker's consumer thread does",
+        "rows_per_second": consumer.rate.round(),
+        "consumer_cpu_us_per_row": per_row(consumer.own_cpu),
+        // The in-process cluster runs in this process: its CPU is in the figure then.
+        "broker_cpu_included": args.brokers.is_none(),
+    }))?;
+    out.flush()?;
+
     let alone = writer_alone(settings, args.messages, &database).await?;
     out.json(&json!({
         "stage": "writer",
@@ -238,6 +257,8 @@ async fn measure(
         "ingest_over_writer": ratio(ingest_rate, alone.rate),
         "worker_cpu_seconds_per_million_rows": per_row(worker_cpu),
         "worker_cpu_us_per_row": per_row(worker_cpu),
+        "consumer_alone_cpu_us_per_row": per_row(consumer.own_cpu),
+        "writer_alone_cpu_us_per_row": per_row(alone.own_cpu),
         "database_cpu_us_per_row": per_row(database_cpu),
         "database_process": database.found_by,
         "max_peak_rss_mib": max_peak,
@@ -514,6 +535,76 @@ async fn ceiling(settings: &Settings, messages: u64) -> anyhow::Result<f64> {
     }
     writer.close().await?;
     Ok(messages as f64 / seconds)
+}
+
+/// What a consumer alone did with the backlog.
+struct ConsumerAlone {
+    /// Messages per second from the first message on.
+    rate: f64,
+    /// This process's CPU from creating the consumer to the last message, librdkafka's threads
+    /// included.
+    own_cpu: Option<f64>,
+}
+
+/// How long the consumer alone may go without a message before the stage fails.
+const CONSUMER_STALL: Duration = Duration::from_secs(30);
+
+/// Every message of `topic` read from its start by a consumer with the workers' settings, its
+/// payload copied as the worker's consumer thread copies it and then dropped: the CPU the Kafka
+/// client costs per message, which no change to the pipeline after it can remove. Partitions are
+/// assigned, not subscribed, so no group is joined and no offset is committed.
+fn consumer_alone(
+    settings: &Settings,
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    messages: u64,
+) -> anyhow::Result<ConsumerAlone> {
+    let mut kafka = settings.kafka.clone();
+    kafka.brokers = brokers.to_string();
+    kafka.group_id = format!("{topic}-consumer-alone");
+    let own = std::process::id();
+    let own_before = cpu_seconds(own);
+    let consumer: BaseConsumer = consumer_config(&kafka)
+        .create()
+        .context("creating the consumer alone")?;
+    let mut assignment = TopicPartitionList::new();
+    for partition in 0..partitions {
+        assignment.add_partition_offset(topic, partition, Offset::Beginning)?;
+    }
+    consumer.assign(&assignment)?;
+    let mut read = 0u64;
+    let mut first_message = None;
+    let mut last_message = Instant::now();
+    while read < messages {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(message) => {
+                let copy = message
+                    .context("the consumer alone")?
+                    .payload()
+                    .map(<[u8]>::to_vec);
+                // Kept from being optimised away, as the worker keeps its copy.
+                std::hint::black_box(copy);
+                read += 1;
+                last_message = Instant::now();
+                first_message.get_or_insert(last_message);
+            }
+            None if last_message.elapsed() > CONSUMER_STALL => bail!(
+                "the consumer alone read {read} of {messages} messages, then nothing for {}s",
+                CONSUMER_STALL.as_secs()
+            ),
+            None => {}
+        }
+    }
+    let own_cpu = cpu_seconds(own)
+        .zip(own_before)
+        .map(|(after, before)| after - before);
+    // From the first message, as the workers' rate is: joining and the first fetch are apart.
+    let seconds = first_message.map_or(0.0, |first| first.elapsed().as_secs_f64());
+    Ok(ConsumerAlone {
+        rate: messages as f64 / seconds,
+        own_cpu,
+    })
 }
 
 /// What the writer alone did with the rows.
