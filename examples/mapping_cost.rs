@@ -7,8 +7,8 @@
 //! pipeline of the built-in settings, as the worker does (each message handed over as its own
 //! bytes), and prints the nanoseconds per message of each round and the fastest. It then
 //! prints the fastest of as many rounds of serde_json only reading the same texts, keeping
-//! nothing: the part of the mapping that any reading of JSON as serde_json reads it costs. It
-//! allocates with jemalloc, as the `logstamp` binary does.
+//! nothing: what the mapping costs at the least while it accepts and refuses the texts serde_json
+//! does. It allocates with jemalloc, as the `logstamp` binary does.
 
 use std::time::Instant;
 
