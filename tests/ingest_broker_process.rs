@@ -50,13 +50,7 @@ async fn bench_ingest_against_a_broker_process_measures_each_part_alone() {
         .args(["--brokers", &broker.address, "--partitions", "4"])
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = support::json_lines(out);
     let stages: Vec<&str> = lines
         .iter()
         .map(|l| l["stage"].as_str().or(l["summary"].as_str()).unwrap())

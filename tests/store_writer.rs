@@ -1238,14 +1238,7 @@ async fn bench_store_measures_every_method_and_drops_its_scratch_database() {
         .spawn()
         .unwrap();
     let scratch = format!("logstamp_bench_{}", child.id());
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = support::json_lines(child.wait_with_output().unwrap());
     assert_eq!(lines[0]["rows"], 300);
     assert_eq!(lines[0]["concurrency"], 3);
     let mean = lines[0]["mean_message_bytes"].as_u64().unwrap();

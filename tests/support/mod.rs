@@ -29,6 +29,18 @@ pub fn writer(settings: &Settings) -> logstamp::store::Writer {
     .unwrap()
 }
 
+/// A command's JSON lines on stdout, once it has exited successfully (else its stderr is the
+/// failure's message): what the `bench` commands print.
+pub fn json_lines(out: std::process::Output) -> Vec<serde_json::Value> {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 /// What a test that misses a service it needs says to do: the README's test command installs
 /// and starts every one.
 pub const SET_UP: &str = "scripts/test installs and starts what the tests need, then runs them";
