@@ -316,7 +316,8 @@ fn datetimes_from_rfc3339_in_any_offset_become_utc() {
         v(T, json!("1969-12-31T23:59:59.9999Z")),
         Ok(at(1969, 12, 31, 23, 59, 59, 999))
     );
-    // A leap second: MariaDB has no second 60, so it is the next second's first.
+    // A leap second (:60): MariaDB has no second 60, so it is read as the next minute's first
+    // second, its fraction kept.
     assert_eq!(
         v(T, json!("2016-12-31T23:59:60.5Z")),
         Ok(at(2017, 1, 1, 0, 0, 0, 500))

@@ -474,6 +474,11 @@ pub(super) fn peak_rss_kib(pid: u32) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// This process's CPU time since `before` (an earlier [`cpu_seconds`] of it), if both are known.
+fn own_cpu_since(before: Option<f64>) -> Option<f64> {
+    Some(cpu_seconds(std::process::id())? - before?)
+}
+
 /// A process's user and system CPU time so far, from Linux's `/proc/PID/stat`.
 pub(super) fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -563,8 +568,7 @@ fn consumer_alone(
     let mut kafka = settings.kafka.clone();
     kafka.brokers = brokers.to_string();
     kafka.group_id = format!("{topic}-consumer-alone");
-    let own = std::process::id();
-    let own_before = cpu_seconds(own);
+    let own_before = cpu_seconds(std::process::id());
     let consumer: BaseConsumer = consumer_config(&kafka)
         .create()
         .context("creating the consumer alone")?;
@@ -596,9 +600,7 @@ fn consumer_alone(
             None => {}
         }
     }
-    let own_cpu = cpu_seconds(own)
-        .zip(own_before)
-        .map(|(after, before)| after - before);
+    let own_cpu = own_cpu_since(own_before);
     // From the first message, as the workers' rate is: joining and the first fetch are apart.
     let seconds = first_message.map_or(0.0, |first| first.elapsed().as_secs_f64());
     Ok(ConsumerAlone {
@@ -638,14 +640,11 @@ async fn writer_alone(
     }
     conn.disconnect().await?;
     let writer = writer(settings)?;
-    let own = std::process::id();
-    let (own_before, database_before) = (cpu_seconds(own), database.cpu_seconds());
+    let (own_before, database_before) = (cpu_seconds(std::process::id()), database.cpu_seconds());
     let started = Instant::now();
     write_all(&writer, &partitions).await?;
     let seconds = started.elapsed().as_secs_f64();
-    let own_cpu = cpu_seconds(own)
-        .zip(own_before)
-        .map(|(after, before)| after - before);
+    let own_cpu = own_cpu_since(own_before);
     let database_cpu = database.cpu_since(database_before);
     writer.close().await?;
     check_stored(settings, messages).await?;
