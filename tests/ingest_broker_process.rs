@@ -50,7 +50,7 @@ async fn bench_ingest_against_a_broker_process_measures_each_part_alone() {
         .args(["--brokers", &broker.address, "--partitions", "4"])
         .output()
         .unwrap();
-    let lines = support::json_lines(out);
+    let lines = support::json_lines(&out);
     let stages: Vec<&str> = lines
         .iter()
         .map(|l| l["stage"].as_str().or(l["summary"].as_str()).unwrap())

@@ -51,11 +51,8 @@ impl Generated {
         let messages = (0..messages)
             .map(|m| std::fs::read(dir.path().join(format!("message-{m}"))).unwrap())
             .collect();
-        let records = std::fs::read_to_string(dir.path().join("expected.jsonl"))
-            .unwrap()
-            .lines()
-            .map(|line| serde_json::from_str(line).unwrap())
-            .collect();
+        let records =
+            support::json_lines_in(&std::fs::read(dir.path().join("expected.jsonl")).unwrap());
         Generated { messages, records }
     }
 

@@ -353,11 +353,7 @@ async fn rebuilding_while_ingesting_neither_loses_nor_double_counts() {
         "--to",
         &to,
     ]);
-    let lines: Vec<serde_json::Value> = String::from_utf8(output)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = support::json_lines_in(&output);
     let total: u64 = lines.iter().map(|l| l["n"].as_u64().unwrap()).sum();
     assert_eq!(total, http);
     let latency: u64 = lines

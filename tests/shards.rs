@@ -91,11 +91,7 @@ impl Fleet {
 
     /// `logstamp ARGS`' output, a JSON object a line.
     fn json_lines(&self, args: &[&str]) -> Vec<serde_json::Value> {
-        String::from_utf8(self.run_ok(args))
-            .unwrap()
-            .lines()
-            .map(|line| serde_json::from_str(line).unwrap())
-            .collect()
+        support::json_lines_in(&self.run_ok(args))
     }
 
     /// `logstamp ingest` leasing a service ID, its log in a file of its own.

@@ -456,14 +456,9 @@ fn run_logstamp(url: &str, clock: Option<&str>, args: &[&str]) -> std::process::
 }
 
 fn printed_ids(out: &std::process::Output) -> Vec<u64> {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{:?}: {stderr}", out.status);
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|line| {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap();
-            v["id"].as_u64().unwrap()
-        })
+    support::json_lines(out)
+        .iter()
+        .map(|v| v["id"].as_u64().unwrap())
         .collect()
 }
 
@@ -506,15 +501,8 @@ async fn leases_list_and_release_show_and_free_a_holders_id() {
         .await
         .unwrap();
     let holder = lease.holder().clone();
-    let json = |out: &std::process::Output| -> Vec<serde_json::Value> {
-        assert!(out.status.success(), "{out:?}");
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    };
 
-    let listed = json(&run_logstamp(url, None, &["leases", "list"]));
+    let listed = support::json_lines(&run_logstamp(url, None, &["leases", "list"]));
     assert_eq!(listed.len(), 1);
     let shown = &listed[0];
     assert_eq!(shown["service_id"], 5);
@@ -562,14 +550,14 @@ async fn leases_list_and_release_show_and_free_a_holders_id() {
     }
 
     // The renewals may have raised the mark; the runtime is busy from here to the release.
-    let mark = json(&run_logstamp(url, None, &["leases", "list"]))[0]["issued_seconds_mark"]
+    let mark = support::json_lines(&run_logstamp(url, None, &["leases", "list"]))[0]["issued_seconds_mark"]
         .as_u64()
         .unwrap();
 
     // Release needs --force; with it the holder loses the lease and stops stamping.
     let unforced = run_logstamp(url, None, &["leases", "release", "5"]);
     assert_eq!(unforced.status.code(), Some(2));
-    let released = json(&run_logstamp(
+    let released = support::json_lines(&run_logstamp(
         url,
         None,
         &["leases", "release", "5", "--force"],
@@ -582,7 +570,7 @@ async fn leases_list_and_release_show_and_free_a_holders_id() {
         lease.generator().next_id(),
         Err(IdError::LeaseLost { service_id: 5 })
     ));
-    let again = json(&run_logstamp(
+    let again = support::json_lines(&run_logstamp(
         url,
         None,
         &["leases", "release", "5", "--force"],
@@ -591,7 +579,7 @@ async fn leases_list_and_release_show_and_free_a_holders_id() {
         again[0],
         serde_json::json!({"action": "not_held", "service_id": 5})
     );
-    let listed = json(&run_logstamp(url, None, &["leases", "list"]));
+    let listed = support::json_lines(&run_logstamp(url, None, &["leases", "list"]));
     assert_eq!(listed[0]["live"], false);
     assert_eq!(listed[0]["issued_seconds_mark"], mark);
     lease.release().await.unwrap();

@@ -8,7 +8,6 @@ use std::time::Duration;
 use chrono::{DateTime, NaiveDate, NaiveTime, Utc};
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
-use serde_json::Value;
 
 use logstamp::mysql::{self, DbError};
 use logstamp::store::log_table::{TableOutcome, TableSpec};
@@ -543,15 +542,9 @@ async fn migrate_command_creates_the_database_and_says_what_it_did() {
         }
         cmd.assert()
     };
-    let lines = |out: &[u8]| -> Vec<Value> {
-        String::from_utf8_lossy(out)
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    };
 
     let first = migrate(&[], &[]).success();
-    let first = lines(&first.get_output().stdout);
+    let first = support::json_lines_in(&first.get_output().stdout);
     let known = migrate::builtin().unwrap().len();
     assert_eq!(first.len(), known + 1, "{first:?}");
     assert_eq!(first[0]["action"], "migration_applied");
@@ -564,7 +557,7 @@ async fn migrate_command_creates_the_database_and_says_what_it_did() {
 
     let second = migrate(&[], &[]).success();
     assert_eq!(
-        lines(&second.get_output().stdout),
+        support::json_lines_in(&second.get_output().stdout),
         [
             serde_json::json!({"action": "migrations_up_to_date", "schema_version": 17}),
             serde_json::json!({"action": "table_unchanged", "table": "logs"}),
@@ -583,7 +576,7 @@ async fn migrate_command_creates_the_database_and_says_what_it_did() {
 
     let forced = migrate(&bits, &["--force"]).success();
     assert_eq!(
-        lines(&forced.get_output().stdout)[1],
+        support::json_lines_in(&forced.get_output().stdout)[1],
         serde_json::json!({"action": "service_bits_changed", "table": "logs", "from": 10, "to": 12})
     );
 }

@@ -429,19 +429,11 @@ async fn partitions_commands_print_json_lines_and_a_table() {
         let out = cmd.assert().success().get_output().stdout.clone();
         String::from_utf8(out).unwrap()
     };
-    let json = |text: &str| -> Vec<Value> {
-        text.lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    };
     logstamp(&["migrate", "--now", "2040-03-05T12:00:00Z"]);
 
-    let ensured = json(&logstamp(&[
-        "partitions",
-        "ensure",
-        "--now",
-        "2040-03-07T00:00:00Z",
-    ]));
+    let ensured = support::json_lines_in(
+        logstamp(&["partitions", "ensure", "--now", "2040-03-07T00:00:00Z"]).as_bytes(),
+    );
     let actions: Vec<(&str, &str)> = ensured
         .iter()
         .map(|l| {
@@ -472,7 +464,7 @@ async fn partitions_commands_print_json_lines_and_a_table() {
     assert_eq!(ensured[4]["added"], 2);
     assert_eq!(ensured[4]["dropped"], 1);
 
-    let listed = json(&logstamp(&["partitions", "list"]));
+    let listed = support::json_lines_in(logstamp(&["partitions", "list"]).as_bytes());
     assert_eq!(listed.len(), 5);
     assert_eq!(listed[0]["name"], "pmin");
     assert_eq!(listed[0]["to"], "2040-03-06T00:00:00Z");

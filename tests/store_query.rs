@@ -356,10 +356,7 @@ async fn query_command_prints_json_lines_a_table_or_the_partitions() {
         ],
     )
     .success();
-    let lines: Vec<Value> = String::from_utf8_lossy(&out.get_output().stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = support::json_lines_in(&out.get_output().stdout);
     let got: Vec<u64> = lines.iter().map(|l| l["id"].as_u64().unwrap()).collect();
     assert_eq!(got, [all[1].id, all[2].id, all[4].id]);
     assert_eq!(lines[0]["payload"], json!({"k": "v", "n": [1, 2]}));

@@ -1238,7 +1238,7 @@ async fn bench_store_measures_every_method_and_drops_its_scratch_database() {
         .spawn()
         .unwrap();
     let scratch = format!("logstamp_bench_{}", child.id());
-    let lines = support::json_lines(child.wait_with_output().unwrap());
+    let lines = support::json_lines(&child.wait_with_output().unwrap());
     assert_eq!(lines[0]["rows"], 300);
     assert_eq!(lines[0]["concurrency"], 3);
     let mean = lines[0]["mean_message_bytes"].as_u64().unwrap();

@@ -30,14 +30,18 @@ pub fn writer(settings: &Settings) -> logstamp::store::Writer {
 }
 
 /// A command's JSON lines on stdout, once it has exited successfully (else its stderr is the
-/// failure's message): what the `bench` commands print.
-pub fn json_lines(out: std::process::Output) -> Vec<serde_json::Value> {
+/// failure's message).
+pub fn json_lines(out: &std::process::Output) -> Vec<serde_json::Value> {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    String::from_utf8(out.stdout)
-        .unwrap()
+    json_lines_in(&out.stdout)
+}
+
+/// The JSON value on each line of `text`: what the commands print, one object a line.
+pub fn json_lines_in(text: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(text)
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?}: {e}")))
         .collect()
 }
 
