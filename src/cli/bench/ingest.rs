@@ -151,14 +151,16 @@ async fn measure(
     let brokers = backlog.brokers();
     let message_bytes = log_message(0).len() as u64;
     let started = Instant::now();
-    let (messages, brokers_, topic_) = (args.messages, brokers.clone(), topic.to_string());
-    tokio::task::spawn_blocking(move || {
-        let all = (0..messages).map(|n| Outgoing {
-            partition: Some((n % partitions as u64) as i32),
-            key: None,
-            payload: Some(log_message(n).into_bytes()),
-        });
-        produce_all(&brokers_, &topic_, all)
+    tokio::task::spawn_blocking({
+        let (messages, brokers, topic) = (args.messages, brokers.clone(), topic.to_string());
+        move || {
+            let all = (0..messages).map(|n| Outgoing {
+                partition: Some((n % partitions as u64) as i32),
+                key: None,
+                payload: Some(log_message(n).into_bytes()),
+            });
+            produce_all(&brokers, &topic, all)
+        }
     })
     .await??;
     let produce_seconds = started.elapsed().as_secs_f64();
@@ -218,10 +220,10 @@ async fn measure(
     }))?;
     out.flush()?;
 
-    let (brokers_, topic_) = (brokers.clone(), topic.to_string());
-    let (settings_, messages) = (settings.clone(), args.messages);
-    let consumer = tokio::task::spawn_blocking(move || {
-        consumer_alone(&settings_, &brokers_, &topic_, partitions, messages)
+    let consumer = tokio::task::spawn_blocking({
+        let (settings, brokers, topic) = (settings.clone(), brokers.clone(), topic.to_string());
+        let messages = args.messages;
+        move || consumer_alone(&settings, &brokers, &topic, partitions, messages)
     })
     .await??;
     out.json(&json!({
