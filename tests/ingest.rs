@@ -87,10 +87,11 @@ async fn workers_joining_and_leaving_mid_stream_rebalance_without_loss() {
 async fn a_broker_outage_loses_and_duplicates_nothing() {
     let setup = Setup::new("ingest_broker", 6, &[("batch.max_rows", "1000")]).await;
     through_an_outage(&setup, 60_000, async |setup, n| {
-        setup.cluster().broker_down(-1).unwrap();
-        // The outage lasts past the session timeout (3 s), so the group loses its members.
+        // A restart of the broker process; it stays down past the session timeout (3 s), so
+        // the group loses its members.
+        tokio::task::block_in_place(|| setup.cluster().stop(0));
         tokio::time::sleep(Duration::from_secs(4)).await;
-        setup.cluster().broker_up(-1).unwrap();
+        tokio::task::block_in_place(|| setup.cluster().restart(0));
         n / 2
     })
     .await;
@@ -175,7 +176,7 @@ async fn bad_messages_are_dead_lettered_and_the_stream_goes_on() {
         ],
     )
     .await;
-    setup.cluster().create_topic("logs-dead", 1).unwrap();
+    setup.cluster().create_topic("logs-dead", 1).await;
     let oversized =
         serde_json::to_vec(&serde_json::json!({"seq": 0, "message": "x".repeat(5000)})).unwrap();
     let bad: [(&str, Option<Vec<u8>>); 5] = [

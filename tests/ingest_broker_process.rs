@@ -1,25 +1,22 @@
-//! The main exactly-once test against a Kafka-API broker running as a process of its own
-//! (nisshi, a Kafka-compatible broker), with the workers as `logstamp ingest` processes: the
-//! real network path, real group coordination, nothing in the test's process but the checks.
-//!
-//! Needs `nisshi` on the PATH (or `LOGSTAMP_TEST_NISSHI` naming it):
-//! `cargo install nisshi@0.7.0 --locked --ignore-rust-version --no-default-features --features dynostore`.
+//! The main exactly-once test against Apache Kafka, with the workers as `logstamp ingest`
+//! processes: the real network path, real group coordination, nothing in the test's process
+//! but the checks.
 
 mod support;
 
 use std::time::Duration;
 
 use support::ingest::{COUNT_ALL, Setup, TOPIC};
-use support::nisshi::Broker;
+use support::kafka::Kafka;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_worker_processes_against_a_broker_process_store_exactly_once() {
-    let broker = Broker::start();
-    broker.create_topic(TOPIC, 6).await;
-    let db = support::TestDb::create("ingest_nisshi").await;
-    let setup = Setup::with_brokers(db, &broker.address, &[]).await;
+    let kafka = Kafka::start();
+    kafka.create_topic(TOPIC, 6).await;
+    let db = support::TestDb::create("ingest_kafka").await;
+    let brokers = kafka.bootstrap_servers();
+    let setup = Setup::with_brokers(db, &brokers, &[]).await;
     let n = 300_000;
-    let brokers = broker.address.clone();
     tokio::task::spawn_blocking(move || support::ingest::produce_logs(&brokers, 0, n, 6))
         .await
         .unwrap();
@@ -41,13 +38,13 @@ async fn three_worker_processes_against_a_broker_process_store_exactly_once() {
 /// cost by themselves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_ingest_against_a_broker_process_measures_each_part_alone() {
-    let broker = Broker::start();
+    let kafka = Kafka::start();
     let db = support::TestDb::create("bench_ingest").await;
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_logstamp"))
         .env_clear()
         .env("LOGSTAMP__MYSQL__URL", &db.url)
         .args(["bench", "ingest", "--messages", "100000", "--workers", "1"])
-        .args(["--brokers", &broker.address, "--partitions", "4"])
+        .args(["--brokers", &kafka.bootstrap_servers(), "--partitions", "4"])
         .output()
         .unwrap();
     let lines = support::json_lines(&out);

@@ -1,5 +1,5 @@
-//! The relay end to end: private MariaDB servers (one per data centre, with a binlog), one
-//! in-process Kafka mock cluster per data centre, and `logstamp relay run` as a child process
+//! The relay end to end: private MariaDB servers (one per data centre, with a binlog), an
+//! Apache Kafka broker process per data centre, and `logstamp relay run` as a child process
 //! per data centre, so a test can kill it.
 
 mod support;
@@ -451,7 +451,7 @@ async fn each_relay_serves_what_it_relayed_and_readiness_follows_kafka() {
     // b's Kafka away: b cannot publish and a cannot read b's changes, so neither is ready,
     // and what b writes meanwhile keeps b's capture behind.
     let kafka_b = dcs[1].kafka.as_ref().unwrap();
-    kafka_b.broker_down(-1).unwrap();
+    tokio::task::block_in_place(|| kafka_b.stop(0));
     for address in &addresses {
         let body = readiness_becomes(address, 503).await;
         assert!(body.contains("Kafka of b does not answer"), "{body}");
@@ -464,7 +464,7 @@ async fn each_relay_serves_what_it_relayed_and_readiness_follows_kafka() {
         sample(body, b_lag).is_some_and(|lag| lag >= 1.0)
     })
     .await;
-    kafka_b.broker_up(-1).unwrap();
+    tokio::task::block_in_place(|| kafka_b.restart(0));
     for address in &addresses {
         readiness_becomes(address, 200).await;
     }

@@ -290,7 +290,7 @@ async fn a_row_larger_than_a_message_stops_capture_until_the_limit_is_raised() {
         .await
         .unwrap();
     // 4 MiB of bytes, every one of them possible. They repeat every KiB: compressed, the
-    // message fits the 5 MB that librdkafka's mock cluster keeps of a partition.
+    // message fits the broker's message.max.bytes (1 MiB by default).
     conn.query_drop("INSERT INTO app.blobs VALUES (7, REPEAT(RANDOM_BYTES(1024), 4096))")
         .await
         .unwrap();

@@ -14,8 +14,8 @@ use tokio::sync::watch;
 
 use logstamp::relay::change::ChangeKind;
 use logstamp::relay::settings::LoopFilterMode;
+use support::kafka::Kafka;
 use support::mariadb::MariaDb;
-use support::nisshi::Broker;
 use support::relay::*;
 
 /// The table the snapshot tests copy: its rows exist in dc a before any relay starts.
@@ -166,12 +166,15 @@ async fn churn(url: String, table: String, existing: u64, stop: watch::Receiver<
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_under_writes_and_two_kills_ends_with_identical_tables() {
     const ROWS: u64 = 500_000;
-    // A broker process: the in-process mock keeps 5 MiB per partition, less than the copy.
-    let broker = Broker::start();
+    // One broker for both data centres' topics.
+    let kafka = Kafka::start();
+    for name in ["a", "b"] {
+        kafka.create_topic(&topic(name), 1).await;
+    }
     let mut dcs = Vec::new();
     for (name, server_id) in [("a", 1), ("b", 2)] {
         let server = MariaDb::start(server_id, &[]).await;
-        dcs.push(Dc::with_kafka(name, server, &[BIG], broker.address.clone(), None).await);
+        dcs.push(Dc::with_kafka(name, server, &[BIG], kafka.bootstrap_servers(), None).await);
     }
     fill(&dcs[0], "app.big", ROWS).await;
     start_relays(&mut dcs, LoopFilterMode::Marker, "200ms").await;

@@ -56,10 +56,10 @@ async fn a_worker_serves_its_totals_and_readiness_follows_kafka() {
     .await;
 
     readiness_becomes(&address, 200).await;
-    setup.cluster().broker_down(-1).unwrap();
+    tokio::task::block_in_place(|| setup.cluster().stop(0));
     let body = readiness_becomes(&address, 503).await;
     assert!(body.contains("Kafka"), "{body}");
-    setup.cluster().broker_up(-1).unwrap();
+    tokio::task::block_in_place(|| setup.cluster().restart(0));
     readiness_becomes(&address, 200).await;
 
     let status = worker.terminate(Duration::from_secs(60));

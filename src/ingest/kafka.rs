@@ -16,7 +16,11 @@ use crate::store::DeadLetter;
 pub const STATISTICS_INTERVAL_MS: &str = "5000";
 
 /// Defaults for an ingest consumer, before `kafka.properties`: cooperative rebalancing moves
-/// only the partitions that change hands; a partition neither MySQL nor Kafka has an offset for
+/// only the partitions that change hands (under the classic group protocol; KIP-848's
+/// `group.protocol=consumer` is always incremental and refuses the setting, see
+/// [`consumer_config`]); transactional producers' aborted messages are never read (librdkafka's
+/// default, stated so nobody turns it off by accident: an aborted message stored here would be
+/// a row Kafka itself says never happened); a partition neither MySQL nor Kafka has an offset for
 /// is read from its start, since a log pipeline should not skip what is already there; the
 /// prefetch is kept to 8 MiB per process (librdkafka's default is 64 MiB) to bound memory; a
 /// partition whose prefetch is full is fetched again 20 ms later, not librdkafka's 1 s (with a
@@ -24,18 +28,28 @@ pub const STATISTICS_INTERVAL_MS: &str = "5000";
 /// to about 89,000 rows/s; with 20 ms it stored about 120,000, and 8 MiB then sufficed: see
 /// docs/benchmarks.md); and statistics are reported for the consumer-lag metric.
 const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
-    ("partition.assignment.strategy", "cooperative-sticky"),
+    (ASSIGNMENT_STRATEGY, "cooperative-sticky"),
+    ("isolation.level", "read_committed"),
     ("auto.offset.reset", "earliest"),
     ("queued.max.messages.kbytes", "8192"),
     ("fetch.queue.backoff.ms", "20"),
     ("statistics.interval.ms", STATISTICS_INTERVAL_MS),
 ];
 
+const ASSIGNMENT_STRATEGY: &str = "partition.assignment.strategy";
+
 /// The consumer's settings: logstamp's defaults, then `kafka.properties`, then what logstamp
 /// needs as it is (offsets are committed by logstamp, after MySQL).
 pub fn consumer_config(kafka: &KafkaSettings) -> ClientConfig {
     let mut config = kafka.properties.client_config();
+    // KIP-848 groups are assigned by the broker; librdkafka refuses a client-side strategy.
+    let broker_assigns = config
+        .get("group.protocol")
+        .is_some_and(|p| p.trim().eq_ignore_ascii_case("consumer"));
     for (name, value) in CONSUMER_DEFAULTS {
+        if broker_assigns && *name == ASSIGNMENT_STRATEGY {
+            continue;
+        }
         if config.get(name).is_none() {
             config.set(*name, *value);
         }
@@ -278,5 +292,22 @@ mod tests {
         assert_eq!(producer.get("security.protocol"), Some("SASL_SSL"));
         assert_eq!(producer.get("acks"), Some("all"));
         assert_eq!(producer.get("auto.offset.reset"), Some("latest"));
+    }
+
+    #[test]
+    fn a_kip_848_group_gets_no_client_side_assignment_strategy() {
+        let sources = Sources {
+            env: Some(Default::default()),
+            ..Sources::default()
+        }
+        .set("kafka.properties.group.protocol", "consumer");
+        let settings = Settings::load(&sources).unwrap();
+        let consumer = consumer_config(&settings.kafka);
+        assert_eq!(consumer.get("group.protocol"), Some("consumer"));
+        assert_eq!(consumer.get(ASSIGNMENT_STRATEGY), None);
+        assert_eq!(consumer.get("isolation.level"), Some("read_committed"));
+        // librdkafka accepts the whole configuration: it refuses a consumer with a strategy.
+        let created: Result<rdkafka::consumer::BaseConsumer, _> = consumer.create();
+        assert!(created.is_ok(), "{:?}", created.err());
     }
 }

@@ -1,4 +1,4 @@
-//! Ingest test harness: an in-process Kafka cluster, a migrated database, workers run as tasks
+//! Ingest test harness: an Apache Kafka broker process, a migrated database, workers run as tasks
 //! or as `logstamp ingest` processes, and the exactly-once check.
 
 use std::sync::Arc;
@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use logstamp::config::Settings;
 use logstamp::id::IdGenerator;
 use logstamp::ingest::kafka::{Outgoing, produce_all};
-use logstamp::ingest::local_cluster::LocalCluster;
 use logstamp::ingest::{self, IngestError, IngestStats};
 use logstamp::store::schema::{ColumnSpec, ColumnType};
 use mysql_async::prelude::Queryable;
@@ -17,6 +16,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::TestDb;
+use super::kafka::Kafka;
 use super::mariadb::MariaDb;
 
 pub const TOPIC: &str = "logs";
@@ -27,8 +27,8 @@ pub fn test_overrides(brokers: &str) -> Vec<(&str, &str)> {
         ("kafka.brokers", brokers),
         ("kafka.group_id", "ingest-test"),
         ("batch.linger_ms", "50"),
-        // The mock coordinator completes a rebalance only when a session times out, so a
-        // short session keeps joins quick (the default 45 s would make each one that long).
+        // A worker killed without leaving its group is noticed within a session: a short one
+        // keeps the tests that kill workers quick (the default is 45 s).
         ("kafka.properties.session.timeout.ms", "3000"),
         ("kafka.properties.heartbeat.interval.ms", "300"),
         ("store.give_up_after", "60s"),
@@ -39,8 +39,8 @@ pub fn test_overrides(brokers: &str) -> Vec<(&str, &str)> {
 /// A database and a cluster with one topic of `partitions` partitions.
 pub struct Setup {
     pub db: TestDb,
-    /// The in-process cluster, unless the brokers are another process.
-    local: Option<LocalCluster>,
+    /// The broker this setup started, unless it was given the brokers of another.
+    kafka: Option<Kafka>,
     pub brokers: String,
     pub settings: Settings,
     /// The `--config` file the settings came from, if any; worker processes are given it with
@@ -51,22 +51,21 @@ pub struct Setup {
 }
 
 impl Setup {
-    /// With an in-process cluster and a database of the shared server.
+    /// With a broker of its own and a database of the shared server.
     pub async fn new(hint: &str, partitions: i32, overrides: &[(&str, &str)]) -> Setup {
         Setup::local(TestDb::create(hint).await, partitions, overrides).await
     }
 
-    /// With an in-process cluster and `db`.
+    /// With a broker of its own and `db`.
     pub async fn local(db: TestDb, partitions: i32, overrides: &[(&str, &str)]) -> Setup {
-        let cluster = LocalCluster::start(1).unwrap();
-        cluster.create_topic(TOPIC, partitions).unwrap();
-        let brokers = cluster.bootstrap_servers();
-        let mut setup = Setup::with_brokers(db, &brokers, overrides).await;
-        setup.local = Some(cluster);
+        let kafka = Kafka::start();
+        kafka.create_topic(TOPIC, partitions).await;
+        let mut setup = Setup::with_brokers(db, &kafka.bootstrap_servers(), overrides).await;
+        setup.kafka = Some(kafka);
         setup
     }
 
-    /// With an in-process cluster and a private MariaDB server (see `mariadb`), which the test
+    /// With a broker of its own and a private MariaDB server (see `mariadb`), which the test
     /// may stop and start.
     pub async fn on_private_server(
         server_id: u32,
@@ -80,11 +79,12 @@ impl Setup {
         (server, setup)
     }
 
-    pub fn cluster(&self) -> &LocalCluster {
-        self.local.as_ref().expect("an in-process cluster")
+    /// The broker this setup started.
+    pub fn cluster(&self) -> &Kafka {
+        self.kafka.as_ref().expect("a broker of this setup's own")
     }
 
-    /// With an in-process cluster, a database of the shared server, and the settings of
+    /// With a broker of its own, a database of the shared server, and the settings of
     /// `file` (which maps its own columns: no `seq` column is added), fed with `message`.
     pub async fn with_config(
         hint: &str,
@@ -103,15 +103,15 @@ impl Setup {
         message: fn(u64) -> Vec<u8>,
         overrides: &[(&str, &str)],
     ) -> Setup {
-        let cluster = LocalCluster::start(1).unwrap();
-        cluster.create_topic(TOPIC, partitions).unwrap();
-        let brokers = cluster.bootstrap_servers();
+        let kafka = Kafka::start();
+        kafka.create_topic(TOPIC, partitions).await;
+        let brokers = kafka.bootstrap_servers();
         let db = TestDb::create(hint).await;
         let mut all = test_overrides(&brokers);
         all.extend_from_slice(overrides);
         let settings = db.settings_with_file(Some(file), &all);
         let mut setup = Setup::migrated(db, &brokers, settings).await;
-        setup.local = Some(cluster);
+        setup.kafka = Some(kafka);
         setup.file = Some(file.to_path_buf());
         setup.message = message;
         setup
@@ -143,7 +143,7 @@ impl Setup {
         db.migrate(&settings).await;
         Setup {
             db,
-            local: None,
+            kafka: None,
             brokers: brokers.to_string(),
             settings,
             file: None,
@@ -156,29 +156,16 @@ impl Setup {
         produce_messages(&self.brokers, from, to, partitions, self.message);
     }
 
-    /// Produces sequence numbers `from..to` in chunks, each once the rows stored are at most
-    /// one chunk behind: the mock broker keeps only the last 5 MB of each partition, so a
-    /// backlog larger than that would be lost to its retention before the workers read it.
+    /// Produces sequence numbers `from..to` from a blocking task, so the workers of this
+    /// runtime go on meanwhile.
     pub async fn feed(&self, from: u64, to: u64, partitions: i32) {
-        const CHUNK: u64 = 30_000;
-        let mut start = from;
-        while start < to {
-            let end = (start + CHUNK).min(to);
-            if start >= from + CHUNK {
-                // Committed messages (rows, dead letters, tombstones), from offset 0 on.
-                let behind = start - CHUNK;
-                self.wait_until_at_least(SUM_OFFSETS, behind, Duration::from_secs(120))
-                    .await;
-            }
-            let brokers = self.brokers.clone();
-            let message = self.message;
-            tokio::task::spawn_blocking(move || {
-                produce_messages(&brokers, start, end, partitions, message)
-            })
-            .await
-            .unwrap();
-            start = end;
-        }
+        let brokers = self.brokers.clone();
+        let message = self.message;
+        tokio::task::spawn_blocking(move || {
+            produce_messages(&brokers, from, to, partitions, message)
+        })
+        .await
+        .unwrap();
     }
 
     pub fn produce_raw(&self, messages: Vec<Outgoing>) {

@@ -232,7 +232,7 @@ impl Drop for MariaDb {
 }
 
 /// A port nobody listens on now.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("finding a free port");
     listener.local_addr().expect("reading the port").port()
 }

@@ -6,8 +6,8 @@ pub mod dev_broker;
 pub mod explorer;
 pub mod http;
 pub mod ingest;
+pub mod kafka;
 pub mod mariadb;
-pub mod nisshi;
 pub mod python;
 pub mod relay;
 

@@ -1,5 +1,5 @@
 //! The relay's end-to-end harness: private MariaDB servers (one per data centre, with a
-//! binlog), one in-process Kafka mock cluster per data centre, and `logstamp relay run` as a child
+//! binlog), an Apache Kafka broker process per data centre, and `logstamp relay run` as a child
 //! process per data centre, so a test can kill it.
 
 use std::collections::BTreeSet;
@@ -14,8 +14,6 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use rdkafka::mocking::MockCluster;
-use rdkafka::producer::DefaultProducerContext;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use logstamp::id::{IdGenerator, Layout};
@@ -24,6 +22,7 @@ use logstamp::relay::gtid::GtidState;
 use logstamp::relay::settings::LoopFilterMode;
 
 use super::http::served_address;
+use super::kafka::Kafka;
 use super::mariadb::MariaDb;
 
 /// How long relayed changes may take to arrive everywhere.
@@ -43,7 +42,7 @@ pub struct Dc {
     pub name: String,
     pub server: MariaDb,
     /// Its own Kafka, with its topic; none where it shares `brokers` with others.
-    pub kafka: Option<MockCluster<'static, DefaultProducerContext>>,
+    pub kafka: Option<Kafka>,
     pub brokers: String,
     pub dir: tempfile::TempDir,
     pub relay: Option<Child>,
@@ -58,8 +57,8 @@ impl Dc {
     }
 
     pub async fn with_server(name: &str, server: MariaDb, ddl: &[&str]) -> Dc {
-        let kafka = MockCluster::new(1).unwrap();
-        kafka.create_topic(&topic(name), 1, 1).unwrap();
+        let kafka = Kafka::start();
+        kafka.create_topic(&topic(name), 1).await;
         let brokers = kafka.bootstrap_servers();
         Dc::with_kafka(name, server, ddl, brokers, Some(kafka)).await
     }
@@ -70,7 +69,7 @@ impl Dc {
         server: MariaDb,
         ddl: &[&str],
         brokers: String,
-        kafka: Option<MockCluster<'static, DefaultProducerContext>>,
+        kafka: Option<Kafka>,
     ) -> Dc {
         let mut conn = server.conn().await;
         for statement in [
