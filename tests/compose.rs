@@ -3,6 +3,8 @@
 //! binary uses, then compared with the other services of the file (database servers, Kafka and
 //! its listeners, topics, published ports, start order).
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 
@@ -728,6 +730,19 @@ fn topics_are_created_as_the_services_use_them() {
             );
         }
     }
+}
+
+/// Users run the Kafka the tests run: every Apache Kafka image of the file is the version
+/// pinned in tests/kafka/pom.xml.
+#[test]
+fn kafka_is_the_version_the_tests_run() {
+    let images: BTreeSet<String> = services()
+        .values()
+        .filter_map(|s| field(s, "image").map(scalar))
+        .filter(|image| image.starts_with("apache/kafka:"))
+        .collect();
+    let tested = format!("apache/kafka:{}", support::kafka::version());
+    assert_eq!(images, BTreeSet::from([tested]));
 }
 
 #[test]

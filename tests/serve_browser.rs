@@ -15,10 +15,10 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use serde_json::Value;
 
-use logstamp::ingest::local_cluster::LocalCluster;
 use logstamp::time::format_utc;
 use support::explorer::{Loaded, lines_between, loaded};
-use support::ingest::{TOPIC, Worker, produce_messages, test_overrides};
+use support::ingest::{GroupProtocol, TOPIC, Worker, produce_messages, test_overrides};
+use support::kafka::Kafka;
 use support::relay::wait_until;
 use support::{SET_UP, TestDb};
 
@@ -289,12 +289,13 @@ async fn the_page_shows_what_sql_holds_and_follows_new_lines() {
     // Then two workers ingest from Kafka, each committing its own batches, while the page
     // follows: every line appears, once, as SQL has it.
     next(&reports, "worker-ready");
-    let cluster = LocalCluster::start(1).unwrap();
-    cluster.create_topic(TOPIC, WORKER_PARTITIONS).unwrap();
-    let brokers = cluster.bootstrap_servers();
-    let settings = loaded
-        .db
-        .settings_with_file(Some(loaded.config.path()), &test_overrides(&brokers));
+    let kafka = Kafka::start();
+    kafka.create_topic(TOPIC, WORKER_PARTITIONS).await;
+    let brokers = kafka.bootstrap_servers();
+    let settings = loaded.db.settings_with_file(
+        Some(loaded.config.path()),
+        &test_overrides(&brokers, GroupProtocol::Classic),
+    );
     let workers = [Worker::start(&settings, 21), Worker::start(&settings, 22)];
     let per_round = WORKER_LINES / WORKER_ROUNDS;
     for round in 0..WORKER_ROUNDS {

@@ -29,6 +29,7 @@ use rdkafka::{ClientContext, Message, Offset, Statistics};
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
 
+use super::deleted::{FirstReads, deleted_unread};
 use super::partition_key::PartitionKey;
 use super::seeks::{Assignments, PendingSeeks, Seek};
 use super::{IngestError, IngestStats, PartitionLag};
@@ -57,6 +58,10 @@ const HOLD_BEFORE_PAUSE: Duration = Duration::from_secs(1);
 
 /// Messages handed over at once at most, and their bytes: small enough that the channel's
 /// few batches stay a small part of the memory budget.
+/// How long the consumer thread waits for a partition's log start offset, asked once per
+/// assignment that began past where it was to start.
+const WATERMARKS_WAIT: Duration = Duration::from_secs(10);
+
 const HANDOVER_MESSAGES: usize = 512;
 const HANDOVER_BYTES: usize = 256 * 1024;
 
@@ -139,6 +144,9 @@ pub struct IngestContext {
     closing: AtomicBool,
     /// The partitions' assignment epochs, kept by the rebalance callbacks.
     assignments: Mutex<Assignments>,
+    /// Where assignments started reading, until their first message tells whether Kafka
+    /// deleted what lay between.
+    first_reads: FirstReads,
     /// Where the consumer lag from librdkafka's statistics goes.
     stats: Arc<IngestStats>,
     /// Messages read and not handed over yet, and their bytes. Only the consumer thread takes
@@ -163,6 +171,7 @@ impl IngestContext {
             paused: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             assignments: Mutex::default(),
+            first_reads: FirstReads::default(),
             gathered: Mutex::default(),
         }
     }
@@ -229,6 +238,9 @@ impl IngestContext {
         match stored {
             Ok(stored) => {
                 for (key, offset) in keys.iter().zip(&stored) {
+                    if let Some(offset) = offset {
+                        self.first_reads.expect(key.clone(), *offset);
+                    }
                     let start = offset.map_or(Offset::Stored, Offset::Offset);
                     if let Err(e) = tpl.set_partition_offset(&key.topic, key.partition, start) {
                         tracing::error!(partition = %key, "setting the start offset: {e}");
@@ -272,6 +284,7 @@ impl IngestContext {
             let mut assignments = self.assignments();
             for key in &keys {
                 assignments.revoke(key);
+                self.first_reads.forget(key);
             }
         }
         if !self.closing.load(Ordering::Relaxed) {
@@ -518,17 +531,49 @@ impl Poller {
             Some(topic) if **topic == *message.topic() => topic.clone(),
             _ => last_topic.insert(Arc::from(message.topic())).clone(),
         };
+        let key = PartitionKey {
+            topic,
+            partition: message.partition(),
+        };
+        if let Some(start) = context.first_reads.gap_before(&key, message.offset()) {
+            self.report_deleted(&key, start, message.offset());
+        }
         let payload = message.payload();
         context.gather(Incoming {
-            key: PartitionKey {
-                topic,
-                partition: message.partition(),
-            },
+            key,
             offset: message.offset(),
             size: payload.map_or(0, <[u8]>::len),
             payload: payload
                 .map(|p| p[..p.len().min(self.max_message_bytes.saturating_add(1))].to_vec()),
         })
+    }
+
+    /// The first message of `key`'s assignment came at `offset`, past `start` where reading
+    /// was to begin: if Kafka's log now starts past `start`, what lay between was deleted
+    /// unread. Said at error level, once per gap, and counted.
+    fn report_deleted(&self, key: &PartitionKey, start: i64, offset: i64) {
+        let stats = &self.consumer.context().stats;
+        match self
+            .consumer
+            .fetch_watermarks(&key.topic, key.partition, WATERMARKS_WAIT)
+        {
+            Ok((log_start, _)) => {
+                if let Some(deleted) = deleted_unread(start, log_start) {
+                    let count = deleted.end - deleted.start;
+                    tracing::error!(
+                        partition = %key,
+                        "messages deleted before they were read: Kafka no longer has offsets {}..{} ({count} offsets; the topic's retention or a deletion of records removed them), reading on from offset {offset}",
+                        deleted.start,
+                        deleted.end
+                    );
+                    IngestStats::add(&stats.deleted_unread, count as usize);
+                }
+            }
+            Err(e) => tracing::error!(
+                partition = %key,
+                "reading was to start at offset {start} but began at {offset}, and the partition's log start offset, which tells whether Kafka deleted what lies between, could not be read: {e}"
+            ),
+        }
     }
 
     /// Tries the pending seeks; one whose assignment is over is dropped (the dispatcher

@@ -94,6 +94,10 @@ impl Source for IngestSource {
             "logstamp_ingest_partitions_paused_total",
             counts.partitions_paused,
         );
+        counter(
+            "logstamp_ingest_deleted_unread_total",
+            counts.deleted_unread,
+        );
         let ids = worker.generator.stats();
         counter("logstamp_id_borrowed_seconds_total", ids.borrowed_seconds);
         counter("logstamp_id_clock_back_events_total", ids.clock_back_events);
@@ -192,6 +196,10 @@ fn describe() {
     describe_gauge!(
         "logstamp_ingest_partitions",
         "Partitions assigned to this worker."
+    );
+    describe_counter!(
+        "logstamp_ingest_deleted_unread_total",
+        "Offsets Kafka deleted (retention, or a deletion of records) before this worker read them: messages lost."
     );
     describe_counter!(
         "logstamp_ingest_budget_reached_total",

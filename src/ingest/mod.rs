@@ -8,6 +8,7 @@
 
 mod batcher;
 mod consumer;
+mod deleted;
 mod dispatcher;
 pub mod kafka;
 pub mod local_cluster;
@@ -104,6 +105,7 @@ pub struct IngestStats {
     partitions: AtomicU64,
     budget_reached: AtomicU64,
     partitions_paused: AtomicU64,
+    deleted_unread: AtomicU64,
     decode_nanos: AtomicU64,
     write_nanos: AtomicU64,
     /// Per assigned partition, from librdkafka's statistics; replaced whole at each report, so
@@ -149,6 +151,9 @@ pub struct IngestCounts {
     /// Times that lasted long enough (a second) for the worker to pause its partitions in
     /// Kafka.
     pub partitions_paused: u64,
+    /// Offsets Kafka deleted (its retention, or a deletion of records) before this worker
+    /// read them: messages lost to logstamp.
+    pub deleted_unread: u64,
     /// Time spent parsing and mapping messages (and adding them to their batches), in
     /// milliseconds.
     pub decode_ms: u64,
@@ -172,6 +177,7 @@ impl IngestStats {
             partitions: get(&self.partitions),
             budget_reached: get(&self.budget_reached),
             partitions_paused: get(&self.partitions_paused),
+            deleted_unread: get(&self.deleted_unread),
             decode_ms: get(&self.decode_nanos) / 1_000_000,
             write_ms: get(&self.write_nanos) / 1_000_000,
         }

@@ -21,19 +21,34 @@ use super::mariadb::MariaDb;
 
 pub const TOPIC: &str = "logs";
 
+/// A consumer group's protocol: the classic one, or KIP-848's (`group.protocol=consumer`),
+/// where the broker assigns partitions and keeps the session settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupProtocol {
+    Classic,
+    Consumer,
+}
+
 /// What every test worker runs with, besides its database.
-pub fn test_overrides(brokers: &str) -> Vec<(&str, &str)> {
-    vec![
+pub fn test_overrides(brokers: &str, protocol: GroupProtocol) -> Vec<(&str, &str)> {
+    let mut all = vec![
         ("kafka.brokers", brokers),
         ("kafka.group_id", "ingest-test"),
         ("batch.linger_ms", "50"),
-        // A worker killed without leaving its group is noticed within a session: a short one
-        // keeps the tests that kill workers quick (the default is 45 s).
-        ("kafka.properties.session.timeout.ms", "3000"),
-        ("kafka.properties.heartbeat.interval.ms", "300"),
         ("store.give_up_after", "60s"),
         ("ingest.shutdown_timeout", "60s"),
-    ]
+    ];
+    match protocol {
+        // A worker killed without leaving its group is noticed within a session: a short one
+        // keeps the tests that kill workers quick (the default is 45 s).
+        GroupProtocol::Classic => all.extend([
+            ("kafka.properties.session.timeout.ms", "3000"),
+            ("kafka.properties.heartbeat.interval.ms", "300"),
+        ]),
+        // Its session and heartbeat are the broker's (tests/support/kafka.rs sets them short).
+        GroupProtocol::Consumer => all.push(("kafka.properties.group.protocol", "consumer")),
+    }
+    all
 }
 
 /// A database and a cluster with one topic of `partitions` partitions.
@@ -107,7 +122,7 @@ impl Setup {
         kafka.create_topic(TOPIC, partitions).await;
         let brokers = kafka.bootstrap_servers();
         let db = TestDb::create(hint).await;
-        let mut all = test_overrides(&brokers);
+        let mut all = test_overrides(&brokers, GroupProtocol::Classic);
         all.extend_from_slice(overrides);
         let settings = db.settings_with_file(Some(file), &all);
         let mut setup = Setup::migrated(db, &brokers, settings).await;
@@ -119,7 +134,17 @@ impl Setup {
 
     /// With brokers that already hold the topic.
     pub async fn with_brokers(db: TestDb, brokers: &str, overrides: &[(&str, &str)]) -> Setup {
-        let mut all = test_overrides(brokers);
+        Setup::with_protocol(db, brokers, GroupProtocol::Classic, overrides).await
+    }
+
+    /// [`Setup::with_brokers`], the workers' group under `protocol`.
+    pub async fn with_protocol(
+        db: TestDb,
+        brokers: &str,
+        protocol: GroupProtocol,
+        overrides: &[(&str, &str)],
+    ) -> Setup {
+        let mut all = test_overrides(brokers, protocol);
         all.extend_from_slice(overrides);
         let mut settings = db.settings(&all);
         settings.store.columns.push(ColumnSpec {

@@ -13,7 +13,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
+use rdkafka::admin::{
+    AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier,
+    TopicReplication,
+};
 use rdkafka::client::DefaultClientContext;
 
 use super::SET_UP;
@@ -149,16 +152,76 @@ impl Kafka {
         }
     }
 
-    /// Raises `name`'s partition count to `partitions`.
-    pub async fn add_partitions(&self, name: &str, partitions: usize) {
+    /// Sets `name`'s topic settings to `settings`; those not given go back to the broker's
+    /// defaults (AlterConfigs replaces them all).
+    pub async fn set_topic_settings(&self, name: &str, settings: &[(&str, &str)]) {
+        let mut config = AlterConfig::new(ResourceSpecifier::Topic(name));
+        for (key, value) in settings {
+            config = config.set(key, value);
+        }
         let results = self
             .admin()
-            .create_partitions(&[NewPartitions::new(name, partitions)], &admin_options())
+            .alter_configs(&[config], &admin_options())
             .await
-            .unwrap_or_else(|e| panic!("adding partitions to {name}: {e}"));
+            .unwrap_or_else(|e| panic!("setting {name}'s settings: {e}"));
         for result in results {
-            result.unwrap_or_else(|(topic, e)| panic!("adding partitions to {topic}: {e}"));
+            result.unwrap_or_else(|(resource, e)| panic!("setting {resource:?}'s settings: {e}"));
         }
+    }
+
+    /// The broker ID of the leader of `topic`'s `partition`, as the cluster's metadata says.
+    pub fn leader(&self, topic: &str, partition: i32) -> i32 {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        let client: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", self.bootstrap_servers())
+            .create()
+            .expect("a metadata client");
+        let metadata = client
+            .fetch_metadata(Some(topic), Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("reading {topic}'s metadata: {e}"));
+        metadata.topics()[0]
+            .partitions()
+            .iter()
+            .find(|p| p.id() == partition)
+            .unwrap_or_else(|| panic!("no partition {partition} of {topic}"))
+            .leader()
+    }
+
+    /// `(log start, end)` offsets of `topic`'s `partition`.
+    pub fn watermarks(&self, topic: &str, partition: i32) -> (i64, i64) {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        let client: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", self.bootstrap_servers())
+            .create()
+            .expect("a metadata client");
+        client
+            .fetch_watermarks(topic, partition, Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("reading {topic}/{partition}'s offsets: {e}"))
+    }
+
+    /// Each group's type as Apache Kafka's own `kafka-groups.sh --list` prints it ("Classic"
+    /// or "Consumer"), by group name.
+    pub fn group_types(&self) -> std::collections::BTreeMap<String, String> {
+        let output = self
+            .java(0)
+            .arg("org.apache.kafka.tools.GroupsCommand")
+            .args(["--bootstrap-server", &self.bootstrap_servers(), "--list"])
+            .output()
+            .expect("running kafka-groups");
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "kafka-groups: {text}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        // GROUP  TYPE  PROTOCOL, after a header line.
+        text.lines()
+            .skip(1)
+            .filter_map(|line| {
+                let mut words = line.split_whitespace();
+                Some((words.next()?.to_string(), words.next()?.to_string()))
+            })
+            .collect()
     }
 
     /// An admin client of this cluster.
