@@ -10,7 +10,7 @@
 
 mod support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use logstamp::ingest::kafka::Outgoing;
@@ -30,8 +30,12 @@ async fn partition_leaders_moving_between_three_brokers_lose_and_duplicate_nothi
     let kafka = Kafka::cluster(3);
     kafka.create_topic(TOPIC, 6).await;
     let db = TestDb::create("kafka_leaders").await;
-    let setup = Setup::with_brokers(db, &kafka.bootstrap_servers(), &[("batch.max_rows", "1000")])
-        .await;
+    let setup = Setup::with_brokers(
+        db,
+        &kafka.bootstrap_servers(),
+        &[("batch.max_rows", "1000")],
+    )
+    .await;
     let n: u64 = 80_000;
     let quarter = n / 4;
     let workers: Vec<_> = (1..=2).map(|s| setup.start_worker(s)).collect();
@@ -50,11 +54,13 @@ async fn partition_leaders_moving_between_three_brokers_lose_and_duplicate_nothi
         let moved = wait_for_new_leader(&kafka, leader).await;
         assert_ne!(moved, leader);
         // The workers go on with the partitions' new leaders while the broker is away.
+        setup.feed(fed * quarter, (fed + 1) * quarter, 6).await;
         setup
-            .feed(fed * quarter, (fed + 1) * quarter, 6)
-            .await;
-        setup
-            .wait_until_at_least(COUNT_ALL, fed * quarter + quarter / 2, Duration::from_secs(120))
+            .wait_until_at_least(
+                COUNT_ALL,
+                fed * quarter + quarter / 2,
+                Duration::from_secs(120),
+            )
             .await;
         tokio::task::block_in_place(|| kafka.restart(index));
     }
@@ -139,12 +145,23 @@ async fn aborted_transactions_of_another_client_are_never_stored() {
     let (committed, aborted) = (seqs("committed"), seqs("aborted"));
     assert!(!aborted.is_empty() && committed.len() + aborted.len() == 3000);
 
+    // kafka-python reading read_committed: the committed lines, and where each partition's
+    // last one is. A partition's stored offset stops after its last message: a transaction
+    // marker or aborted messages after it are skipped when the next message comes.
+    let held = held_records(&python, &brokers);
+    let read: BTreeSet<u64> = held.iter().filter_map(|r| r[3].as_u64()).collect();
+    assert_eq!(read, committed, "what Kafka gives a read_committed reader");
+
     let worker = setup.start_worker(1);
-    wait_at_partition_ends(&setup, &kafka, 3).await;
+    wait_for_stored_offsets(&setup, &after_last_record(&held)).await;
     worker.stop().await.unwrap();
     let stored = stored_seqs(&setup).await;
     assert_eq!(stored, committed, "the committed lines");
-    assert_eq!(setup.count(COUNT_ALL).await, committed.len() as u64, "each once");
+    assert_eq!(
+        setup.count(COUNT_ALL).await,
+        committed.len() as u64,
+        "each once"
+    );
     assert_eq!(stored.intersection(&aborted).count(), 0);
 }
 
@@ -180,34 +197,36 @@ async fn a_compacted_topic_is_stored_as_kafka_keeps_it_with_its_tombstones_skipp
     messages.extend((0..KEYS).step_by(10).map(|k| message(k, None)));
     setup.produce_raw(messages);
 
-    let read = |python: &std::path::Path| -> Vec<Value> {
-        let out = python::run(python, "kafka_python_peer.py", &["read", &brokers, TOPIC]);
-        let read: Value = serde_json::from_slice(&out.stdout).unwrap();
-        read["records"].as_array().unwrap().clone()
-    };
     let produced = MESSAGES + KEYS / 10;
     let deadline = Instant::now() + Duration::from_secs(120);
-    while read(&python).len() as u64 >= produced {
+    while held_records(&python, &brokers).len() as u64 >= produced {
         assert!(Instant::now() < deadline, "Kafka did not compact the topic");
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     // No more cleaning from here on: what Kafka holds stays as the oracle reads it.
     kafka
-        .set_topic_settings(TOPIC, &[("cleanup.policy", "delete"), ("retention.ms", "-1")])
+        .set_topic_settings(
+            TOPIC,
+            &[("cleanup.policy", "delete"), ("retention.ms", "-1")],
+        )
         .await;
-    let held = read(&python);
+    let held = held_records(&python, &brokers);
     let kept: BTreeSet<u64> = held.iter().filter_map(|r| r[3].as_u64()).collect();
     let tombstones = held.iter().filter(|r| r[3].is_null()).count() as u64;
     assert!(tombstones > 0 && (kept.len() as u64) < MESSAGES);
 
     let worker = setup.start_worker(1);
-    wait_at_partition_ends(&setup, &kafka, 1).await;
+    wait_for_stored_offsets(&setup, &after_last_record(&held)).await;
     let stats = worker.stats.clone();
     worker.stop().await.unwrap();
     assert_eq!(stored_seqs(&setup).await, kept);
     assert_eq!(stats.snapshot().tombstones, tombstones);
     assert_eq!(setup.count(COUNT_ALL).await, kept.len() as u64, "each once");
-    assert_eq!(read(&python), held, "the topic did not change meanwhile");
+    assert_eq!(
+        held_records(&python, &brokers),
+        held,
+        "the topic did not change meanwhile"
+    );
 }
 
 /// A worker stores part of a topic and stops; more arrives, and the topic's retention deletes
@@ -236,7 +255,10 @@ async fn messages_deleted_by_retention_before_they_were_read_are_reported() {
     let n = 40_000;
     setup.feed(first, n, 2).await;
     kafka
-        .set_topic_settings(TOPIC, &[("segment.bytes", "1048576"), ("retention.ms", "1000")])
+        .set_topic_settings(
+            TOPIC,
+            &[("segment.bytes", "1048576"), ("retention.ms", "1000")],
+        )
         .await;
     let stored_at = (first / 2) as i64;
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -244,23 +266,26 @@ async fn messages_deleted_by_retention_before_they_were_read_are_reported() {
         assert!(Instant::now() < deadline, "retention deleted nothing");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    // Retention stops deleting: what is left stays for the oracle and the worker.
+    // Retention stops deleting (it may have taken the whole partition, the segment written
+    // last too), and more arrives: what Kafka holds now stays for the oracle and the worker.
     kafka
         .set_topic_settings(TOPIC, &[("retention.ms", "-1")])
         .await;
-    let out = python::run(&python, "kafka_python_peer.py", &["read", &brokers, TOPIC]);
-    let held: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let left: BTreeSet<u64> = held["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r[3].as_u64().unwrap())
-        .collect();
-    assert!(!left.is_empty() && left.len() < (n - first) as usize);
-    let deleted: i64 = (0..2).map(|p| kafka.watermarks(TOPIC, p).0 - stored_at).sum();
+    let deleted: i64 = (0..2)
+        .map(|p| kafka.watermarks(TOPIC, p).0 - stored_at)
+        .sum();
+    let last = n + 4_000;
+    setup.feed(n, last, 2).await;
+    let held = held_records(&python, &brokers);
+    let left: BTreeSet<u64> = held.iter().map(|r| r[3].as_u64().unwrap()).collect();
+    assert!(left.len() < (last - first) as usize, "some were deleted");
+    assert!(
+        (n..last).all(|seq| left.contains(&seq)),
+        "the last ones are held"
+    );
 
     let worker = setup.spawn_process_holding_partitions(1).await;
-    wait_at_partition_ends(&setup, &kafka, 2).await;
+    wait_for_stored_offsets(&setup, &after_last_record(&held)).await;
     let log_file = worker.log.clone();
     assert!(worker.terminate(Duration::from_secs(60)).success());
     let log = std::fs::read_to_string(&log_file).unwrap_or_default();
@@ -280,17 +305,42 @@ async fn messages_deleted_by_retention_before_they_were_read_are_reported() {
         .iter()
         .map(|l| {
             let (_, rest) = l.split_once(" (").unwrap();
-            rest.split_whitespace().next().unwrap().parse::<i64>().unwrap()
+            rest.split_whitespace()
+                .next()
+                .unwrap()
+                .parse::<i64>()
+                .unwrap()
         })
         .sum();
-    assert_eq!(counted, deleted, "the offsets said lost are those Kafka deleted");
+    assert_eq!(
+        counted, deleted,
+        "the offsets said lost are those Kafka deleted"
+    );
 }
 
-/// Waits until the stored next offset of each of `partitions` is the partition's end.
-async fn wait_at_partition_ends(setup: &Setup, kafka: &Kafka, partitions: i32) {
+/// Every record Kafka holds of the topic, as kafka-python reads it (read_committed):
+/// `[partition, offset, key, seq or null for a tombstone]`.
+fn held_records(python: &std::path::Path, brokers: &str) -> Vec<Value> {
+    let out = python::run(python, "kafka_python_peer.py", &["read", brokers, TOPIC]);
+    let read: Value = serde_json::from_slice(&out.stdout).unwrap();
+    read["records"].as_array().unwrap().clone()
+}
+
+/// Per partition of `records`, the offset after its last record.
+fn after_last_record(records: &[Value]) -> BTreeMap<i64, i64> {
+    let mut after = BTreeMap::new();
+    for r in records {
+        let (partition, offset) = (r[0].as_i64().unwrap(), r[1].as_i64().unwrap());
+        let next = after.entry(partition).or_insert(0);
+        *next = (*next).max(offset + 1);
+    }
+    after
+}
+
+/// Waits until each partition's next offset stored in MySQL is `offsets` gives for it.
+async fn wait_for_stored_offsets(setup: &Setup, offsets: &BTreeMap<i64, i64>) {
     let deadline = Instant::now() + Duration::from_secs(120);
-    for partition in 0..partitions {
-        let end = kafka.watermarks(TOPIC, partition).1;
+    for (partition, offset) in offsets {
         loop {
             let stored = setup
                 .count(&format!(
@@ -298,12 +348,16 @@ async fn wait_at_partition_ends(setup: &Setup, kafka: &Kafka, partitions: i32) {
                      WHERE kafka_partition = {partition}"
                 ))
                 .await as i64;
-            if stored == end {
+            if stored == *offset {
                 break;
             }
             assert!(
+                stored < *offset,
+                "partition {partition}: stored up to {stored}, past its last record"
+            );
+            assert!(
                 Instant::now() < deadline,
-                "partition {partition}: stored up to {stored}, its end is {end}"
+                "partition {partition}: stored up to {stored}, not yet {offset}"
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }

@@ -17,8 +17,7 @@ const PARTITIONS: i32 = 6;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn classic_group_stores_exactly_once_through_kills_joins_and_a_rolling_restart() {
-    exactly_once_through_kills_joins_and_a_rolling_restart(GroupProtocol::Classic, "Classic")
-        .await;
+    exactly_once_through_kills_joins_and_a_rolling_restart(GroupProtocol::Classic, "Classic").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -44,6 +43,8 @@ async fn exactly_once_through_kills_joins_and_a_rolling_restart(
     let n: u64 = 120_000;
     let third = n / 3;
 
+    // Run numbers name the workers' log files: the fleet's apart from those of the workers
+    // killed below (0 and 1).
     let mut fleet = Vec::new();
     for run in 0..3 {
         fleet.push(setup.spawn_process_holding_partitions(100 + run).await);

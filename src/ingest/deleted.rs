@@ -83,9 +83,17 @@ mod tests {
         assert_eq!(reads.gap_before(&key(0), 50), None, "nothing awaited");
         reads.expect(key(0), 10);
         reads.expect(key(1), 20);
-        assert_eq!(reads.gap_before(&key(1), 20), None, "read from where it was to");
+        assert_eq!(
+            reads.gap_before(&key(1), 20),
+            None,
+            "read from where it was to"
+        );
         assert_eq!(reads.gap_before(&key(0), 35), Some(10));
-        assert_eq!(reads.gap_before(&key(0), 90), None, "only the first message");
+        assert_eq!(
+            reads.gap_before(&key(0), 90),
+            None,
+            "only the first message"
+        );
         reads.expect(key(2), 5);
         reads.forget(&key(2));
         assert_eq!(reads.gap_before(&key(2), 9), None, "revoked first");
