@@ -70,12 +70,7 @@ pub fn deleted_unread(start: i64, log_start: i64) -> Option<Range<i64>> {
 mod tests {
     use super::*;
 
-    fn key(partition: i32) -> PartitionKey {
-        PartitionKey {
-            topic: "logs".into(),
-            partition,
-        }
-    }
+    use crate::ingest::partition_key::logs as key;
 
     #[test]
     fn only_an_assignments_first_message_past_its_start_is_a_gap() {

@@ -16,3 +16,12 @@ impl fmt::Display for PartitionKey {
         write!(f, "{}/{}", self.topic, self.partition)
     }
 }
+
+/// Partition `partition` of the topic `logs`, for the unit tests of what keeps partitions.
+#[cfg(test)]
+pub fn logs(partition: i32) -> PartitionKey {
+    PartitionKey {
+        topic: "logs".into(),
+        partition,
+    }
+}

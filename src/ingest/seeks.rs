@@ -85,12 +85,7 @@ impl PendingSeeks {
 mod tests {
     use super::*;
 
-    fn key(partition: i32) -> PartitionKey {
-        PartitionKey {
-            topic: "logs".into(),
-            partition,
-        }
-    }
+    use crate::ingest::partition_key::logs as key;
 
     fn seek(partition: i32, offset: i64, epoch: u64) -> Seek {
         Seek {
