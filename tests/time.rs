@@ -628,6 +628,20 @@ fn durations_count_back_or_forward_from_now() {
         relative("90s ago", "UTC", now),
         utc(2026, 11, 24, 19, 58, 30)
     );
+    // The explorer's URL form: `now-DURATION`, `now+DURATION`.
+    assert_eq!(
+        relative("now-15m", "UTC", now),
+        utc(2026, 11, 24, 19, 45, 0)
+    );
+    assert_eq!(relative("NOW-24h", "UTC", now), utc(2026, 11, 23, 20, 0, 0));
+    assert_eq!(
+        relative("now - 2h 30m", "UTC", now),
+        utc(2026, 11, 24, 17, 30, 0)
+    );
+    assert_eq!(
+        relative("now+1day", "UTC", now),
+        utc(2026, 11, 25, 20, 0, 0)
+    );
     // A zone does not change a duration.
     assert_eq!(
         relative("-15m", "Asia/Shanghai", now),
@@ -694,6 +708,9 @@ fn bad_relative_times_say_what_is_accepted() {
         "-5:00",
         "soon",
         "-999999999999years",
+        "now-",
+        "now-15",
+        "nowadays",
     ] {
         match parse_time_at(bad, &Zone::UTC, now) {
             Ok(t) => panic!("{bad:?} read as {t}"),
