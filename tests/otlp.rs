@@ -328,9 +328,9 @@ async fn otlp_proto_from_the_python_sdk_is_stored_field_by_field() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn otlp_json_from_the_python_sdk_is_stored_field_by_field() {
     let partitions = 2;
-    // OTLP/JSON is about 3.5 times the size of protobuf: 1,200 records stay below Kafka's
-    // default largest message (1,000,000 bytes).
-    let generated = Generated::new("json", 4, 1_200);
+    // OTLP/JSON is about 3.5 times the size of protobuf: 1,000 records (870 KB) stay below
+    // Kafka's default largest message (1,000,000 bytes).
+    let generated = Generated::new("json", 4, 1_000);
     let setup = Setup::with_config_and(
         "otlp_json",
         partitions as i32,
