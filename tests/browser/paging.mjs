@@ -5,20 +5,12 @@
 // Environment: BASE_URL (the server), BIG_FROM and BIG_TO (a range holding one line whose
 // payload has integers past 2^53), RANGE (the query string of a range holding every line, in
 // the CLI's relative form), CLICKS (how many times to page back).
-import { chromium } from "playwright-core";
+import { WAIT, launch, report } from "./chromium.mjs";
 
 const { BASE_URL, BIG_FROM, BIG_TO, RANGE } = process.env;
 const CLICKS = Number(process.env.CLICKS);
-const WAIT = { timeout: 30_000 };
 
-function report(step, fields) {
-  process.stdout.write(JSON.stringify({ step, ...fields }) + "\n");
-}
-
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu"],
-});
+const browser = await launch();
 
 // A new tab at `url`, once its view is drawn.
 async function open(url) {

@@ -635,7 +635,8 @@ fn put_string(out: &mut Vec<u8>, s: &str) -> Result<(), Malformed> {
 mod tests {
     use super::*;
 
-    fn request(api_key: i16, version: i16, body: &[u8]) -> Vec<u8> {
+    /// A request frame: its header (correlation ID 7, client "client"), then `body`.
+    pub(super) fn request(api_key: i16, version: i16, body: &[u8]) -> Vec<u8> {
         let mut frame = Vec::new();
         frame.put_i16(api_key);
         frame.put_i16(version);

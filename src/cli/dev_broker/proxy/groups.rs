@@ -251,17 +251,8 @@ fn put_nullable_string(out: &mut Vec<u8>, s: Option<&str>) -> Result<(), Malform
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::request;
     use super::*;
-
-    fn request(api_key: i16, version: i16, body: &[u8]) -> Vec<u8> {
-        let mut frame = Vec::new();
-        frame.put_i16(api_key);
-        frame.put_i16(version);
-        frame.put_i32(7);
-        put_string(&mut frame, "client").unwrap();
-        frame.put_slice(body);
-        frame
-    }
 
     /// A JoinGroup v5 of `member` offering `range` with `metadata`.
     fn join(member: &str, metadata: &[u8]) -> Vec<u8> {
