@@ -84,6 +84,9 @@ def record(seq, resource, scope):
         "span_id": f"{log.span_id:016x}" if traced else None,
         "flags": int(log.trace_flags) if traced else 0,
         "attributes": attributes,
+        # The doubles' shortest digits, compared as text: a reader that rounds them to a
+        # neighbour would agree with itself on both sides of a comparison of numbers.
+        "double_texts": {key: repr(attributes[key]) for key in ("mean", "seventh")},
         "resource": dict(resource.attributes),
         "scope": {"name": scope.name, "version": scope.version},
         "bad": is_bad(seq),
