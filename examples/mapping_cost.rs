@@ -8,7 +8,10 @@
 //! bytes), and prints the nanoseconds per message of each round and the fastest. It then
 //! prints the fastest of as many rounds of serde_json only reading the same texts, keeping
 //! nothing: what the mapping costs at the least while it accepts and refuses the texts serde_json
-//! does. It allocates with jemalloc, as the `logstamp` binary does.
+//! does. Last, the fastest of as many rounds of serde_json reading MESSAGES doubles (`n / 7 + n`
+//! in their shortest digits, as OTLP/JSON writers write doubles), and how many it read as
+//! another double: what serde_json's `float_roundtrip` (exact floats) costs, built with and
+//! without it. It allocates with jemalloc, as the `logstamp` binary does.
 
 use std::time::Instant;
 
@@ -75,5 +78,23 @@ fn main() -> anyhow::Result<()> {
         reading = reading.min(started.elapsed().as_nanos() as f64 / messages as f64);
     }
     println!("reading alone (serde_json, nothing kept): {reading:.0} ns a message");
+    let doubles: Vec<f64> = (0..messages).map(|n| n as f64 / 7.0 + n as f64).collect();
+    let text = serde_json::to_string(&doubles).context("writing the doubles")?;
+    let (mut per_double, mut misread) = (f64::MAX, 0);
+    for _ in 0..rounds {
+        let started = Instant::now();
+        let read: Vec<f64> =
+            serde_json::from_str(std::hint::black_box(&text)).context("reading the doubles")?;
+        per_double = per_double.min(started.elapsed().as_nanos() as f64 / messages as f64);
+        misread = read
+            .iter()
+            .zip(&doubles)
+            .filter(|(read, written)| read.to_bits() != written.to_bits())
+            .count();
+    }
+    println!(
+        "reading doubles (serde_json): {per_double:.1} ns a double, {misread} of {messages} read \
+         as another double"
+    );
     Ok(())
 }

@@ -31,7 +31,7 @@ pub enum TimeError {
     BadDate(String, &'static str),
     #[error(
         "cannot read time {0:?}: {1}; a relative time is now, today, yesterday, tomorrow, \
-         -DURATION or +DURATION (-15m, -2h, +1day), or DURATION ago (2h ago)"
+         -DURATION or +DURATION (-15m, now-2h, +1day), or DURATION ago (2h ago)"
     )]
     BadRelative(String, String),
 }
@@ -156,8 +156,10 @@ pub fn parse_time(text: &str, zone: &Zone) -> Result<DateTime<Utc>, TimeError> {
 
 /// Parses what a person types for a time: the absolute forms of [`parse_time`], or a time
 /// relative to `now`: `now`; `today`, `yesterday` or `tomorrow` (midnight in `zone`);
-/// `-DURATION` or `DURATION ago` (before now) and `+DURATION` (after now), with durations as
-/// humantime reads them (`15m`, `2h 30m`, `1day`).
+/// `-DURATION`, `now-DURATION` or `DURATION ago` (before now) and `+DURATION` or
+/// `now+DURATION` (after now), with durations as humantime reads them (`15m`, `2h 30m`,
+/// `1day`). The CLI's `--from`/`--to`, the API's `from`/`to` and the explorer's URL all read
+/// times with this one grammar.
 pub fn parse_time_at(
     text: &str,
     zone: &Zone,
@@ -176,6 +178,11 @@ pub fn parse_time_at(
         "tomorrow" => return Ok(midnight(1)),
         _ => {}
     }
+    // `now-15m` and `now + 1h`, as the explorer's URLs write them, are `-15m` and `+1h`.
+    let lower = match lower.strip_prefix("now") {
+        Some(rest) if rest.trim_start().starts_with(['-', '+']) => rest.trim_start(),
+        _ => lower.as_str(),
+    };
     let (sign, duration) = if let Some(rest) = lower.strip_prefix('-') {
         (-1, rest)
     } else if let Some(rest) = lower.strip_prefix('+') {

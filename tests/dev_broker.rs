@@ -87,3 +87,45 @@ fn kafka_python_creates_a_topic_produces_and_consumes_in_a_group() {
     assert_eq!(committed, 40);
     assert!(broker.stop().success());
 }
+
+/// A group of one kafka-python consumer is assigned at once, as Kafka assigns it, on its first
+/// join and on a rejoin (its subscription grown): the mock broker waits the session timeout
+/// less a second for other members to rejoin before it answers any rejoin. The generation the
+/// rejoin gives is the broker's: the consumer reads and commits in it.
+#[test]
+fn a_group_of_one_kafka_python_consumer_is_assigned_at_once() {
+    let python = support::python::python_with("kafka");
+    let broker = DevBroker::start(&["--topic", "first", "--partitions", "2"]);
+    let address = &broker.address;
+    // The second topic exists before the consumer asks for it.
+    round_trip(address, "second");
+    let output = support::python::run(
+        &python,
+        "kafka_python_rejoin.py",
+        &[address, "first", "second", "alone"],
+    );
+    let line = String::from_utf8_lossy(&output.stdout);
+    let result: serde_json::Value = serde_json::from_str(line.trim())
+        .unwrap_or_else(|e| panic!("kafka-python printed {line:?}: {e}"));
+    // Far below the 9 s (10 s session timeout less 1 s) the mock alone waits.
+    for join in ["first", "rejoin"] {
+        let seconds = result[join].as_f64().unwrap();
+        assert!(seconds < 3.0, "{join} join took {seconds} s: {result}");
+    }
+    let partitions = result["partitions"].as_array().unwrap();
+    for held in [
+        serde_json::json!(["first", 0]),
+        serde_json::json!(["first", 1]),
+    ] {
+        assert!(partitions.contains(&held), "{result}");
+    }
+    assert!(
+        partitions.contains(&serde_json::json!(["second", 0])),
+        "{result}"
+    );
+    // The round trip's message, then the one produced after the rejoin, committed.
+    let read = result["read"].as_array().unwrap();
+    assert_eq!(read.last().unwrap(), "after the rejoin", "{result}");
+    assert_eq!(result["committed"], 2, "{result}");
+    assert!(broker.stop().success());
+}

@@ -28,7 +28,7 @@ async fn serve(loaded: &Loaded, overrides: &[(&str, &str)]) -> String {
     .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
-    tokio::spawn(async move { axum::serve(listener, server.router()).await });
+    tokio::spawn(async move { server.serve(listener).await });
     address
 }
 
@@ -350,6 +350,69 @@ async fn bad_requests_say_whose_fault_and_reach_no_sql() {
             .len() as u64,
         LINES
     );
+}
+
+/// The forms `query --from`/`--to` take, relative ones too, as the README says: the range's
+/// instants from `/api/range`, and counts over them.
+#[tokio::test]
+async fn relative_times_are_read_as_the_cli_reads_them() {
+    let loaded = loaded("serve_relative").await;
+    let address = serve(&loaded, &[]).await;
+    for (from, to) in [
+        ("-24h", "now"),
+        ("now-24h", "now"),
+        ("24h ago", "now"),
+        ("now-1d", "now+1h"),
+    ] {
+        let query = format!("from={}&to={}", enc(from), enc(to));
+        let (status, h) = get(&address, &format!("/api/histogram?{query}"), None).await;
+        assert_eq!(status, 200, "{query}: {h}");
+        assert_eq!(h["total"], LINES, "{query}: {h}");
+        let (status, range) = get(&address, &format!("/api/range?{query}"), None).await;
+        assert_eq!(status, 200, "{query}: {range}");
+        let instant = |key: &str| {
+            chrono::DateTime::parse_from_rfc3339(range[key].as_str().unwrap())
+                .unwrap()
+                .timestamp()
+        };
+        let span = instant("to") - instant("from");
+        let hours = if to == "now" { 24 } else { 25 };
+        assert_eq!(span, hours * 3_600, "{query}: {range}");
+        let now = chrono::Utc::now().timestamp();
+        assert!(
+            (now - 5..=now).contains(&(instant("from") + 86_400)),
+            "{range}"
+        );
+    }
+    let (status, body) = get(&address, "/api/range?from=-2h&to=-3h", None).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["parameter"], "to");
+}
+
+/// Requests hyper refuses before any route answer JSON too, naming the limit.
+#[tokio::test]
+async fn a_url_past_the_limit_is_refused_in_json() {
+    let loaded = loaded("serve_long_url").await;
+    let address = serve(&loaded, &[]).await;
+    let filter = |bytes: usize| format!("level = '{}'", "x".repeat(bytes));
+    let path = |bytes: usize| {
+        format!(
+            "/api/rows?{}&where={}",
+            range(loaded.start, loaded.start + 60),
+            enc(&filter(bytes))
+        )
+    };
+    // Under the limit: the API itself answers (no line has that level).
+    let (status, body) = get(&address, &path(60_000), None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["count"], 0);
+    for (bytes, status, limit) in [(70_000, 414, "65534 bytes"), (500_000, 431, "417792 bytes")] {
+        let (got, body) = get(&address, &path(bytes), None).await;
+        assert_eq!(got, status, "{body}");
+        assert_eq!(body["error"]["status"], status, "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(limit), "{message}");
+    }
 }
 
 #[tokio::test]

@@ -16,7 +16,7 @@ use mysql_async::prelude::Queryable;
 use serde_json::Value;
 
 use logstamp::time::format_utc;
-use support::explorer::{Loaded, lines_between, loaded};
+use support::explorer::{LINES, Loaded, lines_between, loaded};
 use support::ingest::{GroupProtocol, TOPIC, Worker, produce_messages, test_overrides};
 use support::kafka::Kafka;
 use support::relay::wait_until;
@@ -98,6 +98,22 @@ fn browser_dir() -> PathBuf {
 
 /// `node explorer.mjs`, its reports arriving on the channel line by line.
 fn drive(base: &str, from: u64, to: u64, artefacts: &Path) -> (Killed, mpsc::Receiver<Value>) {
+    node(
+        "explorer.mjs",
+        &[
+            ("BASE_URL", base),
+            ("FROM", &format_utc(from)),
+            ("TO", &format_utc(to)),
+            ("ARTEFACTS", artefacts.to_str().unwrap()),
+            ("LIVE_LINES", &LIVE_LINES.to_string()),
+            ("WORKER_LINES", &WORKER_LINES.to_string()),
+        ],
+    )
+}
+
+/// `node SCRIPT` (of tests/browser) with `env`, its reports arriving on the channel line by
+/// line.
+fn node(script: &str, env: &[(&str, &str)]) -> (Killed, mpsc::Receiver<Value>) {
     assert!(
         browser_dir().join("node_modules/playwright-core").is_dir(),
         "the browser tests need playwright-core in tests/browser (npm ci there) and Debian's \
@@ -108,13 +124,8 @@ fn drive(base: &str, from: u64, to: u64, artefacts: &Path) -> (Killed, mpsc::Rec
         "the browser tests need Debian's chromium at /usr/bin/chromium; {SET_UP}"
     );
     let mut child = Command::new("node")
-        .arg(browser_dir().join("explorer.mjs"))
-        .env("BASE_URL", base)
-        .env("FROM", format_utc(from))
-        .env("TO", format_utc(to))
-        .env("ARTEFACTS", artefacts)
-        .env("LIVE_LINES", LIVE_LINES.to_string())
-        .env("WORKER_LINES", WORKER_LINES.to_string())
+        .arg(browser_dir().join(script))
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run node: {e}; {SET_UP}"));
@@ -341,4 +352,128 @@ async fn the_page_shows_what_sql_holds_and_follows_new_lines() {
             "{shot}.png"
         );
     }
+}
+
+/// A payload with integers past 2^53: exact in the API, and so on the page.
+const BIG_PAYLOAD: &str =
+    r#"{"big": 9007199254740993, "u64": 18446744073709551615, "i64": -9223372036854775807}"#;
+/// Times "Older lines" is clicked: past the 2,000 lines a page holds.
+const CLICKS: usize = 25;
+/// Lines one page of the explorer reads, and the most it holds.
+const PAGE: usize = 100;
+const HOLDS: usize = 2_000;
+
+/// The opened line shows the stored document digit for digit; "Older lines" pages back past
+/// the lines a page holds; a URL with `open=ID` (and the view's start) opens the same view in a
+/// new tab; the URL takes the CLI's relative times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_pages_back_shows_exact_numbers_and_shares_deep_lines() {
+    let loaded = loaded("serve_paging").await;
+    // One more line, after the others, with big integers in its payload.
+    let big_second = loaded.start + LINES + 100;
+    let big_id = big_second << 32;
+    let mut conn = loaded.db.conn().await;
+    conn.exec_drop(
+        "INSERT INTO logs (id, level, host, service, message, payload) \
+         VALUES (?, 'info', 'web-big', 'big', 'big numbers', ?)",
+        (big_id, BIG_PAYLOAD),
+    )
+    .await
+    .unwrap();
+    let stored: String = conn
+        .exec_first("SELECT payload FROM logs WHERE id = ?", (big_id,))
+        .await
+        .unwrap()
+        .unwrap();
+    conn.disconnect().await.unwrap();
+    let (_server, base) = serve(&loaded);
+    let (_node, reports) = node(
+        "paging.mjs",
+        &[
+            ("BASE_URL", &base),
+            ("BIG_FROM", &format_utc(big_second)),
+            ("BIG_TO", &format_utc(big_second + 1)),
+            ("RANGE", "from=-7d&to=now"),
+            ("CLICKS", &CLICKS.to_string()),
+        ],
+    );
+    // Every line, newest first, as SQL has them.
+    let mut all: Vec<String> = lines_between(&loaded.db, 0, big_second + 1)
+        .await
+        .into_iter()
+        .map(|(id, _)| id.to_string())
+        .collect();
+    all.reverse();
+    assert_eq!(all.len() as u64, LINES + 1);
+
+    // The opened document, read as JSON by serde_json (exact for 64-bit integers), is the row.
+    let report = next(&reports, "big");
+    let text = report["text"].as_str().unwrap();
+    let document: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(
+        document["payload"],
+        serde_json::from_str::<Value>(&stored).unwrap(),
+        "{text}"
+    );
+    for digits in [
+        "9007199254740993",
+        "18446744073709551615",
+        "-9223372036854775807",
+    ] {
+        assert!(text.contains(digits), "{digits} not in {text}");
+    }
+
+    // `from=-7d&to=now` reads as the CLI reads it: the newest 100 lines.
+    let report = next(&reports, "first");
+    let ids = |report: &Value| -> Vec<String> {
+        report["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|id| id.as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ids(&report), all[..PAGE], "{}", report["status"]);
+
+    // Line 151 opened after one "Older lines": its URL opens it in a new tab, in the same view.
+    let report = next(&reports, "opened-151");
+    assert_eq!(report["opened"], serde_json::json!([all[150]]));
+    assert_eq!(report["view"]["open"], all[150]);
+    let shared = next(&reports, "shared-151");
+    assert_eq!(shared["opened"], serde_json::json!([all[150]]), "{shared}");
+    assert_eq!(ids(&shared), all[..2 * PAGE]);
+
+    // Each click moves the view back by a page; past 2,000 lines the newest leave it.
+    for click in 1..=CLICKS {
+        let report = next(&reports, "older");
+        assert_eq!(report["click"], click);
+        let end = (click + 2) * PAGE;
+        let start = end.saturating_sub(HOLDS);
+        assert_eq!(report["count"], end - start, "{report}");
+        assert_eq!(report["newest"], all[start], "click {click}: {report}");
+        assert_eq!(report["oldest"], all[end - 1], "click {click}: {report}");
+        assert_eq!(report["more"], true);
+        if start > 0 {
+            let status = report["status"].as_str().unwrap();
+            assert!(status.contains("2,000 lines"), "{status}");
+        }
+    }
+    let end = (CLICKS + 2) * PAGE;
+    let report = next(&reports, "paged");
+    assert_eq!(ids(&report), all[end - HOLDS..end]);
+    assert_eq!(report["view"]["before"], all[end - HOLDS - 1]);
+
+    // A line deep in the paged view, opened and shared: the new tab shows the same lines, and
+    // that one open.
+    let opened = next(&reports, "opened-deep");
+    let deep = &all[end - HOLDS + 1_500];
+    assert_eq!(opened["opened"], serde_json::json!([deep]));
+    let shared = next(&reports, "shared-deep");
+    assert_eq!(shared["opened"], serde_json::json!([deep]), "{shared}");
+    assert_eq!(shared["view"], opened["view"]);
+    let shown = ids(&shared);
+    assert_eq!(shown[0], all[end - HOLDS], "{}", shared["status"]);
+    assert_eq!(shown, all[end - HOLDS..end - HOLDS + shown.len()]);
+    assert!(shown.contains(deep));
+    next(&reports, "done");
 }

@@ -628,6 +628,15 @@ fn durations_count_back_or_forward_from_now() {
         relative("90s ago", "UTC", now),
         utc(2026, 11, 24, 19, 58, 30)
     );
+    // The explorer's URL form: `now-DURATION`, `now+DURATION`.
+    for (text, want) in [
+        ("now-15m", utc(2026, 11, 24, 19, 45, 0)),
+        ("NOW-24h", utc(2026, 11, 23, 20, 0, 0)),
+        ("now - 2h 30m", utc(2026, 11, 24, 17, 30, 0)),
+        ("now+1day", utc(2026, 11, 25, 20, 0, 0)),
+    ] {
+        assert_eq!(relative(text, "UTC", now), want, "{text}");
+    }
     // A zone does not change a duration.
     assert_eq!(
         relative("-15m", "Asia/Shanghai", now),
@@ -694,6 +703,9 @@ fn bad_relative_times_say_what_is_accepted() {
         "-5:00",
         "soon",
         "-999999999999years",
+        "now-",
+        "now-15",
+        "nowadays",
     ] {
         match parse_time_at(bad, &Zone::UTC, now) {
             Ok(t) => panic!("{bad:?} read as {t}"),

@@ -50,7 +50,7 @@ pub fn run(args: ServeArgs, sources: Sources) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("listening on serve.listen {listen}"))?;
         let address = listener.local_addr().context("reading the address bound")?;
         tracing::info!(%address, "serving the log explorer at http://{address}/ and the API at /api/");
-        axum::serve(listener, server.router())
+        server.serve(listener)
             .with_graceful_shutdown(stop)
             .await
             .context("serving HTTP")?;

@@ -13,6 +13,7 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use chrono::{SecondsFormat, Utc};
 use futures_util::stream;
 use mysql_async::prelude::Queryable;
 use serde::Serialize;
@@ -32,6 +33,7 @@ pub fn router(server: Arc<Server>) -> Router {
     Router::new()
         .route("/api/rows", get(rows))
         .route("/api/histogram", get(histogram))
+        .route("/api/range", get(range))
         .route("/api/tables", get(tables))
         .route("/api/id/{id}", get(decode_id))
         .route("/api/health", get(health))
@@ -114,7 +116,7 @@ fn time_query(
     spec: &TableSpec,
     params: &Params,
 ) -> Result<(TimeQuery, (u64, u64)), ApiError> {
-    let (from, to) = params.time_range(server.settings.max_range)?;
+    let (from, to) = params.time_range(server.settings.max_range, Utc::now())?;
     let mut query = TimeQuery::between(&server.catalog.layout, from, to)
         .map_err(|e| ApiError::bad("from", e))?;
     query.filter = filter(spec, params)?;
@@ -202,7 +204,7 @@ async fn read_rows(server: Arc<Server>, q: Option<String>) -> Result<Response, A
         }
         Some("event") => {
             query::event_column(&spec).map_err(|e| ApiError::bad("time", e))?;
-            let (from, to) = params.time_range(server.settings.max_range)?;
+            let (from, to) = params.time_range(server.settings.max_range, Utc::now())?;
             let mut query = EventQuery::between(from, to);
             query.filter = filter(&spec, &params)?;
             query.limit = Some(limit);
@@ -419,6 +421,25 @@ async fn count_histogram(server: &Server, q: Option<String>) -> Result<Response,
         StatusCode::OK,
         &assemble(range, interval, by.as_str(), counts, sources),
     ))
+}
+
+/// `GET /api/range?from&to[&tz]`: the instants `from` and `to` denote now, checked as the
+/// other endpoints check them. The page resolves its URL's times (`now-1h`, `-2h`,
+/// `yesterday`) here, so one grammar reads them all, and its histogram and rows then ask for
+/// the same instants.
+async fn range(State(server): State<Arc<Server>>, RawQuery(q): RawQuery) -> Response {
+    let resolved = Params::parse(q.as_deref(), &["from", "to", "tz"])
+        .and_then(|params| params.time_range(server.settings.max_range, Utc::now()));
+    match resolved {
+        Ok((from, to)) => {
+            let text = |t: chrono::DateTime<Utc>| t.to_rfc3339_opts(SecondsFormat::Millis, true);
+            json(
+                StatusCode::OK,
+                &serde_json::json!({"from": text(from), "to": text(to)}),
+            )
+        }
+        Err(e) => e.into_response(),
+    }
 }
 
 /// `GET /api/tables`: the tables, their columns and rollups, the ID layout, the limits, and

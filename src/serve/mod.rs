@@ -5,6 +5,7 @@
 //! under the server's own limit, `serve.statement_timeout`, on a read-only session).
 
 mod api;
+mod listener;
 mod page;
 pub mod request;
 pub mod settings;
@@ -15,8 +16,10 @@ use std::time::Duration;
 use axum::Router;
 use mysql_async::Pool;
 use mysql_async::prelude::Queryable;
+use tokio::net::TcpListener;
 use tokio::sync::OnceCell;
 
+pub use listener::JsonListener;
 pub use settings::ServeSettings;
 
 use crate::id::Layout;
@@ -71,8 +74,14 @@ impl Server {
     }
 
     /// The API under `/api/` and the page at `/`.
-    pub fn router(self) -> Router {
+    fn router(self) -> Router {
         api::router(Arc::new(self)).merge(page::router())
+    }
+
+    /// Serves the page and the API on `listener`; the requests hyper refuses before routing
+    /// (a URL over 65,534 bytes, say) are answered in JSON too.
+    pub fn serve(self, listener: TcpListener) -> axum::serve::Serve<JsonListener, Router, Router> {
+        axum::serve(JsonListener(listener), self.router())
     }
 
     /// A pooled connection with this server's limits set on its session.

@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::mysql::Ident;
 use crate::store::query::{Condition, Count, Literal, Op};
 use crate::store::rollup_plan::RollupPlan;
-use crate::time::{Zone, ceil_seconds, floor_seconds, format_utc, parse_time};
+use crate::time::{Zone, ceil_seconds, floor_seconds, format_utc, parse_time_at};
 
 /// Why a request was not answered, and so its status code: 4xx the caller's fault, 5xx ours
 /// or the database's.
@@ -39,6 +39,9 @@ pub enum ApiError {
     /// 500: anything else.
     #[error("{0}")]
     Internal(String),
+    /// A request hyper refused before routing it (too long, or not HTTP/1), with its status.
+    #[error("{message}")]
+    Unreadable { status: u16, message: String },
 }
 
 impl ApiError {
@@ -58,6 +61,7 @@ impl ApiError {
             ApiError::Unavailable(_) => 503,
             ApiError::Timeout(_) => 504,
             ApiError::Internal(_) => 500,
+            ApiError::Unreadable { status, .. } => *status,
         }
     }
 
@@ -122,17 +126,19 @@ impl Params {
     }
 
     /// `from` and `to` (with `tz` for times without an offset), `from` before `to`, at most
-    /// `max_range` apart.
+    /// `max_range` apart. They take what `query --from`/`--to` take, relative times (`-24h`,
+    /// `now-24h`, `yesterday`) counted from `now`, one instant for both.
     pub fn time_range(
         &self,
         max_range: Duration,
+        now: DateTime<Utc>,
     ) -> Result<(DateTime<Utc>, DateTime<Utc>), ApiError> {
         let zone: Zone = match self.get("tz") {
             Some(tz) => tz.parse().map_err(|e| ApiError::bad("tz", e))?,
             None => Zone::UTC,
         };
         let at = |name: &str| {
-            parse_time(self.required(name)?, &zone).map_err(|e| ApiError::bad(name, e))
+            parse_time_at(self.required(name)?, &zone, now).map_err(|e| ApiError::bad(name, e))
         };
         let (from, to) = (at("from")?, at("to")?);
         if from >= to {
@@ -361,14 +367,15 @@ mod tests {
     #[test]
     fn time_ranges_are_ordered_and_bounded() {
         let day = Duration::from_secs(86_400);
+        let now = Utc::now();
         let p = params("from=2040-01-01T00:00:00Z&to=2040-01-01T00:15:00.5Z").unwrap();
-        let (from, to) = p.time_range(day).unwrap();
+        let (from, to) = p.time_range(day, now).unwrap();
         assert_eq!(unix_range(from, to).1 - unix_range(from, to).0, 901);
         let p = params("from=2040-01-01 08:00:00&to=2040-01-01 09:00:00&tz=%2B08:00").unwrap();
-        let (from, _) = p.time_range(day).unwrap();
+        let (from, _) = p.time_range(day, now).unwrap();
         assert_eq!(from.to_rfc3339(), "2040-01-01T00:00:00+00:00");
         let refused = |q: &str, parameter: &str| {
-            let e = params(q).unwrap().time_range(day).unwrap_err();
+            let e = params(q).unwrap().time_range(day, now).unwrap_err();
             assert_eq!(e.body()["error"]["parameter"], parameter, "{q}: {e}");
         };
         refused("to=2040-01-02", "from");
@@ -376,6 +383,41 @@ mod tests {
         refused("from=2040-01-02&to=2040-01-01", "to");
         refused("from=2040-01-01&to=2040-01-03", "from");
         refused("from=2040-01-01&to=2040-01-02&tz=Mars/Base", "tz");
+    }
+
+    #[test]
+    fn relative_times_read_as_the_cli_reads_them_from_one_now() {
+        let day = Duration::from_secs(86_400);
+        let now = DateTime::parse_from_rfc3339("2040-01-02T10:30:00Z")
+            .unwrap()
+            .to_utc();
+        let range = |q: &str| {
+            let (from, to) = params(q)
+                .unwrap()
+                .time_range(day, now)
+                .unwrap_or_else(|e| panic!("{q}: {e}"));
+            (from.to_rfc3339(), to.to_rfc3339())
+        };
+        let last_day = (
+            "2040-01-01T10:30:00+00:00".to_string(),
+            "2040-01-02T10:30:00+00:00".to_string(),
+        );
+        assert_eq!(range("from=-24h&to=now"), last_day);
+        assert_eq!(range("from=now-24h&to=now"), last_day);
+        assert_eq!(range("from=24h ago&to=now"), last_day);
+        assert_eq!(range("from=now-1d&to=now"), last_day);
+        assert_eq!(
+            range("from=today&to=now&tz=%2B08:00"),
+            (
+                "2040-01-01T16:00:00+00:00".to_string(),
+                "2040-01-02T10:30:00+00:00".to_string()
+            )
+        );
+        let e = params("from=now-2d&to=now")
+            .unwrap()
+            .time_range(day, now)
+            .unwrap_err();
+        assert_eq!(e.body()["error"]["parameter"], "from", "{e}");
     }
 
     #[test]

@@ -49,8 +49,12 @@ pub fn records(encoding: Encoding, message: &[u8]) -> Result<Vec<Json>, MapError
     let request = match encoding {
         Encoding::Proto => ExportLogsServiceRequest::decode(message)
             .map_err(|e| MapError::NotOtlp(format!("protobuf: {e}")))?,
-        Encoding::Json => serde_json::from_slice(message)
-            .map_err(|e| MapError::NotOtlp(format!("OTLP/JSON: {e}")))?,
+        Encoding::Json => {
+            let not_otlp = |e: serde_json::Error| MapError::NotOtlp(format!("OTLP/JSON: {e}"));
+            let mut request: Json = serde_json::from_slice(message).map_err(not_otlp)?;
+            fill_request(&mut request);
+            serde_json::from_value(request).map_err(not_otlp)?
+        }
     };
     let mut documents = Vec::new();
     for resource_logs in &request.resource_logs {
@@ -177,6 +181,112 @@ fn value(any: &AnyValue) -> Option<Json> {
         // A reference into a profile's string table: only the profiling signal has one.
         StringValueStrindex(_) => return None,
     })
+}
+
+// proto3 JSON: a field left out (or `null`) has its default value, and protobuf's own JSON
+// writers leave out empty repeated fields and empty strings (the SDK writes an empty list as
+// `{"arrayValue": {}}`). The `opentelemetry-proto` crate's types require some of those fields
+// (`ArrayValue.values`, `KeyValueList.values`, `KeyValue.key`, every field of `EntityRef`); the
+// functions below give each of them its default before the request is read, along every path
+// of a logs request that holds one.
+
+/// Fills the defaults of an `ExportLogsServiceRequest`.
+fn fill_request(request: &mut Json) {
+    drop_nulls(request);
+    for resource_logs in elements(request, "resourceLogs") {
+        drop_nulls(resource_logs);
+        if let Some(resource) = member(resource_logs, "resource") {
+            drop_nulls(resource);
+            for pair in elements(resource, "attributes") {
+                fill_key_value(pair);
+            }
+            for entity in elements(resource, "entityRefs") {
+                drop_nulls(entity);
+                for (field, empty) in [
+                    ("schemaUrl", Json::from("")),
+                    ("type", Json::from("")),
+                    ("idKeys", Json::Array(Vec::new())),
+                    ("descriptionKeys", Json::Array(Vec::new())),
+                ] {
+                    default_to(entity, field, empty);
+                }
+            }
+        }
+        for scope_logs in elements(resource_logs, "scopeLogs") {
+            drop_nulls(scope_logs);
+            if let Some(scope) = member(scope_logs, "scope") {
+                drop_nulls(scope);
+                for pair in elements(scope, "attributes") {
+                    fill_key_value(pair);
+                }
+            }
+            for record in elements(scope_logs, "logRecords") {
+                drop_nulls(record);
+                if let Some(body) = member(record, "body") {
+                    fill_any_value(body);
+                }
+                for pair in elements(record, "attributes") {
+                    fill_key_value(pair);
+                }
+            }
+        }
+    }
+}
+
+fn fill_key_value(pair: &mut Json) {
+    drop_nulls(pair);
+    default_to(pair, "key", Json::from(""));
+    if let Some(value) = member(pair, "value") {
+        fill_any_value(value);
+    }
+}
+
+fn fill_any_value(any: &mut Json) {
+    if let Some(array) = member(any, "arrayValue") {
+        drop_nulls(array);
+        default_to(array, "values", Json::Array(Vec::new()));
+        for value in elements(array, "values") {
+            fill_any_value(value);
+        }
+    }
+    if let Some(list) = member(any, "kvlistValue") {
+        drop_nulls(list);
+        default_to(list, "values", Json::Array(Vec::new()));
+        for pair in elements(list, "values") {
+            fill_key_value(pair);
+        }
+    }
+}
+
+/// Leaves out the fields of a message given as `null`, which then take their defaults.
+fn drop_nulls(message: &mut Json) {
+    if let Some(fields) = message.as_object_mut() {
+        fields.retain(|_, value| !value.is_null());
+    }
+}
+
+/// `object[field]` when `object` is an object with that field set (not `null`); `None`
+/// otherwise, leaving what is not an object for the decoder to refuse.
+fn member<'a>(object: &'a mut Json, field: &str) -> Option<&'a mut Json> {
+    object.get_mut(field).filter(|value| !value.is_null())
+}
+
+/// The elements of the array `object[field]`, none when it is absent or not an array.
+fn elements<'a>(object: &'a mut Json, field: &str) -> impl Iterator<Item = &'a mut Json> {
+    member(object, field)
+        .and_then(Json::as_array_mut)
+        .into_iter()
+        .flatten()
+}
+
+/// Sets `object[field]` to `empty` when it is absent or `null`.
+fn default_to(object: &mut Json, field: &str, empty: Json) {
+    if let Some(object) = object.as_object_mut() {
+        let value = object.entry(field).or_insert(Json::Null);
+        if value.is_null() {
+            *value = empty;
+        }
+    }
 }
 
 /// proto3 JSON's names for the doubles JSON has no number for.

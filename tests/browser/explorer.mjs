@@ -5,21 +5,13 @@
 // Environment: BASE_URL (the server), FROM and TO (a range of loaded lines), ARTEFACTS (a
 // directory), LIVE_LINES (how many lines the test inserts while the page is live), WORKER_LINES
 // (how many lines workers then ingest).
-import { chromium } from "playwright-core";
+import { WAIT, launch, report } from "./chromium.mjs";
 
 const { BASE_URL, FROM, TO, ARTEFACTS } = process.env;
 const LIVE_LINES = Number(process.env.LIVE_LINES);
 const WORKER_LINES = Number(process.env.WORKER_LINES);
-const WAIT = { timeout: 30_000 };
 
-function report(step, fields) {
-  process.stdout.write(JSON.stringify({ step, ...fields }) + "\n");
-}
-
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu"],
-});
+const browser = await launch();
 try {
   const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
   page.on("pageerror", (e) => report("page-error", { message: String(e) }));

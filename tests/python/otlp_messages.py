@@ -40,7 +40,9 @@ def record(seq, resource, scope):
     # Every 5th record has no time of its own: its observed time stands in.
     timestamp = None if seq % 5 == 0 else BASE_NANOS + seq * 1_000_003
     observed = BASE_NANOS + seq * 1_000_003 + 777
-    body = ({"event": "checkout", "items": [seq, seq + 0.5], "paid": seq % 2 == 0}
+    # Empty lists and maps: protobuf's JSON writer leaves their `values` out.
+    body = ({"event": "checkout", "items": [seq, seq + 0.5], "paid": seq % 2 == 0,
+             "none": [], "empty": {}}
             if seq % 4 == 0 else f"request {seq} served \u00e9")
     if is_bad(seq):
         for _ in range(32):
@@ -51,6 +53,11 @@ def record(seq, resource, scope):
         "http.status": 200 + seq % 4 * 100,
         "big": 2**62 + seq,
         "ratio": seq / 8,
+        # Doubles whose shortest digits some JSON readers round to a neighbour:
+        # 878 / 7 is 125.42857142857143.
+        "mean": 878 / 7,
+        "seventh": seq / 7,
+        "none": [],
         "cached": seq % 2 == 1,
         "tags": ["a", f"t{seq % 3}"],
     }
@@ -77,6 +84,9 @@ def record(seq, resource, scope):
         "span_id": f"{log.span_id:016x}" if traced else None,
         "flags": int(log.trace_flags) if traced else 0,
         "attributes": attributes,
+        # The doubles' shortest digits, compared as text: a reader that rounds them to a
+        # neighbour would agree with itself on both sides of a comparison of numbers.
+        "double_texts": {key: repr(attributes[key]) for key in ("mean", "seventh")},
         "resource": dict(resource.attributes),
         "scope": {"name": scope.name, "version": scope.version},
         "bad": is_bad(seq),

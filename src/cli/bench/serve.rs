@@ -136,7 +136,7 @@ async fn bench_in(settings: &Settings, args: &ServeArgs) -> anyhow::Result<Vec<M
     )?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let address = listener.local_addr()?.to_string();
-    let served = tokio::spawn(async move { axum::serve(listener, server.router()).await });
+    let served = tokio::spawn(async move { server.serve(listener).await });
 
     let range = format!("from={}&to={}", format_utc(day), format_utc(day + DAY));
     let errors = "&where=level%20%3D%20%27error%27";

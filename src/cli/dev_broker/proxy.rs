@@ -14,6 +14,9 @@
 //! - **The controller.** The mock's Metadata answers name broker 0, which does not exist, as
 //!   the controller; admin clients send CreateTopics to the controller, so the forwarder names
 //!   a broker that does.
+//! - **Rejoining a group of one.** The mock answers any rejoin only after its session timeout
+//!   less a second; the forwarder answers the rejoin of a group's only member at once, as Kafka
+//!   does ([`groups`]).
 //!
 //! Every other request passes through unchanged. Kafka answers the requests of a connection in
 //! order, and clients rely on it: the answers the forwarder makes take their request's place
@@ -29,6 +32,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
 use logstamp::ingest::local_cluster::{LocalCluster, LocalClusterError};
+
+mod groups;
+
+use groups::{GroupRoute, Groups, Joining};
 
 const PRODUCE: i16 = 0;
 const METADATA: i16 = 3;
@@ -63,6 +70,7 @@ const UNKNOWN_SERVER_ERROR: i16 = -1;
 
 /// Forwards every connection to `listener` to the mock broker at `broker`.
 pub async fn serve(listener: TcpListener, broker: SocketAddr, cluster: Arc<LocalCluster>) {
+    let groups = Arc::new(Groups::default());
     loop {
         let client = match listener.accept().await {
             Ok((client, _)) => client,
@@ -74,8 +82,9 @@ pub async fn serve(listener: TcpListener, broker: SocketAddr, cluster: Arc<Local
             }
         };
         let cluster = cluster.clone();
+        let groups = groups.clone();
         tokio::spawn(async move {
-            if let Err(e) = connection(client, broker, &cluster).await {
+            if let Err(e) = connection(client, broker, &cluster, &groups).await {
                 tracing::debug!("a forwarded connection ended: {e}");
             }
         });
@@ -85,24 +94,34 @@ pub async fn serve(listener: TcpListener, broker: SocketAddr, cluster: Arc<Local
 /// Who answers a request.
 #[derive(Debug)]
 enum Answer {
-    /// The mock; its answer to `fix` (an ApiVersions or Metadata request) is corrected.
-    Mock { fix: Option<RequestHeader> },
+    /// The mock; its answer is corrected or learnt from, if `fix` says so.
+    Mock { fix: Option<Fix> },
     /// The forwarder, with this frame.
     Here(Vec<u8>),
+}
+
+/// What the forwarder does with an answer of the mock.
+#[derive(Debug)]
+enum Fix {
+    /// Corrects the answer to this ApiVersions or Metadata request.
+    Correct(RequestHeader),
+    /// Learns the group from the answer to this JoinGroup.
+    Learn(Joining),
 }
 
 async fn connection(
     client: TcpStream,
     broker: SocketAddr,
     cluster: &LocalCluster,
+    groups: &Groups,
 ) -> io::Result<()> {
     let upstream = TcpStream::connect(broker).await?;
     let (client_in, client_out) = client.into_split();
     let (mock_in, mock_out) = upstream.into_split();
     let (answers, queue) = mpsc::unbounded_channel();
     tokio::try_join!(
-        requests(client_in, mock_out, answers, cluster),
-        answers_in_order(mock_in, client_out, queue),
+        requests(client_in, mock_out, answers, cluster, groups),
+        answers_in_order(mock_in, client_out, queue, groups),
     )?;
     Ok(())
 }
@@ -114,19 +133,18 @@ async fn requests(
     mut mock: impl AsyncWrite + Unpin,
     answers: mpsc::UnboundedSender<Answer>,
     cluster: &LocalCluster,
+    groups: &Groups,
 ) -> io::Result<()> {
     while let Some(frame) = read_frame(&mut client).await? {
-        let answer = match route(&frame).map_err(malformed)? {
-            Route::Answer(answer) => Some(Answer::Here(answer)),
-            Route::CreateTopics => Some(Answer::Here(
-                create_topics(&frame, cluster).map_err(malformed)?,
-            )),
-            Route::Mock { answered } => {
+        let answer = match groups.route(&frame).map_err(malformed)? {
+            Some(GroupRoute::Answer(answer)) => Some(Answer::Here(answer)),
+            Some(GroupRoute::Watch(joining)) => {
                 write_frame(&mut mock, &frame).await?;
-                answered.then(|| Answer::Mock {
-                    fix: answer_to_fix(&frame),
+                Some(Answer::Mock {
+                    fix: Some(Fix::Learn(joining)),
                 })
             }
+            None => forwarded(&frame, &mut mock, cluster).await?,
         };
         if let Some(answer) = answer {
             // The other half is gone only if it failed: its error is the one to report.
@@ -138,11 +156,33 @@ async fn requests(
     mock.shutdown().await
 }
 
+/// Routes a request that is not the groups': forwards it to the mock or answers it; returns
+/// who answers, if anyone does.
+async fn forwarded(
+    frame: &[u8],
+    mock: &mut (impl AsyncWrite + Unpin),
+    cluster: &LocalCluster,
+) -> io::Result<Option<Answer>> {
+    Ok(match route(frame).map_err(malformed)? {
+        Route::Answer(answer) => Some(Answer::Here(answer)),
+        Route::CreateTopics => Some(Answer::Here(
+            create_topics(frame, cluster).map_err(malformed)?,
+        )),
+        Route::Mock { answered } => {
+            write_frame(mock, frame).await?;
+            answered.then(|| Answer::Mock {
+                fix: answer_to_fix(frame).map(Fix::Correct),
+            })
+        }
+    })
+}
+
 /// Sends the client each answer in the order of its requests.
 async fn answers_in_order(
     mock: impl AsyncRead + Unpin,
     mut client: impl AsyncWrite + Unpin,
     mut queue: mpsc::UnboundedReceiver<Answer>,
+    groups: &Groups,
 ) -> io::Result<()> {
     let hung_up = || io::Error::new(io::ErrorKind::UnexpectedEof, "the mock broker hung up");
     let mut mock = BufReader::new(mock);
@@ -169,7 +209,11 @@ async fn answers_in_order(
             Answer::Mock { fix } => {
                 let frame = read_frame(&mut mock).await?.ok_or_else(hung_up)?;
                 match fix {
-                    Some(request) => fixed(frame, &request).map_err(malformed)?,
+                    Some(Fix::Correct(request)) => fixed(frame, &request).map_err(malformed)?,
+                    Some(Fix::Learn(joining)) => {
+                        groups.joined(&joining, &frame).map_err(malformed)?;
+                        frame
+                    }
                     None => frame,
                 }
             }
@@ -591,7 +635,8 @@ fn put_string(out: &mut Vec<u8>, s: &str) -> Result<(), Malformed> {
 mod tests {
     use super::*;
 
-    fn request(api_key: i16, version: i16, body: &[u8]) -> Vec<u8> {
+    /// A request frame: its header (correlation ID 7, client "client"), then `body`.
+    pub(super) fn request(api_key: i16, version: i16, body: &[u8]) -> Vec<u8> {
         let mut frame = Vec::new();
         frame.put_i16(api_key);
         frame.put_i16(version);
@@ -683,7 +728,9 @@ mod tests {
         let (mock, mut mock_end) = tokio::io::duplex(1024);
         let (client, mut client_end) = tokio::io::duplex(1024);
         let (answers, queue) = mpsc::unbounded_channel();
-        let forwarding = tokio::spawn(answers_in_order(mock, client, queue));
+        let groups = Groups::default();
+        let forwarding =
+            tokio::spawn(async move { answers_in_order(mock, client, queue, &groups).await });
         // The mock's answer arrives before its place in the queue is known.
         write_frame(&mut mock_end, b"mock").await.unwrap();
         tokio::task::yield_now().await;

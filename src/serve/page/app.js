@@ -17,8 +17,10 @@ const LIVE_EVERY_MS = 2000;
 // Pages of rows one live refresh reads at most.
 const LIVE_MAX_PAGES = 10;
 
+// `before`: the view starts below this ID (its newer lines left the page as older ones were
+// paged in); `open`: the ID of the line opened.
 const view = {
-  table: "", from: "now-15m", to: "now", where: "", live: false, open: "",
+  table: "", from: "now-15m", to: "now", where: "", live: false, before: "", open: "",
 };
 let catalog = null;
 let epoch = 0n;
@@ -33,9 +35,11 @@ let generation = 0; // bumped on every new view, so stale answers are dropped
 
 function readUrl() {
   const p = new URLSearchParams(location.search);
-  for (const key of ["table", "from", "to", "where", "open"]) {
+  for (const key of ["table", "from", "to", "where"]) {
     if (p.has(key)) view[key] = p.get(key);
   }
+  view.before = p.get("before") ?? "";
+  view.open = p.get("open") ?? "";
   view.live = p.get("live") === "1";
 }
 
@@ -46,6 +50,7 @@ function writeUrl(push) {
   p.set("to", view.to);
   if (view.where) p.set("where", view.where);
   if (view.live) p.set("live", "1");
+  if (view.before) p.set("before", view.before);
   if (view.open) p.set("open", view.open);
   const url = "?" + p.toString();
   if (url === location.search) return;
@@ -54,19 +59,17 @@ function writeUrl(push) {
 
 // ---- times ----
 
-const RELATIVE = /^now(?:-(\d+)([smhd]))?$/;
-const UNIT = { s: 1, m: 60, h: 3600, d: 86400 };
+// The instants the view's times denote now. The server reads them, with the grammar of
+// `query --from`/`--to` (`now-1h`, `-2h`, `yesterday`, RFC 3339, ...), so the URL takes what
+// the CLI and the API take.
+async function resolveRange() {
+  const answer = await api("/api/range", { from: view.from, to: view.to });
+  return { from: new Date(answer.from), to: new Date(answer.to) };
+}
 
-// A time of the view: `now`, `now-15m`, or an absolute time (RFC 3339; without an offset, UTC).
-function resolve(text, now) {
-  const m = RELATIVE.exec(text.trim());
-  if (m) return new Date(now.getTime() - (m[1] ? Number(m[1]) * UNIT[m[2]] * 1000 : 0));
-  let t = text.trim().replace(" ", "T");
-  if (/^\d{4}-\d\d-\d\d$/.test(t)) t += "T00:00:00";
-  if (!/(Z|[+-]\d\d:?\d\d)$/.test(t)) t += "Z";
-  const d = new Date(t);
-  if (isNaN(d.getTime())) throw new Error(`cannot read time ${JSON.stringify(text)}: use RFC 3339 (2026-11-25T08:00:00Z)`);
-  return d;
+// Whether the view's range ends now, as live mode needs.
+function endsNow() {
+  return view.to.trim().toLowerCase() === "now";
 }
 
 function iso(d) {
@@ -81,9 +84,96 @@ function idTime(id) {
   return new Date(Number((id >> 32n) + epoch) * 1000);
 }
 
+// ---- exact JSON ----
+//
+// A row's document may hold numbers JavaScript's cannot: integers past 2^53 (a u64, an i64)
+// would be rounded by JSON.parse. Rows are read by this parser instead, which keeps every
+// number JavaScript would not write back the same as its text (an `Exact`), and shown by
+// `pretty`, which writes that text back: the opened line is the stored document, digit for digit.
+
+class Exact {
+  constructor(text) { this.text = text; }
+  toString() { return this.text; }
+}
+
+const TOKEN = {
+  space: /[ \t\n\r]*/y,
+  string: /"(?:[^"\\]|\\.)*"/y,
+  number: /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?/y,
+};
+
+function readExact(text) {
+  let at = 0;
+  const take = (pattern) => {
+    pattern.lastIndex = at;
+    const m = pattern.exec(text);
+    if (!m) return null;
+    at = pattern.lastIndex;
+    return m[0];
+  };
+  const fail = () => { throw new SyntaxError(`not JSON at character ${at}`); };
+  const value = () => {
+    take(TOKEN.space);
+    const c = text[at];
+    if (c === "{") {
+      at++;
+      const object = {};
+      take(TOKEN.space);
+      if (text[at] === "}") { at++; return object; }
+      for (;;) {
+        take(TOKEN.space);
+        const key = take(TOKEN.string) ?? fail();
+        take(TOKEN.space);
+        if (text[at++] !== ":") fail();
+        object[JSON.parse(key)] = value();
+        take(TOKEN.space);
+        const next = text[at++];
+        if (next === "}") return object;
+        if (next !== ",") fail();
+      }
+    }
+    if (c === "[") {
+      at++;
+      const array = [];
+      take(TOKEN.space);
+      if (text[at] === "]") { at++; return array; }
+      for (;;) {
+        array.push(value());
+        take(TOKEN.space);
+        const next = text[at++];
+        if (next === "]") return array;
+        if (next !== ",") fail();
+      }
+    }
+    if (c === "\"") return JSON.parse(take(TOKEN.string) ?? fail());
+    for (const [word, literal] of [["true", true], ["false", false], ["null", null]]) {
+      if (text.startsWith(word, at)) { at += word.length; return literal; }
+    }
+    const number = take(TOKEN.number) ?? fail();
+    return String(Number(number)) === number ? Number(number) : new Exact(number);
+  };
+  const result = value();
+  take(TOKEN.space);
+  if (at !== text.length) fail();
+  return result;
+}
+
+// JSON.stringify(value, null, 2), writing each `Exact` number as its text.
+function pretty(value, indent = "") {
+  if (value instanceof Exact) return value.text;
+  if (value === null || typeof value !== "object") return JSON.stringify(value);
+  const inner = indent + "  ";
+  const items = Array.isArray(value)
+    ? value.map((item) => inner + pretty(item, inner))
+    : Object.entries(value).map(([key, item]) => `${inner}${JSON.stringify(key)}: ${pretty(item, inner)}`);
+  const [open, close] = Array.isArray(value) ? ["[", "]"] : ["{", "}"];
+  return items.length ? `${open}\n${items.join(",\n")}\n${indent}${close}` : open + close;
+}
+
 // ---- the API ----
 
-async function api(path, params) {
+// The answer to a GET of the API, read by `read` (rows: `readExact`).
+async function api(path, params, read = JSON.parse) {
   const url = path + "?" + new URLSearchParams(params).toString();
   const headers = {};
   const token = sessionStorage.getItem("logstamp-token");
@@ -91,9 +181,9 @@ async function api(path, params) {
   const response = await fetch(url, { headers });
   if (response.status === 401) {
     await askToken();
-    return api(path, params);
+    return api(path, params, read);
   }
-  const body = await response.json();
+  const body = read(await response.text());
   if (!response.ok || body.error) {
     const error = new Error(body.error ? body.error.message : `HTTP ${response.status}`);
     error.detail = body.error || {};
@@ -229,7 +319,7 @@ function toggle(tr, entry) {
     const td = document.createElement("td");
     td.colSpan = 5;
     const pre = document.createElement("pre");
-    pre.textContent = JSON.stringify(entry.row, null, 2);
+    pre.textContent = pretty(entry.row);
     td.appendChild(pre);
     detail.appendChild(td);
     tr.after(detail);
@@ -238,8 +328,10 @@ function toggle(tr, entry) {
   writeUrl(false);
 }
 
-// Puts rows on the page in ID order (newest first), each once.
-function addLines(rows, fresh) {
+// Puts rows on the page in ID order (newest first), each once. Past MAX_LINES the oldest lines
+// leave the page, or with `older` (rows paged in below) the newest: the view then starts below
+// them (`view.before`), and says so. Returns how many were added.
+function addLines(rows, fresh, older = false) {
   const body = $("lines").tBodies[0];
   let added = 0;
   for (const row of rows) {
@@ -257,13 +349,24 @@ function addLines(rows, fresh) {
     added++;
     if (view.open && view.open === row.id) toggle(tr, entry);
   }
+  let newestDropped = 0;
   while (lines.length > MAX_LINES) {
-    const dropped = lines.pop();
+    const dropped = older ? lines.shift() : lines.pop();
     const tr = body.querySelector(`tr.line[data-id="${dropped.row.id}"]`);
     if (tr) {
       if (tr.nextElementSibling && tr.nextElementSibling.classList.contains("detail")) tr.nextElementSibling.remove();
       tr.remove();
     }
+    if (view.open === dropped.row.id) view.open = "";
+    if (older) {
+      // Paged past: never read again while this view lasts.
+      shown.delete(dropped.row.id);
+      view.before = dropped.row.id;
+      newestDropped++;
+    }
+  }
+  if (newestDropped) {
+    status(`the page holds ${MAX_LINES.toLocaleString("en")} lines: the ${newestDropped} newest left it; the URL starts the view here`);
   }
   $("lines").dataset.count = lines.length;
   return added;
@@ -302,27 +405,34 @@ function status(text) {
   $("status").textContent = text;
 }
 
+// Loads the view. `push`: a new view the person chose (a history entry), which starts at the
+// newest lines; without it (the page opened, back or forward) the URL's view is reproduced.
 async function load(push) {
   const mine = ++generation;
   stopLive();
+  if (push) view.before = "";
   $("range-error").textContent = "";
   try {
-    const now = new Date();
-    range = { from: resolve(view.from, now), to: resolve(view.to, now) };
-    if (range.from >= range.to) throw new Error("the range ends before it starts");
+    range = await resolveRange();
   } catch (e) {
-    $("range-error").textContent = e.message;
+    if (mine === generation) $("range-error").textContent = e.message;
     return;
   }
+  if (mine !== generation) return;
+  if (view.live && !endsNow()) view.live = false;
+  // Live mode follows the newest lines: a view that starts below them is not live.
+  if (view.live) view.before = "";
   writeUrl(push);
   syncControls();
   clearLines();
   nextCursor = null;
   status("loading…");
   try {
+    const first = { ...baseParams(), limit: PAGE };
+    if (view.before) first.cursor = view.before;
     const [h, page] = await Promise.all([
       api("/api/histogram", histogramParams({})),
-      api("/api/rows", { ...baseParams(), limit: PAGE }),
+      api("/api/rows", first, readExact),
     ]);
     if (mine !== generation) return;
     showFilterError(null);
@@ -331,6 +441,8 @@ async function load(push) {
     nextCursor = page.next;
     $("more").hidden = !nextCursor;
     status(page.rows.length ? "" : "no lines in this range");
+    await pageToOpen(mine);
+    if (mine !== generation) return;
     $("lines").dataset.ready = String(mine);
   } catch (e) {
     if (mine !== generation) return;
@@ -345,14 +457,35 @@ async function load(push) {
   if (view.live) startLive(mine);
 }
 
+// "Older lines": the next page along the cursor. Past MAX_LINES the newest lines leave the page
+// (and live mode, which follows them, stops), so paging back goes on through the whole range.
 async function more() {
   if (!nextCursor) return;
   const mine = generation;
-  const page = await api("/api/rows", { ...baseParams(), limit: PAGE, cursor: nextCursor });
+  const page = await api("/api/rows", { ...baseParams(), limit: PAGE, cursor: nextCursor }, readExact);
   if (mine !== generation) return;
-  addLines(page.rows, false);
+  if (view.live && lines.length + page.rows.length > MAX_LINES) {
+    view.live = false;
+    stopLive();
+    syncControls();
+  }
+  addLines(page.rows, false, true);
   nextCursor = page.next;
   $("more").hidden = !nextCursor;
+  writeUrl(false);
+  $("lines").dataset.paged = String(Number($("lines").dataset.paged || 0) + 1);
+}
+
+// Pages until the line the URL opens is on the page (opening it), as far as the page holds
+// lines: the view it was shared from had paged as far.
+async function pageToOpen(mine) {
+  const oldest = () => lines.length ? lines[lines.length - 1].id : null;
+  for (let pages = 0; view.open && !shown.has(view.open) && nextCursor && pages < MAX_LINES / PAGE; pages++) {
+    if (oldest() !== null && BigInt(view.open) > oldest()) break;
+    await more();
+    if (mine !== generation) return;
+  }
+  if (view.open && !shown.has(view.open)) status(`line ${view.open} is not in this view`);
 }
 
 // ---- live mode ----
@@ -388,13 +521,14 @@ async function refreshLive(mine) {
   const now = new Date();
   const window = catalog.live.window_seconds * 1000;
   const ahead = catalog.live.ahead_seconds * 1000 + 1000;
-  range = { from: resolve(view.from, now), to: resolve(view.to, now) };
+  range = await resolveRange();
+  if (mine !== generation) return;
   const windowFrom = new Date(Math.max(range.from.getTime(), now.getTime() - window));
   const params = { ...baseParams(), from: iso(windowFrom), to: iso(new Date(now.getTime() + ahead)), order: "oldest", limit: catalog.limits.max_rows };
   let added = 0;
   let cursor = null;
   for (let page = 0; page < LIVE_MAX_PAGES; page++) {
-    const answer = await api("/api/rows", cursor ? { ...params, cursor } : params);
+    const answer = await api("/api/rows", cursor ? { ...params, cursor } : params, readExact);
     if (mine !== generation) return;
     added += addLines(answer.rows, true);
     cursor = answer.next;
@@ -417,11 +551,11 @@ async function refreshLive(mine) {
 // ---- controls ----
 
 function syncControls() {
-  const relative = RELATIVE.test(view.from) && view.to === "now";
-  $("preset").value = relative && [...$("preset").options].some((o) => o.value === view.from) ? view.from : "absolute";
+  const preset = endsNow() && [...$("preset").options].some((o) => o.value === view.from);
+  $("preset").value = preset ? view.from : "absolute";
   $("absolute").hidden = $("preset").value !== "absolute";
-  $("from").value = relative ? iso(range.from) : view.from;
-  $("to").value = relative ? iso(range.to) : view.to;
+  $("from").value = preset ? iso(range.from) : view.from;
+  $("to").value = preset ? iso(range.to) : view.to;
   $("filter").value = view.where;
   $("live").checked = view.live;
   $("table").value = view.table;
@@ -520,7 +654,7 @@ function wireControls() {
   $("filter").addEventListener("input", () => showFilterError(null));
   $("live").addEventListener("change", () => {
     view.live = $("live").checked;
-    if (view.live && !(RELATIVE.test(view.from) && view.to === "now")) {
+    if (view.live && !endsNow()) {
       view.from = "now-15m";
       view.to = "now";
     }

@@ -293,3 +293,63 @@ fn array_values_nest_as_json() {
     assert_eq!(value(&nested), Some(json!([{"k": "last"}])));
     assert_eq!(value(&AnyValue { value: None }), None);
 }
+
+/// proto3 JSON: a field left out or `null` is empty. Protobuf's JSON writers leave out empty
+/// repeated fields (the SDK writes an empty list as `{"arrayValue": {}}`), and each such field of
+/// a logs request reads as empty, the message's other records with it.
+#[test]
+fn otlp_json_reads_missing_or_null_fields_as_empty() {
+    let message = json!({"resourceLogs": [{
+        "resource": {"attributes": [{"value": {"stringValue": "no key"}}],
+                     "entityRefs": [{}, {"type": "service", "idKeys": null}]},
+        "scopeLogs": [{"scope": {"attributes": null}, "logRecords": [
+            {"body": {"arrayValue": {}}, "attributes": [
+                {"key": "list", "value": {"arrayValue": {"values": [{"kvlistValue": {}}]}}},
+                {"key": "map", "value": {"kvlistValue": {"values": null}}},
+                {"key": "unset", "value": {}},
+                {"key": "null", "value": null}]},
+            {"body": {"kvlistValue": {}}, "attributes": null},
+            {"body": {"stringValue": "the next record"}}]}]},
+        {"resource": null, "scopeLogs": null}]})
+    .to_string();
+    let documents = records(Encoding::Json, message.as_bytes()).unwrap();
+    let resource = json!({"": "no key"});
+    let scope = json!({"attributes": {}});
+    assert_eq!(
+        documents,
+        [
+            json!({"body": [], "attributes": {"list": [{}], "map": {}, "unset": null, "null": null},
+                   "resource": resource, "scope": scope}),
+            json!({"body": {}, "attributes": {}, "resource": resource, "scope": scope}),
+            json!({"body": "the next record", "attributes": {}, "resource": resource, "scope": scope}),
+        ]
+    );
+}
+
+/// Every double arrives bit for bit, as from protobuf: serde_json reads floats exactly
+/// (`float_roundtrip`), where its default reading is off by a step for some.
+#[test]
+fn otlp_json_doubles_arrive_bit_for_bit() {
+    for text in [
+        "125.42857142857143",
+        "0.30000000000000004",
+        "2.2250738585072014e-308",
+        "1.7976931348623157e308",
+        "5e-324",
+        "-9007199254740993.5",
+    ] {
+        let exact: f64 = text.parse().unwrap();
+        let message = format!(
+            r#"{{"resourceLogs": [{{"scopeLogs": [{{"logRecords": [{{"body": {{"doubleValue": {text}}},
+                "attributes": [{{"key": "d", "value": {{"doubleValue": {text}}}}}]}}]}}]}}]}}"#
+        );
+        let documents = records(Encoding::Json, message.as_bytes()).unwrap();
+        for got in [&documents[0]["body"], &documents[0]["attributes"]["d"]] {
+            assert_eq!(
+                got.as_f64().map(f64::to_bits),
+                Some(exact.to_bits()),
+                "{text}"
+            );
+        }
+    }
+}
