@@ -272,7 +272,7 @@ fn plan(args: PlanArgs, sources: Sources) -> anyhow::Result<ExitCode> {
         ignore_closed_pipe(out.line(&create_log_table_sql(
             &table,
             &settings.store.columns,
-            settings.store.payload,
+            settings.store.payload.kept(),
             &plan,
         )))
         .context("writing output")?;

@@ -34,7 +34,7 @@ impl TableSpec {
         TableSpec {
             table: store.table.clone(),
             columns: store.columns.clone(),
-            payload: store.payload,
+            payload: store.payload.kept(),
             scheme,
             event_time: event_time_ident(&store.event_time),
         }
@@ -48,7 +48,7 @@ impl TableSpec {
             .map(|t| TableSpec {
                 table: t.name.clone(),
                 columns: t.columns.clone(),
-                payload: t.payload,
+                payload: t.payload.kept(),
                 scheme: scheme.clone(),
                 event_time: event_time_ident(&t.event_time),
             })

@@ -10,6 +10,7 @@ pub mod partition_plan;
 pub mod partitions;
 pub mod query;
 pub mod rebuild;
+pub mod residual;
 pub mod rollup;
 pub mod rollup_plan;
 pub mod route;
