@@ -121,13 +121,13 @@ pub fn split<'a>(
             && in_object(document, tokens);
         checked.push((tokens, exact));
     }
-    let taken: Vec<&[Token]> = checked
+    let vetoed: Vec<&[Token]> = checked
         .iter()
-        .filter(|(tokens, _)| checked.iter().all(|(t, exact)| t != tokens || *exact))
+        .filter(|(_, exact)| !exact)
         .map(|(tokens, _)| *tokens)
         .collect();
-    for tokens in taken {
-        take_out(document, tokens);
+    for (tokens, _) in checked.iter().filter(|(t, _)| !vetoed.contains(t)) {
+        take_out(document, tokens, 0, &vetoed);
     }
 }
 
@@ -138,31 +138,30 @@ fn in_object(document: &Json, tokens: &[Token]) -> bool {
     })
 }
 
-/// Removes the member at `tokens`; returns whether `value` is now an object emptied by it (its
-/// parent then removes it too).
-fn take_out(value: &mut Json, tokens: &[Token]) -> bool {
-    let Some((first, rest)) = tokens.split_first() else {
+/// Removes the member at `path` from `value`, found at its first `depth` tokens; returns
+/// whether `value` is now an object emptied by it, which its parent then removes too (unless a
+/// column keeps a value there: `vetoed`).
+fn take_out(value: &mut Json, path: &[Token], depth: usize, vetoed: &[&[Token]]) -> bool {
+    let Some(token) = path.get(depth) else {
         return false;
     };
     match value {
         Json::Object(fields) => {
-            if rest.is_empty() {
-                fields.remove(&first.key);
-            } else {
+            if depth + 1 < path.len() {
                 let emptied = fields
-                    .get_mut(&first.key)
-                    .is_some_and(|child| take_out(child, rest));
+                    .get_mut(&token.key)
+                    .is_some_and(|child| take_out(child, path, depth + 1, vetoed));
                 if !emptied {
                     return false;
                 }
-                fields.remove(&first.key);
             }
-            fields.is_empty()
+            fields.remove(&token.key);
+            fields.is_empty() && !vetoed.contains(&&path[..depth])
         }
         Json::Array(items) => {
             // Array elements stay, even emptied objects: removing one would shift the others.
-            if let Some(child) = first.index.and_then(|i| items.get_mut(i)) {
-                take_out(child, rest);
+            if let Some(child) = token.index.and_then(|i| items.get_mut(i)) {
+                take_out(child, path, depth + 1, vetoed);
             }
             false
         }
