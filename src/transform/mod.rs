@@ -566,3 +566,6 @@ fn depth(value: &Json) -> usize {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod residual_tests;
