@@ -9,10 +9,10 @@ use chrono::NaiveDate;
 use serde_json::{Value as Json, json};
 
 use logstamp::config::{Settings, Sources};
+use logstamp::ingest::sample::log_message;
 use logstamp::mysql::SqlValue;
 use logstamp::store::residual;
 use logstamp::store::settings::PayloadMode;
-use logstamp::ingest::sample::log_message;
 use logstamp::transform::Pipeline;
 
 fn preset(name: &str) -> Settings {
@@ -78,7 +78,11 @@ fn assert_comes_back_whole(settings: &Settings, message: &Json) {
             .as_deref()
             .map(|text| serde_json::from_str(text).unwrap());
         let back = residual::rejoin(kept, paths.iter().map(Option::as_deref).zip(read.iter()));
-        assert_eq!(back, document, "table {index}, residual {:?}", row.residuals[index]);
+        assert_eq!(
+            back, document,
+            "table {index}, residual {:?}",
+            row.residuals[index]
+        );
     }
 }
 

@@ -79,10 +79,9 @@ pub fn as_json(value: &SqlValue) -> Json {
         SqlValue::Uint(n) => Json::from(*n),
         SqlValue::Double(f) => serde_json::Number::from_f64(*f).map_or(Json::Null, Json::Number),
         SqlValue::Bool(b) => Json::Bool(*b),
-        SqlValue::Datetime(t) => Json::String(
-            t.and_utc()
-                .to_rfc3339_opts(SecondsFormat::Millis, true),
-        ),
+        SqlValue::Datetime(t) => {
+            Json::String(t.and_utc().to_rfc3339_opts(SecondsFormat::Millis, true))
+        }
         SqlValue::Json(text) => {
             serde_json::from_str(text).unwrap_or_else(|_| Json::String(text.clone()))
         }
@@ -116,8 +115,7 @@ pub fn split<'a>(
         if tokens.is_empty() || *value == SqlValue::Null {
             continue;
         }
-        let exact = follow(document, tokens)
-            .is_some_and(|original| reads_back_as(value, original))
+        let exact = follow(document, tokens).is_some_and(|original| reads_back_as(value, original))
             && in_object(document, tokens);
         checked.push((tokens, exact));
     }
@@ -133,9 +131,9 @@ pub fn split<'a>(
 
 /// Whether the value at `tokens` (which exists) is an object member.
 fn in_object(document: &Json, tokens: &[Token]) -> bool {
-    tokens.split_last().is_some_and(|(_, parent)| {
-        matches!(follow(document, parent), Some(Json::Object(_)))
-    })
+    tokens
+        .split_last()
+        .is_some_and(|(_, parent)| matches!(follow(document, parent), Some(Json::Object(_))))
 }
 
 /// Removes the member at `path` from `value`, found at its first `depth` tokens; returns

@@ -876,12 +876,13 @@ fn main_row<'a>(row: &'a Row, target: &Target) -> TableRow<'a> {
 }
 
 /// What the `payload` column of table `index` (0: the log table, then the fan-out tables)
-/// keeps of a record, in `mode`.
+/// keeps of a record, in `mode`. A record mapped without its residuals (by a mapping that keeps
+/// none) keeps its whole document, which reads back the same.
 fn payload(row: &Row, index: usize, mode: PayloadMode) -> Option<&str> {
-    match mode {
-        PayloadMode::None => None,
-        PayloadMode::Full => Some(&row.mapped.document),
-        PayloadMode::Residual => row.mapped.residuals.get(index)?.as_deref(),
+    match (mode, row.mapped.residuals.get(index)) {
+        (PayloadMode::None, _) => None,
+        (PayloadMode::Residual, Some(residual)) => residual.as_deref(),
+        (PayloadMode::Full | PayloadMode::Residual, _) => Some(&row.mapped.document),
     }
 }
 

@@ -65,7 +65,10 @@ fn rejoined(columns: &[ColumnSpec], residual: Option<&str>, values: &[SqlValue])
     let paths: Vec<_> = columns.iter().map(|c| parse_pointer(&c.pointer)).collect();
     let read: Vec<Json> = values.iter().map(as_json).collect();
     let residual = residual.map(|text| serde_json::from_str(text).unwrap());
-    rejoin(residual, paths.iter().map(Option::as_deref).zip(read.iter()))
+    rejoin(
+        residual,
+        paths.iter().map(Option::as_deref).zip(read.iter()),
+    )
 }
 
 /// Maps `message` and checks that every table gives the document back; `Err` for a message
@@ -116,7 +119,12 @@ fn otlp_records_come_back_whole() {
     let columns = vec![
         spec("event_time", "/time", ColumnType::Datetime, None),
         spec("severity", "/severity_text", ColumnType::String, Some(16)),
-        spec("service", "/resource/service.name", ColumnType::String, Some(64)),
+        spec(
+            "service",
+            "/resource/service.name",
+            ColumnType::String,
+            Some(64),
+        ),
         spec("body", "/body", ColumnType::Json, None),
         spec("trace_id", "/trace_id", ColumnType::String, Some(32)),
     ];

@@ -15,7 +15,10 @@ fn round_trip(document: &Json, columns: &[(&str, SqlValue)]) -> (Option<String>,
     let mut residual = document.clone();
     split(
         &mut residual,
-        paths.iter().map(Option::as_deref).zip(columns.iter().map(|(_, v)| v)),
+        paths
+            .iter()
+            .map(Option::as_deref)
+            .zip(columns.iter().map(|(_, v)| v)),
     );
     let text = residual_text(&residual);
     let read: Vec<Json> = columns.iter().map(|(_, v)| as_json(v)).collect();
@@ -79,7 +82,10 @@ fn a_full_document_is_a_residual_too() {
     let paths: Vec<Vec<Token>> = columns.iter().map(|(p, _)| tokens(p)).collect();
     let back = rejoin(
         Some(document.clone()),
-        paths.iter().map(|p| Some(p.as_slice())).zip(columns.iter().map(|(_, v)| v)),
+        paths
+            .iter()
+            .map(|p| Some(p.as_slice()))
+            .zip(columns.iter().map(|(_, v)| v)),
     );
     assert_eq!(back, document);
 }
@@ -223,7 +229,9 @@ fn other_value() -> impl Strategy<Value = SqlValue> {
         any::<i64>().prop_map(SqlValue::Int),
         any::<bool>().prop_map(SqlValue::Bool),
         (0i64..200_000_000_000).prop_map(|ms| SqlValue::Datetime(
-            chrono::DateTime::from_timestamp_millis(ms).unwrap().naive_utc()
+            chrono::DateTime::from_timestamp_millis(ms)
+                .unwrap()
+                .naive_utc()
         )),
         Just(SqlValue::Json("{}".into())),
     ]

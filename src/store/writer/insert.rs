@@ -201,9 +201,10 @@ impl Target {
         params.push(Value::UInt(row.id));
         params.extend(row.values.iter().map(mysql_value));
         if self.payload {
-            params.push(row.payload.map_or(Value::NULL, |text| {
-                Value::Bytes(text.as_bytes().to_vec())
-            }));
+            params.push(
+                row.payload
+                    .map_or(Value::NULL, |text| Value::Bytes(text.as_bytes().to_vec())),
+            );
         }
         params
     }
