@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize, Serializer};
 
 use super::Period;
+use super::compression::Compression;
 use super::partition_plan::PartitionScheme;
 use super::schema::{ColumnSpec, ColumnType};
 use super::zone_plan::ZonePlan;
@@ -62,6 +63,8 @@ pub struct StoreSettings {
     /// How long after its stamping a batch may still commit (see [`StoreSettings::commit_window`]).
     pub commit_window: DurationOrOff,
     pub payload: PayloadMode,
+    /// How the log and fan-out tables' partitions are compressed.
+    pub compression: Compression,
     pub columns: Vec<ColumnSpec>,
     /// The log table's event-time column (a datetime column of `columns`), kept in the zone
     /// map for queries by event time; empty: none.
@@ -91,6 +94,8 @@ pub struct FanoutTable {
     /// What this table's `payload` column keeps, as `store.payload` (default: no column).
     #[serde(default)]
     pub payload: PayloadMode,
+    /// How the log and fan-out tables' partitions are compressed.
+    pub compression: Compression,
     pub columns: Vec<ColumnSpec>,
     /// This table's event-time column, as `store.event_time`; empty: none.
     #[serde(default)]
