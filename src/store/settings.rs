@@ -356,3 +356,24 @@ impl Serialize for DurationOrOff {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::PayloadMode;
+
+    #[test]
+    fn payload_modes_and_the_old_booleans_read() {
+        let read = |value: serde_json::Value| serde_json::from_value::<PayloadMode>(value);
+        assert_eq!(read("residual".into()).unwrap(), PayloadMode::Residual);
+        assert_eq!(read("full".into()).unwrap(), PayloadMode::Full);
+        assert_eq!(read("none".into()).unwrap(), PayloadMode::None);
+        // Earlier versions' booleans, also as environment variables write them.
+        assert_eq!(read(true.into()).unwrap(), PayloadMode::Full);
+        assert_eq!(read(false.into()).unwrap(), PayloadMode::None);
+        assert_eq!(read("true".into()).unwrap(), PayloadMode::Full);
+        assert_eq!(read("false".into()).unwrap(), PayloadMode::None);
+        let error = read("some".into()).unwrap_err().to_string();
+        assert!(error.contains("\"residual\""), "{error}");
+        assert_eq!(serde_json::to_value(PayloadMode::Residual).unwrap(), "residual");
+    }
+}
