@@ -374,6 +374,9 @@ mod tests {
         assert_eq!(read("false".into()).unwrap(), PayloadMode::None);
         let error = read("some".into()).unwrap_err().to_string();
         assert!(error.contains("\"residual\""), "{error}");
-        assert_eq!(serde_json::to_value(PayloadMode::Residual).unwrap(), "residual");
+        assert_eq!(
+            serde_json::to_value(PayloadMode::Residual).unwrap(),
+            "residual"
+        );
     }
 }

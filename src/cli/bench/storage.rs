@@ -25,10 +25,10 @@ use logstamp::store::compression::{self, Compression};
 use logstamp::store::query::{self, TimeQuery, parse_filter};
 use logstamp::store::settings::{DurationOrOff, PayloadMode};
 
-use crate::cli::db::with_database;
 use super::ingest::{DatabaseProcess, cpu_seconds, own_cpu_since};
 use super::store::{make_batches, write_all};
 use super::{drop_database, median, migrated, writer};
+use crate::cli::db::with_database;
 use crate::cli::output::Output;
 use crate::cli::{UsageError, load_settings};
 
@@ -151,7 +151,11 @@ async fn bench(settings: Settings, args: &StorageArgs, layouts: Vec<Layout>) -> 
     let mut results: Vec<(usize, &'static str, serde_json::Value)> = Vec::new();
     for run in 1..=args.runs {
         for layout in &layouts {
-            let name = format!("logstamp_bench_storage_{}_{}", std::process::id(), layout.name);
+            let name = format!(
+                "logstamp_bench_storage_{}_{}",
+                std::process::id(),
+                layout.name
+            );
             let url = with_database(&settings.mysql.url, &name)?;
             let mut layout_settings = settings.clone();
             layout_settings.mysql.url = url.clone();
@@ -188,8 +192,10 @@ async fn make_tables(
 ) -> anyhow::Result<()> {
     let switch = wanted != Compression::None && server.check(wanted).is_err();
     if switch {
-        conn.query_drop(format!("SET GLOBAL innodb_compression_algorithm = '{wanted}'"))
-            .await?;
+        conn.query_drop(format!(
+            "SET GLOBAL innodb_compression_algorithm = '{wanted}'"
+        ))
+        .await?;
     }
     let made = migrated(settings, &settings.mysql.url).await;
     if switch {
@@ -213,8 +219,12 @@ async fn measure(
     let own = || cpu_seconds(std::process::id());
     // Mapping, as a worker maps each message (the residual is worked out here).
     let own_before = own();
-    let (partitions, message_bytes) =
-        make_batches(settings, rows, settings.batch.max_rows, settings.store.concurrency)?;
+    let (partitions, message_bytes) = make_batches(
+        settings,
+        rows,
+        settings.batch.max_rows,
+        settings.store.concurrency,
+    )?;
     let map_cpu = own_cpu_since(own_before);
     let partitions = Arc::new(partitions);
 
@@ -288,7 +298,10 @@ fn files_bytes(datadir: &str, database: &str, tables: &[Ident]) -> anyhow::Resul
     let dir = std::path::Path::new(datadir).join(database);
     let mut bytes = 0;
     for entry in std::fs::read_dir(&dir).with_context(|| {
-        format!("reading {} (the bench measures files of a server on this host)", dir.display())
+        format!(
+            "reading {} (the bench measures files of a server on this host)",
+            dir.display()
+        )
     })? {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
