@@ -9,13 +9,11 @@ use serde_json::{Value as Json, json};
 use super::*;
 use crate::store::residual::{as_json, parse_pointer, rejoin};
 
+/// A column; strings and texts cut to fit, so that long ones map (and stay in the residual).
 fn spec(name: &str, pointer: &str, column_type: ColumnType, length: Option<u32>) -> ColumnSpec {
     ColumnSpec {
-        name: name.into(),
-        pointer: pointer.into(),
-        column_type,
-        length,
         truncate: matches!(column_type, ColumnType::String | ColumnType::Text),
+        ..super::tests::spec(name, pointer, column_type, length)
     }
 }
 
