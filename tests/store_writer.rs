@@ -50,7 +50,7 @@ async fn create_store_tables(conn: &mut Conn, settings: &Settings) {
     conn.query_drop(create_log_table_sql(
         &settings.store.table,
         &settings.store.columns,
-        settings.store.payload,
+        settings.store.payload.kept(),
         &plan,
     ))
     .await

@@ -21,6 +21,12 @@ impl Output {
         self.out.write_all(b"\n")
     }
 
+    /// [`Output::json`], written out at once: a line of progress.
+    pub fn progress(&mut self, value: &impl Serialize) -> io::Result<()> {
+        self.json(value)?;
+        self.out.flush()
+    }
+
     /// With `store.shards`: a line saying that the lines after it are of this database, the
     /// coordination database (`mysql.url`) or a shard.
     pub fn database(&mut self, database: &impl std::fmt::Display, role: &str) -> io::Result<()> {

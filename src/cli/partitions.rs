@@ -8,7 +8,9 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 
 use logstamp::config::Sources;
+use logstamp::mysql::lock::{table_lock, with_lock};
 use logstamp::mysql::{self, Ident};
+use logstamp::store::compression;
 use logstamp::store::log_table::TableSpec;
 use logstamp::store::partition_plan::ExistingPartition;
 use logstamp::store::partitions::{self, EnsureOutcome};
@@ -29,6 +31,15 @@ pub enum PartitionsCommand {
     Ensure(EnsureArgs),
     /// Show the log table's partitions: time range, bound and estimated rows.
     List(ListArgs),
+    /// Rebuild, one at a time, the partitions not compressed as store.compression says.
+    Compress(CompressArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompressArgs {
+    /// Only say which partitions would be rebuilt.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 #[derive(Debug, Args)]
@@ -78,7 +89,72 @@ pub fn run(command: PartitionsCommand, sources: Sources) -> anyhow::Result<ExitC
         PartitionsCommand::Plan(args) => plan(args, sources),
         PartitionsCommand::Ensure(args) => ensure(args, sources),
         PartitionsCommand::List(args) => list(args, sources),
+        PartitionsCommand::Compress(args) => compress(args, sources),
     }
+}
+
+/// One JSON line per partition as it is rebuilt (`partition_compressed`, or with `--dry-run`
+/// `partition_to_compress`), then one per table; a table whose lock another process holds is
+/// left (`busy`).
+fn compress(args: CompressArgs, sources: Sources) -> anyhow::Result<ExitCode> {
+    let settings = load_settings(&sources)?;
+    let specs = settings.tables();
+    let set = ShardSet::new(&settings.mysql.url, &settings.store);
+    let mut out = Output::new();
+    for (name, url) in &set.shards {
+        if set.sharded {
+            out.database(name, "shard").context("writing output")?;
+        }
+        let done: anyhow::Result<()> = block_on(async {
+            let mut conn = mysql::connect(url).await?;
+            let database = mysql::current_database(&mut conn).await?;
+            for spec in &specs {
+                let lock = table_lock(&database, spec.table.as_str());
+                let mut failed = None;
+                let rebuilt = with_lock(&mut conn, &lock, 0, async |conn| {
+                    compression::recompress(conn, spec, args.dry_run, |line| {
+                        let action = if args.dry_run {
+                            "partition_to_compress"
+                        } else {
+                            "partition_compressed"
+                        };
+                        if let Err(e) = out.progress(&Tagged {
+                            action,
+                            line: &line,
+                        }) {
+                            failed.get_or_insert(e);
+                        }
+                    })
+                    .await
+                })
+                .await?;
+                if let Some(e) = failed {
+                    return Err(anyhow::Error::from(e).context("writing output"));
+                }
+                let table = spec.table.as_str();
+                let line = match rebuilt {
+                    Some(partitions) => serde_json::json!({"action": "table_compressed",
+                        "table": table, "compression": spec.compression.to_string(),
+                        "partitions": partitions, "dry_run": args.dry_run}),
+                    None => serde_json::json!({"action": "busy", "table": table, "lock": lock}),
+                };
+                out.progress(&line).context("writing output")?;
+            }
+            let _ = conn.disconnect().await;
+            Ok(())
+        })?;
+        done?;
+    }
+    out.finish().context("writing output")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A line with its `action` first.
+#[derive(Serialize)]
+struct Tagged<'a, T: Serialize> {
+    action: &'a str,
+    #[serde(flatten)]
+    line: &'a T,
 }
 
 #[derive(Serialize)]
@@ -272,7 +348,7 @@ fn plan(args: PlanArgs, sources: Sources) -> anyhow::Result<ExitCode> {
         ignore_closed_pipe(out.line(&create_log_table_sql(
             &table,
             &settings.store.columns,
-            settings.store.payload,
+            settings.store.payload.kept(),
             &plan,
         )))
         .context("writing output")?;

@@ -228,6 +228,7 @@ mod tests {
         Record::Row(MappedRow {
             values: vec![],
             document: "{}".into(),
+            residuals: vec![],
             fanout: vec![],
             truncated: 0,
             record: None,

@@ -151,6 +151,7 @@ mod tests {
                 truncate: false,
             }],
             payload: false,
+            compression: crate::store::compression::Compression::None,
             scheme: crate::store::partition_plan::PartitionScheme {
                 layout: crate::id::Layout::new(10, 0).unwrap(),
                 period: crate::store::Period::Day,

@@ -9,10 +9,11 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use serde::Serialize;
 
+use super::compression::{self, Compression};
 use super::partition_plan::{
     ExistingPartition, PartitionScheme, Partitioning, check_partitioning, parse_bound,
 };
-use super::schema::{ColumnSpec, create_log_table_sql};
+use super::schema::{ColumnSpec, create_table_sql};
 use super::settings::StoreSettings;
 use crate::mysql::rows::take;
 use crate::mysql::{DbError, Ident};
@@ -23,6 +24,8 @@ pub struct TableSpec {
     pub table: Ident,
     pub columns: Vec<ColumnSpec>,
     pub payload: bool,
+    /// How its partitions are compressed (`store.compression`).
+    pub compression: Compression,
     pub scheme: PartitionScheme,
     /// The event-time column kept in the zone map (`store.event_time`), if any.
     pub event_time: Option<Ident>,
@@ -34,7 +37,8 @@ impl TableSpec {
         TableSpec {
             table: store.table.clone(),
             columns: store.columns.clone(),
-            payload: store.payload,
+            payload: store.payload.kept(),
+            compression: store.compression,
             scheme,
             event_time: event_time_ident(&store.event_time),
         }
@@ -48,7 +52,8 @@ impl TableSpec {
             .map(|t| TableSpec {
                 table: t.name.clone(),
                 columns: t.columns.clone(),
-                payload: t.payload,
+                payload: t.payload.kept(),
+                compression: store.compression,
                 scheme: scheme.clone(),
                 event_time: event_time_ident(&t.event_time),
             })
@@ -236,7 +241,15 @@ pub async fn ensure_table(
                 format!("partitions of table {}: {e}", spec.table),
             )
         })?;
-        let sql = create_log_table_sql(&spec.table, &spec.columns, spec.payload, &plan);
+        compression::check_server(conn, spec.compression).await?;
+        let flavor = crate::mysql::flavor(conn).await?;
+        let sql = create_table_sql(
+            &spec.table,
+            &spec.columns,
+            spec.payload,
+            &plan,
+            spec.compression.options(flavor),
+        );
         conn.query_drop(sql.trim_end().trim_end_matches(';'))
             .await
             .map_err(DbError::mysql(format!("creating table {}", spec.table)))?;

@@ -1,6 +1,7 @@
 //! Everything logstamp does in MySQL. The submodules here without I/O hold the pure parts
 //! (identifiers, partition bounds, DDL text) so they are tested without a server.
 
+pub mod compression;
 pub mod federate;
 pub mod follow;
 pub mod lease;
@@ -10,6 +11,7 @@ pub mod partition_plan;
 pub mod partitions;
 pub mod query;
 pub mod rebuild;
+pub mod residual;
 pub mod rollup;
 pub mod rollup_plan;
 pub mod route;

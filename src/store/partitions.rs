@@ -11,6 +11,7 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use serde::Serialize;
 
+use super::compression;
 use super::log_table::{TableSpec, check_record, read_partitioning, read_record};
 use super::partition_plan::{
     Maintenance, PartitionInfo, Partitioning, check_partitioning, describe, plan_maintenance,
@@ -98,6 +99,9 @@ async fn run(
 ) -> Result<(), DbError> {
     let table = &spec.table;
     if !plan.add.is_empty() {
+        // New partitions are made compressed as the setting says, with the server's algorithm.
+        compression::check_server(conn, spec.compression).await?;
+        let options = spec.compression.options(crate::mysql::flavor(conn).await?);
         // check_partitioning made sure the last partition is the MAXVALUE one.
         let pmax = partitioning
             .partitions
@@ -110,11 +114,17 @@ async fn run(
             .add
             .iter()
             .filter_map(|p| {
-                p.less_than
-                    .map(|bound| format!("PARTITION {} VALUES LESS THAN ({bound})", quote(&p.name)))
+                p.less_than.map(|bound| {
+                    format!(
+                        "PARTITION {} VALUES LESS THAN ({bound}){options}",
+                        quote(&p.name)
+                    )
+                })
             })
             .collect();
-        parts.push(format!("PARTITION {pmax} VALUES LESS THAN MAXVALUE"));
+        parts.push(format!(
+            "PARTITION {pmax} VALUES LESS THAN MAXVALUE{options}"
+        ));
         let sql = format!(
             "ALTER TABLE {table} REORGANIZE PARTITION {pmax} INTO ({})",
             parts.join(", ")

@@ -18,7 +18,7 @@
 use std::fmt;
 use std::ops::ControlFlow;
 
-use chrono::{DateTime, NaiveDate, NaiveDateTime, SecondsFormat, Utc};
+use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use futures_util::StreamExt;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, IsolationLevel, Row, TxOpts, Value};
@@ -26,6 +26,7 @@ use serde::Serialize;
 use serde::ser::SerializeMap;
 
 use super::log_table::TableSpec;
+use super::residual;
 use super::schema::{ColumnSpec, ColumnType};
 use super::zone_map;
 use crate::id::{IdError, IdRange, Layout};
@@ -887,7 +888,9 @@ pub fn explain(flavor: Flavor) -> &'static str {
     }
 }
 
-/// A row of `spec`'s table, read with [`selected_columns`], as a record.
+/// A row of `spec`'s table, read with [`selected_columns`], as a record. The `payload`, if
+/// kept, is the whole document again: its residual with the columns put back (see
+/// [`residual::rejoin`]; a whole document, as `store.payload = "full"` keeps it, stays as it is).
 pub(crate) fn record(spec: &TableSpec, mut row: Row) -> Result<Record, DbError> {
     let id: u64 = take(&mut row, 0, "id")?;
     let mut columns = Vec::with_capacity(spec.columns.len() + 1);
@@ -897,23 +900,36 @@ pub(crate) fn record(spec: &TableSpec, mut row: Row) -> Result<Record, DbError> 
     }
     if spec.payload {
         let value: Value = take(&mut row, spec.columns.len() + 1, "payload")?;
-        columns.push((
-            "payload".into(),
-            to_json(value, ColumnType::Json, "payload")?,
-        ));
+        let kept = match to_json(value, ColumnType::Json, "payload")? {
+            serde_json::Value::Null => None,
+            kept => Some(kept),
+        };
+        let paths: Vec<Option<Vec<residual::Token>>> = spec
+            .columns
+            .iter()
+            .map(|c| residual::parse_pointer(&c.pointer))
+            .collect();
+        let document = residual::rejoin(
+            kept,
+            paths
+                .iter()
+                .map(Option::as_deref)
+                .zip(columns.iter().map(|(_, value)| value)),
+        );
+        columns.push(("payload".into(), document));
     }
     Ok(Record { id, columns })
 }
 
-/// A column value as JSON: numbers exact, DATETIME as RFC 3339 UTC text, JSON as JSON.
+/// A column value as JSON, as [`residual::as_json`] reads it back: numbers exact, DATETIME as
+/// RFC 3339 UTC text, JSON as JSON.
 fn to_json(
     value: Value,
     column_type: ColumnType,
     name: &str,
 ) -> Result<serde_json::Value, DbError> {
-    use serde_json::Value as J;
     if value == Value::NULL {
-        return Ok(J::Null);
+        return Ok(serde_json::Value::Null);
     }
     let bad = |value: &Value| {
         DbError::Invariant(format!(
@@ -926,43 +942,39 @@ fn to_json(
             other => Err(bad(&other)),
         }
     };
-    Ok(match column_type {
-        ColumnType::String | ColumnType::Text => J::String(text(value)?),
-        ColumnType::Int => {
-            J::from(mysql_async::from_value_opt::<i64>(value.clone()).map_err(|_| bad(&value))?)
-        }
-        ColumnType::Uint => {
-            J::from(mysql_async::from_value_opt::<u64>(value.clone()).map_err(|_| bad(&value))?)
-        }
-        ColumnType::Double => {
-            let f = mysql_async::from_value_opt::<f64>(value.clone()).map_err(|_| bad(&value))?;
-            serde_json::Number::from_f64(f).map_or(J::Null, J::Number)
-        }
-        ColumnType::Bool => J::Bool(
+    let sql = match column_type {
+        ColumnType::String | ColumnType::Text => SqlValue::Text(text(value)?),
+        ColumnType::Int => SqlValue::Int(
+            mysql_async::from_value_opt::<i64>(value.clone()).map_err(|_| bad(&value))?,
+        ),
+        ColumnType::Uint => SqlValue::Uint(
+            mysql_async::from_value_opt::<u64>(value.clone()).map_err(|_| bad(&value))?,
+        ),
+        ColumnType::Double => SqlValue::Double(
+            mysql_async::from_value_opt::<f64>(value.clone()).map_err(|_| bad(&value))?,
+        ),
+        ColumnType::Bool => SqlValue::Bool(
             mysql_async::from_value_opt::<i64>(value.clone()).map_err(|_| bad(&value))? != 0,
         ),
-        ColumnType::Datetime => J::String(datetime(&value).ok_or_else(|| bad(&value))?),
-        ColumnType::Json => {
-            let text = text(value)?;
-            serde_json::from_str(&text).unwrap_or(J::String(text))
-        }
-    })
+        ColumnType::Datetime => SqlValue::Datetime(datetime(&value).ok_or_else(|| bad(&value))?),
+        ColumnType::Json => SqlValue::Json(text(value)?),
+    };
+    Ok(residual::as_json(&sql))
 }
 
-/// A DATETIME (stored as UTC) as RFC 3339 with milliseconds.
-fn datetime(value: &Value) -> Option<String> {
-    let t = match value {
+/// A DATETIME (stored as UTC).
+fn datetime(value: &Value) -> Option<NaiveDateTime> {
+    match value {
         Value::Date(y, mo, d, h, mi, s, us) => {
             NaiveDate::from_ymd_opt(i32::from(*y), u32::from(*mo), u32::from(*d))?
-                .and_hms_micro_opt(u32::from(*h), u32::from(*mi), u32::from(*s), *us)?
+                .and_hms_micro_opt(u32::from(*h), u32::from(*mi), u32::from(*s), *us)
         }
         Value::Bytes(bytes) => {
             NaiveDateTime::parse_from_str(std::str::from_utf8(bytes).ok()?, "%Y-%m-%d %H:%M:%S%.f")
-                .ok()?
+                .ok()
         }
-        _ => return None,
-    };
-    Some(t.and_utc().to_rfc3339_opts(SecondsFormat::Millis, true))
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -134,9 +134,21 @@ pub fn create_log_table_sql(
     payload: bool,
     plan: &PartitionPlan,
 ) -> String {
+    create_table_sql(table, columns, payload, plan, "")
+}
+
+/// [`create_log_table_sql`] with more table `options` (` PAGE_COMPRESSED=1`), which its
+/// partitions take.
+pub fn create_table_sql(
+    table: &Ident,
+    columns: &[ColumnSpec],
+    payload: bool,
+    plan: &PartitionPlan,
+    options: &str,
+) -> String {
     let lines = column_definitions(columns, payload);
     format!(
-        "CREATE TABLE {table} (\n{}\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin\n{};\n",
+        "CREATE TABLE {table} (\n{}\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin{options}\n{};\n",
         lines.join(",\n"),
         plan.partition_clause()
     )

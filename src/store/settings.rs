@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize, Serializer};
 
 use super::Period;
+use super::compression::Compression;
 use super::partition_plan::PartitionScheme;
 use super::schema::{ColumnSpec, ColumnType};
 use super::zone_plan::ZonePlan;
@@ -61,7 +62,9 @@ pub struct StoreSettings {
     pub give_up_after: Duration,
     /// How long after its stamping a batch may still commit (see [`StoreSettings::commit_window`]).
     pub commit_window: DurationOrOff,
-    pub payload: bool,
+    pub payload: PayloadMode,
+    /// How the log and fan-out tables' partitions are compressed.
+    pub compression: Compression,
     pub columns: Vec<ColumnSpec>,
     /// The log table's event-time column (a datetime column of `columns`), kept in the zone
     /// map for queries by event time; empty: none.
@@ -88,13 +91,79 @@ pub struct FanoutTable {
     /// Conditions on the record, all of which must hold; none: every record.
     #[serde(default)]
     pub when: Vec<Condition>,
-    /// Keep the whole record in a `payload` column here too.
+    /// What this table's `payload` column keeps, as `store.payload` (default: no column).
     #[serde(default)]
-    pub payload: bool,
+    pub payload: PayloadMode,
+    /// How the log and fan-out tables' partitions are compressed.
+    pub compression: Compression,
     pub columns: Vec<ColumnSpec>,
     /// This table's event-time column, as `store.event_time`; empty: none.
     #[serde(default)]
     pub event_time: String,
+}
+
+/// What a table's `payload` column keeps (`store.payload`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PayloadMode {
+    /// No `payload` column (`false`, as the setting was once written).
+    #[default]
+    None,
+    /// The whole record, as received (`true`, as the setting was once written).
+    Full,
+    /// What no column of the table holds exactly (see [`crate::store::residual`]); readers
+    /// give the whole record back.
+    Residual,
+}
+
+impl PayloadMode {
+    /// Whether the table has a `payload` column.
+    pub fn kept(self) -> bool {
+        self != PayloadMode::None
+    }
+}
+
+impl fmt::Display for PayloadMode {
+    /// The setting's own spelling.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PayloadMode::None => "none",
+            PayloadMode::Full => "full",
+            PayloadMode::Residual => "residual",
+        })
+    }
+}
+
+impl Serialize for PayloadMode {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// `"none"`, `"full"` or `"residual"`; the booleans of earlier versions are still read, `true`
+/// as `"full"` and `false` as `"none"` (environment variables arrive as text: `"true"`,
+/// `"false"`).
+impl<'de> Deserialize<'de> for PayloadMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<PayloadMode, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Flag(bool),
+            Text(String),
+        }
+        match Written::deserialize(d)? {
+            Written::Flag(true) => Ok(PayloadMode::Full),
+            Written::Flag(false) => Ok(PayloadMode::None),
+            Written::Text(text) => match text.trim() {
+                "none" | "false" => Ok(PayloadMode::None),
+                "full" | "true" => Ok(PayloadMode::Full),
+                "residual" => Ok(PayloadMode::Residual),
+                other => Err(serde::de::Error::custom(format!(
+                    "{other:?} is not a payload mode: use \"residual\" (what no column holds), \
+                     \"full\" (the whole record) or \"none\" (no payload column)"
+                ))),
+            },
+        }
+    }
 }
 
 /// How the writer sends rows to MySQL.
@@ -285,5 +354,29 @@ impl Serialize for DurationOrOff {
             None => s.serialize_str("off"),
             Some(d) => s.collect_str(&humantime::format_duration(d)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PayloadMode;
+
+    #[test]
+    fn payload_modes_and_the_old_booleans_read() {
+        let read = |value: serde_json::Value| serde_json::from_value::<PayloadMode>(value);
+        assert_eq!(read("residual".into()).unwrap(), PayloadMode::Residual);
+        assert_eq!(read("full".into()).unwrap(), PayloadMode::Full);
+        assert_eq!(read("none".into()).unwrap(), PayloadMode::None);
+        // Earlier versions' booleans, also as environment variables write them.
+        assert_eq!(read(true.into()).unwrap(), PayloadMode::Full);
+        assert_eq!(read(false.into()).unwrap(), PayloadMode::None);
+        assert_eq!(read("true".into()).unwrap(), PayloadMode::Full);
+        assert_eq!(read("false".into()).unwrap(), PayloadMode::None);
+        let error = read("some".into()).unwrap_err().to_string();
+        assert!(error.contains("\"residual\""), "{error}");
+        assert_eq!(
+            serde_json::to_value(PayloadMode::Residual).unwrap(),
+            "residual"
+        );
     }
 }

@@ -488,6 +488,7 @@ mod tests {
             "give_up_after": "5m",
             "commit_window": "6m",
             "payload": true,
+            "compression": "zlib",
             "columns": [],
             "shards": shards,
         }))

@@ -36,7 +36,7 @@ use crate::id::Layout;
 use crate::mysql::rows::first;
 use crate::mysql::{self, DbError, Ident, MysqlUrl, SqlValue};
 use crate::store::rollup_plan::RollupPlan;
-use crate::store::settings::{InsertMethod, StoreSettings};
+use crate::store::settings::{InsertMethod, PayloadMode, StoreSettings};
 use infile::{InfileHandler, InfileServer};
 use insert::{InsertError, Statement, TableRow, Target};
 
@@ -86,6 +86,10 @@ pub struct MappedRow {
     /// The message exactly as received: valid UTF-8 and JSON that MariaDB's `JSON` accepts, so it
     /// can fill the `payload` column and numbers keep every digit.
     pub document: String,
+    /// The record's residual in each table whose `payload` keeps one (index 0 the log table,
+    /// then the fan-out tables; `None`: nothing left, or not kept); empty when no table keeps
+    /// one. See [`crate::store::residual`].
+    pub residuals: Vec<Option<String>>,
     /// The record's rows in the fan-out tables (`[[store.tables]]`, in order): `None` where it is
     /// not routed.
     pub fanout: Vec<Option<Vec<SqlValue>>>,
@@ -254,7 +258,10 @@ impl ServerWriter {
     pub async fn load_unbatched(&self, rows: &[Row]) -> Result<u64, DbError> {
         let mut conn = self.conn().await?;
         let budget = self.statement_budget(&mut conn).await?;
-        let rows: Vec<TableRow> = rows.iter().map(main_row).collect();
+        let rows: Vec<TableRow> = rows
+            .iter()
+            .map(|row| main_row(row, &self.inner.target))
+            .collect();
         insert::load_data(
             &mut conn,
             &self.inner.infiles,
@@ -498,7 +505,10 @@ impl ServerWriter {
         rows: &[Row],
         budget: usize,
     ) -> Result<(), InsertError> {
-        let main: Vec<TableRow> = rows.iter().map(main_row).collect();
+        let main: Vec<TableRow> = rows
+            .iter()
+            .map(|row| main_row(row, &self.inner.target))
+            .collect();
         self.insert_into(tx, &self.inner.target, &main, budget)
             .await?;
         for (index, target) in self.inner.fanout.iter().enumerate() {
@@ -507,8 +517,10 @@ impl ServerWriter {
                 .filter_map(|row| {
                     let values = row.mapped.fanout.get(index)?.as_deref()?;
                     Some(TableRow {
+                        id: row.id,
+                        offset: row.offset,
                         values,
-                        ..main_row(row)
+                        payload: payload(row, index + 1, target.mode),
                     })
                 })
                 .collect();
@@ -854,12 +866,23 @@ fn table_values(row: &Row, index: usize) -> Option<&[SqlValue]> {
 }
 
 /// A record's row in the log table.
-fn main_row(row: &Row) -> TableRow<'_> {
+fn main_row<'a>(row: &'a Row, target: &Target) -> TableRow<'a> {
     TableRow {
         id: row.id,
         offset: row.offset,
         values: &row.mapped.values,
-        document: &row.mapped.document,
+        payload: payload(row, 0, target.mode),
+    }
+}
+
+/// What the `payload` column of table `index` (0: the log table, then the fan-out tables)
+/// keeps of a record, in `mode`. A record mapped without its residuals (by a mapping that keeps
+/// none) keeps its whole document, which reads back the same.
+fn payload(row: &Row, index: usize, mode: PayloadMode) -> Option<&str> {
+    match (mode, row.mapped.residuals.get(index)) {
+        (PayloadMode::None, _) => None,
+        (PayloadMode::Residual, Some(residual)) => residual.as_deref(),
+        (PayloadMode::Full | PayloadMode::Residual, _) => Some(&row.mapped.document),
     }
 }
 

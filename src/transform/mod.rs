@@ -25,7 +25,8 @@ use crate::store::route::Condition;
 pub use normalize::Normalizer;
 use pointers::Pointers;
 
-use crate::store::settings::StoreSettings;
+use crate::store::residual;
+use crate::store::settings::{PayloadMode, StoreSettings};
 
 /// MariaDB's `JSON_VALID` refuses documents nested 32 levels deep or more.
 pub const MAX_JSON_DEPTH: usize = 31;
@@ -100,6 +101,8 @@ pub struct Mapper {
     columns: Vec<Column>,
     /// The columns' pointers, column `i` in slot `i`.
     pointers: Pointers,
+    /// Whether the table's `payload` keeps the residual (see [`Mapper::keeping`]).
+    residual: bool,
 }
 
 impl Mapper {
@@ -119,7 +122,23 @@ impl Mapper {
                 })
                 .collect(),
             pointers,
+            residual: false,
         }
+    }
+
+    /// The mapper of a table whose `payload` keeps what `mode` says: with
+    /// [`PayloadMode::Residual`], a pipeline works out each record's residual in this table.
+    pub fn keeping(mut self, mode: PayloadMode) -> Mapper {
+        self.residual = mode == PayloadMode::Residual;
+        self
+    }
+
+    /// The record's residual in this table (`None`: nothing is left): `document` without what
+    /// the columns' `values` give back.
+    fn residual(&self, document: &Json, values: &[SqlValue]) -> Option<String> {
+        let mut residual = document.clone();
+        residual::split(&mut residual, self.pointers.paths().zip(values));
+        residual::residual_text(&residual)
     }
 
     /// The columns' pointers, in column order.
@@ -140,20 +159,29 @@ impl Mapper {
     ) -> Result<MappedRow, MapError> {
         if format == MessageFormat::Json {
             let text = utf8(message)?;
-            let (values, truncated) = self.values(&mut self.pointers.in_text(text)?)?;
-            return Ok(MappedRow {
-                values,
-                document: text.to_string(),
-                fanout: Vec::new(),
-                truncated,
-                record: None,
-            });
+            if !self.residual {
+                let (values, truncated) = self.values(&mut self.pointers.in_text(text)?)?;
+                return Ok(MappedRow {
+                    values,
+                    document: text.to_string(),
+                    residuals: Vec::new(),
+                    fanout: Vec::new(),
+                    truncated,
+                    record: None,
+                });
+            }
         }
         let (document, text) = parse(format, message)?;
         let (values, truncated) = self.values(&mut self.pointers.in_document(&document))?;
+        let residuals = if self.residual {
+            vec![self.residual(&document, &values)]
+        } else {
+            Vec::new()
+        };
         Ok(MappedRow {
             values,
             document: text,
+            residuals,
             fanout: Vec::new(),
             truncated,
             record: None,
@@ -205,6 +233,8 @@ pub struct Pipeline {
     /// Every pointer read, compiled once: the log table's columns, then each route's
     /// conditions and columns.
     pointers: Pointers,
+    /// Whether some table keeps the residual, which needs each record's document parsed.
+    residual: bool,
 }
 
 impl Pipeline {
@@ -222,12 +252,14 @@ impl Pipeline {
         for pointer in read {
             pointers.add(pointer);
         }
+        let residual = main.residual || routes.iter().any(|route| route.mapper.residual);
         Pipeline {
             format,
             normalizer,
             main,
             routes,
             pointers,
+            residual,
         }
     }
 
@@ -244,13 +276,13 @@ impl Pipeline {
             .iter()
             .map(|table| Route {
                 when: table.when.clone(),
-                mapper: Mapper::new(&table.columns),
+                mapper: Mapper::new(&table.columns).keeping(table.payload),
             })
             .collect();
         Pipeline::new(
             format,
             normalizer.clone(),
-            Mapper::new(&store.columns),
+            Mapper::new(&store.columns).keeping(store.payload),
             routes,
         )
     }
@@ -265,10 +297,14 @@ impl Pipeline {
     }
 
     /// [`Self::map`] of a message of our own: a JSON message that no rule changes becomes the
-    /// stored document itself, neither copied nor parsed into a document. A failure gives the
-    /// message back.
+    /// stored document itself, neither copied nor parsed into a document (unless a table keeps
+    /// the residual, which is the document less its columns). A failure gives the message
+    /// back.
     fn map_owned(&self, topic: &str, message: Vec<u8>) -> Result<MappedRow, Unread> {
-        if self.format == MessageFormat::Json && !self.normalizer.applies_to(topic) {
+        if self.format == MessageFormat::Json
+            && !self.normalizer.applies_to(topic)
+            && !self.residual
+        {
             let text = String::from_utf8(message).map_err(|e| {
                 let at = e.utf8_error().valid_up_to();
                 (MapError::NotUtf8(at), e.into_bytes())
@@ -281,6 +317,7 @@ impl Pipeline {
                 Ok((values, fanout, truncated)) => Ok(MappedRow {
                     values,
                     document: text,
+                    residuals: Vec::new(),
                     fanout,
                     truncated,
                     record: None,
@@ -330,10 +367,12 @@ impl Pipeline {
                     return Err(MapError::TooDeep);
                 }
                 let (normalized, values, fanout, truncated) = self.rows(topic, &mut document)?;
+                let residuals = self.residuals(&document, &values, &fanout);
                 Ok(MappedRow {
                     values,
                     // One text per record: the normalized document's, or the document's own.
                     document: normalized.unwrap_or_else(|| document.to_string()),
+                    residuals,
                     fanout,
                     truncated,
                     record: None,
@@ -379,10 +418,12 @@ impl Pipeline {
         text: String,
     ) -> Result<MappedRow, MapError> {
         let (normalized, values, fanout, truncated) = self.rows(topic, &mut document)?;
+        let residuals = self.residuals(&document, &values, &fanout);
         Ok(MappedRow {
             values,
             // The stored document is the normalized one, when a rule changed it.
             document: normalized.unwrap_or(text),
+            residuals,
             fanout,
             truncated,
             record: None,
@@ -403,6 +444,27 @@ impl Pipeline {
         }
         let (values, fanout, truncated) = self.values(&mut self.pointers.in_document(document))?;
         Ok((normalized, values, fanout, truncated))
+    }
+
+    /// The record's residual in each table that keeps one (see [`MappedRow::residuals`]):
+    /// `document` (normalized) less what the table's columns give back.
+    fn residuals(
+        &self,
+        document: &Json,
+        values: &[SqlValue],
+        fanout: &[Option<Vec<SqlValue>>],
+    ) -> Vec<Option<String>> {
+        if !self.residual {
+            return Vec::new();
+        }
+        let routed = self.routes.iter().zip(fanout);
+        std::iter::once((&self.main, Some(values)))
+            .chain(routed.map(|(route, values)| (&route.mapper, values.as_deref())))
+            .map(|(mapper, values)| {
+                let values = values.filter(|_| mapper.residual)?;
+                mapper.residual(document, values)
+            })
+            .collect()
     }
 
     /// The values of the log table and of the fan-out tables the record goes to, from what
@@ -504,3 +566,6 @@ fn depth(value: &Json) -> usize {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod residual_tests;

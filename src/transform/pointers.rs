@@ -14,6 +14,7 @@ use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value as Json;
 
 use super::{MAX_JSON_DEPTH, MapError, depth};
+use crate::store::residual::{Token, follow, parse_pointer as parse};
 
 /// What each slot's pointer found: the document's own value, or one taken from a text.
 pub type Found<'a> = Vec<Option<Cow<'a, Json>>>;
@@ -27,13 +28,6 @@ pub struct Pointers {
     paths: Vec<Option<Vec<Token>>>,
     /// The paths as a tree of their tokens, for the one-pass reading.
     root: Node,
-}
-
-/// One reference token: an object member's name, and the array index it also reads as.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Token {
-    key: String,
-    index: Option<usize>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -79,6 +73,11 @@ impl Pointers {
         slot
     }
 
+    /// Each slot's path, in slot order (`None`: the pointer finds nothing).
+    pub fn paths(&self) -> impl Iterator<Item = Option<&[Token]>> {
+        self.paths.iter().map(Option::as_deref)
+    }
+
     /// The pointers, in slot order, as written.
     pub fn texts(&self) -> impl Iterator<Item = &str> {
         self.texts.iter().map(String::as_str)
@@ -115,44 +114,6 @@ impl Pointers {
         }
         Ok(walk.found)
     }
-}
-
-/// A pointer's tokens, unescaped as [`Json::pointer`] does; `None` if it finds nothing. The
-/// empty pointer is the whole document.
-fn parse(pointer: &str) -> Option<Vec<Token>> {
-    if pointer.is_empty() {
-        return Some(Vec::new());
-    }
-    let rest = pointer.strip_prefix('/')?;
-    Some(
-        rest.split('/')
-            .map(|raw| {
-                let key = raw.replace("~1", "/").replace("~0", "~");
-                Token {
-                    index: array_index(&key),
-                    key,
-                }
-            })
-            .collect(),
-    )
-}
-
-/// An array index as serde_json reads one: digits, no sign, no leading zero.
-fn array_index(key: &str) -> Option<usize> {
-    if key.starts_with('+') || (key.starts_with('0') && key.len() != 1) {
-        return None;
-    }
-    key.parse().ok()
-}
-
-fn follow<'a>(document: &'a Json, tokens: &[Token]) -> Option<&'a Json> {
-    tokens
-        .iter()
-        .try_fold(document, |value, token| match value {
-            Json::Object(fields) => fields.get(&token.key),
-            Json::Array(items) => items.get(token.index?),
-            _ => None,
-        })
 }
 
 /// The state of one pass over a text.

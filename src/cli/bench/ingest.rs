@@ -305,7 +305,7 @@ fn admin(brokers: &str) -> anyhow::Result<AdminClient<DefaultClientContext>> {
 
 /// The database server's process, when it runs on this host: its CPU time is read from
 /// `/proc` like the workers'.
-struct DatabaseProcess {
+pub(super) struct DatabaseProcess {
     pid: Option<u32>,
     /// How it was found: `pid_file` (the server's `@@pid_file`, read here) or `process_name`
     /// (the only process named mariadbd or mysqld); `None` if neither worked.
@@ -313,7 +313,7 @@ struct DatabaseProcess {
 }
 
 impl DatabaseProcess {
-    async fn find(settings: &Settings) -> DatabaseProcess {
+    pub(super) async fn find(settings: &Settings) -> DatabaseProcess {
         if let Some(pid) = pid_from_file(settings).await {
             return DatabaseProcess {
                 pid: Some(pid),
@@ -332,12 +332,12 @@ impl DatabaseProcess {
         }
     }
 
-    fn cpu_seconds(&self) -> Option<f64> {
+    pub(super) fn cpu_seconds(&self) -> Option<f64> {
         cpu_seconds(self.pid?)
     }
 
     /// CPU seconds since a reading of [`Self::cpu_seconds`].
-    fn cpu_since(&self, before: Option<f64>) -> Option<f64> {
+    pub(super) fn cpu_since(&self, before: Option<f64>) -> Option<f64> {
         Some(self.cpu_seconds()? - before?)
     }
 }
@@ -477,7 +477,7 @@ pub(super) fn peak_rss_kib(pid: u32) -> Option<u64> {
 }
 
 /// This process's CPU time since `before` (an earlier [`cpu_seconds`] of it), if both are known.
-fn own_cpu_since(before: Option<f64>) -> Option<f64> {
+pub(super) fn own_cpu_since(before: Option<f64>) -> Option<f64> {
     Some(cpu_seconds(std::process::id())? - before?)
 }
 

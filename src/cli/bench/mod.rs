@@ -7,6 +7,7 @@ mod relay;
 mod serve;
 mod shards;
 mod snapshot;
+mod storage;
 mod store;
 
 use std::process::ExitCode;
@@ -45,6 +46,10 @@ pub enum BenchCommand {
     /// Rows per second through the store writer into 1, 2, ... N shards (store.shards), side
     /// by side.
     Shards(shards::ShardsArgs),
+    /// What each table layout (payload kept, page compression) costs, side by side on the same
+    /// rows: bytes per line on disk, rows per second, worker and database CPU per row, and the
+    /// time of a 24-hour histogram and a one-day query --where.
+    Storage(storage::StorageArgs),
     /// How long `logstamp serve` takes to answer over a day of many rows: histograms and pages
     /// of lines, with the CPU spent per request.
     Serve(serve::ServeArgs),
@@ -56,6 +61,7 @@ pub fn run(command: BenchCommand, sources: Sources) -> anyhow::Result<ExitCode> 
         BenchCommand::Ingest(args) => ingest::ingest(args, sources),
         BenchCommand::Otlp(args) => otlp::otlp(args, sources),
         BenchCommand::Serve(args) => serve::serve(args, sources),
+        BenchCommand::Storage(args) => storage::storage(args, sources),
         BenchCommand::Shards(args) => shards::shards(args, sources),
         BenchCommand::Relay(args) => {
             relay::run(args, load_settings(&sources)?)?;

@@ -13,7 +13,7 @@ use crate::mysql::encode::{
 };
 use crate::mysql::rows::text_lossy;
 use crate::mysql::{DbError, Flavor, Ident};
-use crate::store::settings::InsertMethod;
+use crate::store::settings::{InsertMethod, PayloadMode};
 
 /// One row of one table: a record's ID and its values for that table's columns.
 #[derive(Debug, Clone, Copy)]
@@ -21,8 +21,9 @@ pub(super) struct TableRow<'a> {
     pub(super) id: u64,
     pub(super) offset: i64,
     pub(super) values: &'a [SqlValue],
-    /// The record, for the `payload` column.
-    pub(super) document: &'a str,
+    /// What the `payload` column keeps of the record (the whole record or its residual);
+    /// `None`: NULL.
+    pub(super) payload: Option<&'a str>,
 }
 
 /// MySQL's limit on placeholders in one prepared statement.
@@ -151,13 +152,17 @@ pub(super) struct Target {
     pub(super) table: Ident,
     /// Mapped columns, in the order of each row's values.
     pub(super) columns: Vec<Ident>,
+    /// Whether the table has a `payload` column.
     pub(super) payload: bool,
+    /// What it keeps.
+    pub(super) mode: PayloadMode,
     /// `` (`id`, ..., `payload`) ``
     column_list: String,
 }
 
 impl Target {
-    pub(super) fn new(table: Ident, columns: Vec<Ident>, payload: bool) -> Target {
+    pub(super) fn new(table: Ident, columns: Vec<Ident>, mode: PayloadMode) -> Target {
+        let payload = mode.kept();
         let mut names = vec!["`id`".to_string()];
         names.extend(columns.iter().map(Ident::to_string));
         if payload {
@@ -168,6 +173,7 @@ impl Target {
             table,
             columns,
             payload,
+            mode,
         }
     }
 
@@ -183,7 +189,7 @@ impl Target {
     fn row_size(&self, row: &TableRow) -> usize {
         let values: usize = row.values.iter().map(size_bound).sum();
         let payload = if self.payload {
-            2 * row.document.len() + 12
+            2 * row.payload.map_or(0, str::len) + 12
         } else {
             0
         };
@@ -195,7 +201,10 @@ impl Target {
         params.push(Value::UInt(row.id));
         params.extend(row.values.iter().map(mysql_value));
         if self.payload {
-            params.push(Value::Bytes(row.document.as_bytes().to_vec()));
+            params.push(
+                row.payload
+                    .map_or(Value::NULL, |text| Value::Bytes(text.as_bytes().to_vec())),
+            );
         }
         params
     }
@@ -260,7 +269,10 @@ fn push_text_row(sql: &mut String, target: &Target, row: &TableRow) {
     }
     if target.payload {
         sql.push(',');
-        push_sql_string(sql, row.document);
+        match row.payload {
+            Some(text) => push_sql_string(sql, text),
+            None => sql.push_str("NULL"),
+        }
     }
     sql.push(')');
 }
@@ -454,7 +466,10 @@ pub(super) fn infile_lines(target: &Target, rows: &[TableRow<'_>]) -> Vec<u8> {
         }
         if target.payload {
             data.push(b'\t');
-            push_infile_text(&mut data, row.document);
+            match row.payload {
+                Some(text) => push_infile_text(&mut data, text),
+                None => push_infile_field(&mut data, &SqlValue::Null),
+            }
         }
         data.push(b'\n');
     }
