@@ -4,6 +4,7 @@
 mod ingest;
 mod otlp;
 mod relay;
+mod relay_peer;
 mod serve;
 mod shards;
 mod snapshot;
