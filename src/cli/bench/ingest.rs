@@ -26,9 +26,9 @@ use serde_json::json;
 
 use logstamp::config::{Settings, Sources, env_var};
 use logstamp::id::IdGenerator;
-use logstamp::mysql::MysqlUrl;
 use logstamp::ingest::kafka::{Outgoing, consumer_config, produce_all};
 use logstamp::ingest::local_cluster::LocalCluster;
+use logstamp::mysql::MysqlUrl;
 use logstamp::store::Row;
 use logstamp::transform::Mapper;
 
@@ -270,7 +270,11 @@ async fn measure(
 }
 
 /// Creates `topic` with `partitions` on an existing Kafka.
-pub(super) async fn create_topic(brokers: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
+pub(super) async fn create_topic(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+) -> anyhow::Result<()> {
     let admin = admin(brokers)?;
     let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
@@ -346,9 +350,7 @@ impl DatabaseProcess {
 /// The pid in the server's `@@pid_file` (relative to `@@datadir` unless absolute), if that file
 /// is readable here and names a live process.
 pub(super) async fn pid_from_file(url: &MysqlUrl) -> Option<u32> {
-    let mut conn = mysql_async::Conn::from_url(url.expose())
-        .await
-        .ok()?;
+    let mut conn = mysql_async::Conn::from_url(url.expose()).await.ok()?;
     let files: Option<(String, String)> = conn
         .query_first("SELECT @@pid_file, @@datadir")
         .await

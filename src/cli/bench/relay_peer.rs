@@ -23,8 +23,8 @@
 //!    `SETTLE_LIMIT` passed), the copies are compared with A by a checksum of every row.
 
 use std::ffi::OsString;
-use std::os::unix::process::CommandExt;
 use std::fs;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -44,8 +44,8 @@ use logstamp::store::migrate;
 
 use super::ingest::{cpu_seconds, create_topic, delete_topic, pid_from_file};
 use super::relay::{
-    Line, RelayArgs, TABLE, WAIT_LIMIT, create_table, lag, progress_query, server,
-    stamp_trigger, with_database, write,
+    Line, RelayArgs, TABLE, WAIT_LIMIT, create_table, lag, progress_query, server, stamp_trigger,
+    with_database, write,
 };
 use crate::cli::UsageError;
 use crate::cli::output::Output;
@@ -64,7 +64,12 @@ pub struct PeerArgs {
     #[arg(long, value_enum)]
     pub(super) peer: Option<Peer>,
     /// Java (17 or later) to run Kafka Connect with.
-    #[arg(long, env = "LOGSTAMP_BENCH_JAVA", default_value = "java", value_name = "PROGRAM")]
+    #[arg(
+        long,
+        env = "LOGSTAMP_BENCH_JAVA",
+        default_value = "java",
+        value_name = "PROGRAM"
+    )]
     java: PathBuf,
     /// Apache Kafka's jars, Kafka Connect's among them: `scripts/fetch-jars` puts them in
     /// <target>/kafka-VERSION/lib.
@@ -512,7 +517,11 @@ impl Run<'_> {
         let source_sum = checksum(a, &self.names.data).await?;
         for (db, peer, killed) in [
             (&self.names.data, "logstamp", "relay of A (capture)"),
-            (&self.names.debezium, "debezium", "Connect worker of the source"),
+            (
+                &self.names.debezium,
+                "debezium",
+                "Connect worker of the source",
+            ),
         ] {
             // A copy that never catches up is reported as it is, not as a failed run.
             let _ = self.settled(b, db, source_sum.0, sides, SETTLE_LIMIT).await;
@@ -861,7 +870,12 @@ async fn timed(
         }
         .unwrap_or(0))
     };
-    let cpu = |process: &Process| (process.pid().and_then(cpu_seconds), server.and_then(cpu_seconds));
+    let cpu = |process: &Process| {
+        (
+            process.pid().and_then(cpu_seconds),
+            server.and_then(cpu_seconds),
+        )
+    };
     let base = read(conn).await?;
     let mut before = (Instant::now(), cpu(process));
     let deadline = Instant::now() + WAIT_LIMIT;
