@@ -454,19 +454,27 @@ impl Run<'_> {
              ELSE 1 END FROM `{}`.`{TABLE}`",
             names.debezium
         );
-        let parts: [(&'static str, &'static str, Probe, Option<u32>); 4] = [
-            ("logstamp", "capture", Probe::Topic(published), server_a),
-            ("logstamp", "apply", Probe::Sql(applied), server_b),
-            ("debezium", "capture", Probe::Topic(topic), server_a),
-            ("debezium", "apply", Probe::Sql(sunk), server_b),
+        // Each part: its side, what it does, how its progress is read, its process, and
+        // whether it works on A (capture) or B (apply).
+        type Pick = fn(&mut Sides) -> &mut Process;
+        let parts: [(&'static str, &'static str, Probe, Pick); 4] = [
+            ("logstamp", "capture", Probe::Topic(published), |s| {
+                &mut s.relay_a
+            }),
+            ("logstamp", "apply", Probe::Sql(applied), |s| &mut s.relay_b),
+            ("debezium", "capture", Probe::Topic(topic), |s| {
+                &mut s.connect_source
+            }),
+            ("debezium", "apply", Probe::Sql(sunk), |s| {
+                &mut s.connect_sink
+            }),
         ];
-        for (peer, part, probe, server_pid) in parts {
-            let (process, conn) = match (peer, part) {
-                ("logstamp", "capture") => (&mut sides.relay_a, &mut *a),
-                ("logstamp", _) => (&mut sides.relay_b, &mut *b),
-                (_, "capture") => (&mut sides.connect_source, &mut *a),
-                _ => (&mut sides.connect_sink, &mut *b),
+        for (peer, part, probe, pick) in parts {
+            let (conn, server_pid) = match part {
+                "capture" => (&mut *a, server_a),
+                _ => (&mut *b, server_b),
             };
+            let process = pick(sides);
             process.start()?;
             let window = timed(conn, &probe, backlog, process, server_pid).await?;
             let per_million = |cpu: Option<f64>| cpu.map(|c| c * 1e6 / window.changes as f64);
@@ -651,7 +659,8 @@ impl Run<'_> {
     }
 
     /// A Kafka Connect standalone worker running the connector of `connector` (properties),
-    /// started as Kafka's `connect-standalone.sh` starts one (its heap and GC settings).
+    /// started as Kafka's `connect-standalone.sh` starts one (its heap and GC settings), with
+    /// Log4j's default configuration: errors only, on the worker's log.
     fn connect(&self, name: &str, connector: &str) -> anyhow::Result<Process> {
         let port = free_port()?;
         let worker = format!(
@@ -667,12 +676,9 @@ impl Run<'_> {
         );
         let worker_file = self.dir.join(format!("{name}-worker.properties"));
         let connector_file = self.dir.join(format!("{name}.properties"));
-        let log4j = self.dir.join("connect-log4j2.properties");
         fs::write(&worker_file, worker).context("writing a Connect worker's properties")?;
         fs::write(&connector_file, connector).context("writing a connector's properties")?;
-        fs::write(&log4j, CONNECT_LOG4J).context("writing Connect's logging settings")?;
         let mut args: Vec<OsString> = CONNECT_JVM.iter().map(OsString::from).collect();
-        args.push(format!("-Dlog4j2.configurationFile={}", log4j.display()).into());
         args.push("-cp".into());
         args.push(self.tools.kafka_lib.join("*").into());
         args.push("org.apache.kafka.connect.cli.ConnectStandalone".into());
@@ -761,15 +767,6 @@ const CONNECT_JVM: &[&str] = &[
     "-Djava.awt.headless=true",
 ];
 
-/// Warnings and errors only, on the worker's log.
-const CONNECT_LOG4J: &str = "status = warn
-appender.out.type = Console
-appender.out.name = out
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = WARN
-rootLogger.appenderRef.out.ref = out
-";
 
 /// A server's host, port, user and password (decoded), for a connector's properties.
 struct Login {
