@@ -767,7 +767,6 @@ const CONNECT_JVM: &[&str] = &[
     "-Djava.awt.headless=true",
 ];
 
-
 /// A server's host, port, user and password (decoded), for a connector's properties.
 struct Login {
     host: String,
