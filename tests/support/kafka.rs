@@ -37,7 +37,7 @@ pub fn version() -> &'static str {
 }
 
 /// The broker's jars, as `scripts/test` leaves them.
-fn lib_dir() -> PathBuf {
+pub fn lib_dir() -> PathBuf {
     if let Ok(dir) = std::env::var("LOGSTAMP_TEST_KAFKA_LIB") {
         return PathBuf::from(dir);
     }

@@ -28,6 +28,7 @@ use logstamp::config::{Settings, Sources, env_var};
 use logstamp::id::IdGenerator;
 use logstamp::ingest::kafka::{Outgoing, consumer_config, produce_all};
 use logstamp::ingest::local_cluster::LocalCluster;
+use logstamp::mysql::MysqlUrl;
 use logstamp::store::Row;
 use logstamp::transform::Mapper;
 
@@ -269,7 +270,11 @@ async fn measure(
 }
 
 /// Creates `topic` with `partitions` on an existing Kafka.
-async fn create_topic(brokers: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
+pub(super) async fn create_topic(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+) -> anyhow::Result<()> {
     let admin = admin(brokers)?;
     let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
@@ -285,7 +290,7 @@ async fn create_topic(brokers: &str, topic: &str, partitions: i32) -> anyhow::Re
     Ok(())
 }
 
-async fn delete_topic(brokers: &str, topic: &str) -> anyhow::Result<()> {
+pub(super) async fn delete_topic(brokers: &str, topic: &str) -> anyhow::Result<()> {
     let admin = admin(brokers)?;
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     for result in admin.delete_topics(&[topic], &options).await? {
@@ -314,7 +319,7 @@ pub(super) struct DatabaseProcess {
 
 impl DatabaseProcess {
     pub(super) async fn find(settings: &Settings) -> DatabaseProcess {
-        if let Some(pid) = pid_from_file(settings).await {
+        if let Some(pid) = pid_from_file(&settings.mysql.url).await {
             return DatabaseProcess {
                 pid: Some(pid),
                 found_by: Some("pid_file"),
@@ -344,10 +349,8 @@ impl DatabaseProcess {
 
 /// The pid in the server's `@@pid_file` (relative to `@@datadir` unless absolute), if that file
 /// is readable here and names a live process.
-async fn pid_from_file(settings: &Settings) -> Option<u32> {
-    let mut conn = mysql_async::Conn::from_url(settings.mysql.url.expose())
-        .await
-        .ok()?;
+pub(super) async fn pid_from_file(url: &MysqlUrl) -> Option<u32> {
+    let mut conn = mysql_async::Conn::from_url(url.expose()).await.ok()?;
     let files: Option<(String, String)> = conn
         .query_first("SELECT @@pid_file, @@datadir")
         .await

@@ -4,6 +4,7 @@
 mod ingest;
 mod otlp;
 mod relay;
+mod relay_peer;
 mod serve;
 mod shards;
 mod snapshot;
@@ -38,7 +39,7 @@ pub enum BenchCommand {
     /// (many per message) and as `json` (one per message), in alternating runs.
     Otlp(otlp::OtlpArgs),
     /// Changes per second through the relay's capture and apply, and its lag at a fixed rate,
-    /// beside MariaDB's own replication.
+    /// beside MariaDB's own replication, or beside Debezium (`--peer debezium`).
     Relay(relay::RelayArgs),
     /// Rows per second of the relay's online snapshot of a table beside `mysqldump | mysql` of
     /// it, and the source's commit latency with and without a snapshot running.

@@ -35,41 +35,43 @@ pub struct RelayArgs {
     /// Data centre A's server, mysql://user[:password]@host:port; needs log_bin with the
     /// relay's binlog settings.
     #[arg(long, value_name = "URL")]
-    source: String,
+    pub(super) source: String,
     /// Data centre B's server.
     #[arg(long, value_name = "URL")]
-    target: String,
+    pub(super) target: String,
     /// A third server, made a native replica of A for the reference (its replication settings
     /// are replaced). Without it, only the relay is measured.
     #[arg(long, value_name = "URL")]
-    replica: Option<String>,
+    pub(super) replica: Option<String>,
     /// Changes in the throughput phase.
     #[arg(long, default_value_t = 100_000)]
-    changes: u64,
+    pub(super) changes: u64,
     /// Changes (inserted rows) per source transaction.
     #[arg(long, default_value_t = 10)]
-    txn_size: u64,
+    pub(super) txn_size: u64,
     /// Offered changes per second in the lag phase.
     #[arg(long, default_value_t = 5_000)]
-    rate: u64,
+    pub(super) rate: u64,
     /// Length of the lag phase.
     #[arg(long, default_value_t = 30)]
-    seconds: u64,
+    pub(super) seconds: u64,
     /// Kafka to use instead of an in-process mock cluster (the topic logstamp-bench-a must
     /// exist with one partition).
     #[arg(long, value_name = "HOST:PORT")]
-    brokers: Option<String>,
+    pub(super) brokers: Option<String>,
     /// The replica server_id capture registers with on A.
     #[arg(long, default_value_t = 4242)]
-    server_id: u32,
+    pub(super) server_id: u32,
+    #[command(flatten)]
+    pub(super) peer: super::relay_peer::PeerArgs,
 }
 
-const TABLE: &str = "relay_bench";
-const WAIT_LIMIT: Duration = Duration::from_secs(600);
+pub(super) const TABLE: &str = "relay_bench";
+pub(super) const WAIT_LIMIT: Duration = Duration::from_secs(600);
 
 #[derive(Debug, Serialize)]
 #[serde(tag = "phase", rename_all = "snake_case")]
-enum Line {
+pub(super) enum Line {
     Write {
         changes: u64,
         seconds: f64,
@@ -103,6 +105,9 @@ pub fn run(args: RelayArgs, settings: Settings) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    if args.peer.peer.is_some() {
+        return runtime.block_on(super::relay_peer::bench(args, settings));
+    }
     runtime.block_on(bench(args, settings))
 }
 
@@ -177,19 +182,8 @@ async fn bench_in(
     if let Some(r) = r.as_deref_mut() {
         make_replica(a, r, source).await?;
     }
-    let create = format!(
-        "CREATE TABLE `{}`.`{TABLE}` (id BIGINT UNSIGNED NOT NULL PRIMARY KEY, \
-         service INT UNSIGNED NOT NULL, payload VARCHAR(200) NOT NULL, \
-         created DATETIME(6) NOT NULL, applied DATETIME(6) NULL) ENGINE=InnoDB",
-        scratch.data
-    );
-    // Where a row arrives, a trigger stamps when: SYSDATE, as a replica's NOW() is the time
-    // the event was written at the source.
-    let stamp = format!(
-        "CREATE TRIGGER `{}`.`{TABLE}_applied` BEFORE INSERT ON `{}`.`{TABLE}` FOR EACH ROW \
-         SET NEW.applied = SYSDATE(6)",
-        scratch.data, scratch.data
-    );
+    let create = create_table(&scratch.data);
+    let stamp = stamp_trigger(&scratch.data);
     for db in [&scratch.data, &scratch.state] {
         a.query_drop(format!("CREATE DATABASE `{db}`")).await?;
         b.query_drop(format!("CREATE DATABASE `{db}`")).await?;
@@ -301,10 +295,10 @@ async fn bench_in(
     let achieved = total as f64 / started.elapsed().as_secs_f64();
     let applied = progress(&context_b, Some(&remote));
     wait_for(b, &applied, args.changes + total, &apply_task).await?;
-    out.json(&lag(b, "relay", first, args.rate, achieved).await?)?;
+    out.json(&lag(b, TABLE, "relay", first, args.rate, achieved).await?)?;
     if let Some(r) = r {
         wait_replica(a, r, Reached::Applied).await?;
-        out.json(&lag(r, "native_replication", first, args.rate, achieved).await?)?;
+        out.json(&lag(r, TABLE, "native_replication", first, args.rate, achieved).await?)?;
     }
     out.flush()?;
 
@@ -312,6 +306,24 @@ async fn bench_in(
     capture_task.await??;
     apply_task.await??;
     Ok(())
+}
+
+/// The bench table in `database`: ingest-like rows, and `applied` for the target's trigger.
+pub(super) fn create_table(database: &str) -> String {
+    format!(
+        "CREATE TABLE `{database}`.`{TABLE}` (id BIGINT UNSIGNED NOT NULL PRIMARY KEY, \
+         service INT UNSIGNED NOT NULL, payload VARCHAR(200) NOT NULL, \
+         created DATETIME(6) NOT NULL, applied DATETIME(6) NULL) ENGINE=InnoDB"
+    )
+}
+
+/// Where a row arrives, a trigger stamps when: SYSDATE, as a replica's NOW() is the time the
+/// event was written at the source.
+pub(super) fn stamp_trigger(database: &str) -> String {
+    format!(
+        "CREATE TRIGGER `{database}`.`{TABLE}_applied` BEFORE INSERT ON `{database}`.`{TABLE}` \
+         FOR EACH ROW SET NEW.applied = SYSDATE(6)"
+    )
 }
 
 fn report(
@@ -364,21 +376,29 @@ async fn timed_part(
 
 /// The query for how many changes capture published, or the applier of `remote` applied.
 fn progress(context: &RelayContext, remote: Option<&RemoteDc>) -> String {
+    progress_query(
+        &context.state_database,
+        context.dc(),
+        remote.map(|r| r.dc.as_str()),
+    )
+}
+
+/// The query for how many changes the capture of `dc` published (`remote` `None`), or its
+/// applier of `remote` applied, from the relay tables in `state_database`.
+pub(super) fn progress_query(state_database: &str, dc: &str, remote: Option<&str>) -> String {
     match remote {
         None => format!(
-            "SELECT published_changes FROM `{}`.relay_checkpoints WHERE dc = '{}'",
-            context.state_database,
-            context.dc()
+            "SELECT published_changes FROM `{state_database}`.relay_checkpoints WHERE dc = '{dc}'"
         ),
         Some(remote) => format!(
-            "SELECT applied_changes FROM `{}`.relay_applied WHERE source_dc = '{}'",
-            context.state_database, remote.dc
+            "SELECT applied_changes FROM `{state_database}`.relay_applied \
+             WHERE source_dc = '{remote}'"
         ),
     }
 }
 
 /// Inserts `changes` rows, `txn_size` per transaction, one transaction per `pace` if given.
-async fn write(
+pub(super) async fn write(
     conn: &mut Conn,
     ids: &IdGenerator,
     changes: u64,
@@ -435,9 +455,11 @@ async fn wait_for<T>(
     }
 }
 
-/// Commit-to-visible lag of the rows from `first` on: the trigger's time minus the source's.
-async fn lag(
+/// Commit-to-visible lag of the rows of `table` from `first` on: the trigger's time minus the
+/// source's.
+pub(super) async fn lag(
     conn: &mut Conn,
+    table: &str,
     path: &'static str,
     first: u64,
     offered: u64,
@@ -446,7 +468,7 @@ async fn lag(
     let mut lags: Vec<i64> = conn
         .exec(
             format!(
-                "SELECT TIMESTAMPDIFF(MICROSECOND, created, applied) FROM {TABLE} WHERE id >= ?"
+                "SELECT TIMESTAMPDIFF(MICROSECOND, created, applied) FROM {table} WHERE id >= ?"
             ),
             (first,),
         )
