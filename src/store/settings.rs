@@ -94,8 +94,6 @@ pub struct FanoutTable {
     /// What this table's `payload` column keeps, as `store.payload` (default: no column).
     #[serde(default)]
     pub payload: PayloadMode,
-    /// How the log and fan-out tables' partitions are compressed.
-    pub compression: Compression,
     pub columns: Vec<ColumnSpec>,
     /// This table's event-time column, as `store.event_time`; empty: none.
     #[serde(default)]

@@ -5,7 +5,12 @@ use serde_json::json;
 use super::*;
 use crate::mysql::{MAX_TEXT_BYTES, SqlValue};
 
-pub(super) fn spec(name: &str, pointer: &str, column_type: ColumnType, length: Option<u32>) -> ColumnSpec {
+pub(super) fn spec(
+    name: &str,
+    pointer: &str,
+    column_type: ColumnType,
+    length: Option<u32>,
+) -> ColumnSpec {
     ColumnSpec {
         name: name.into(),
         pointer: pointer.into(),
