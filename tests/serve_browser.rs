@@ -16,7 +16,7 @@ use mysql_async::prelude::Queryable;
 use serde_json::Value;
 
 use logstamp::time::format_utc;
-use support::explorer::{LINES, Loaded, lines_between, loaded};
+use support::explorer::{LINES, Loaded, WHOLE_DOCUMENT, lines_between, loaded};
 use support::ingest::{GroupProtocol, TOPIC, Worker, produce_messages, test_overrides};
 use support::kafka::Kafka;
 use support::relay::wait_until;
@@ -238,7 +238,10 @@ async fn the_page_shows_what_sql_holds_and_follows_new_lines() {
     let id: u64 = report["id"].as_str().unwrap().parse().unwrap();
     let mut conn = loaded.db.conn().await;
     let (level, payload): (String, String) = conn
-        .exec_first("SELECT level, payload FROM logs WHERE id = ?", (id,))
+        .exec_first(
+            format!("SELECT level, {WHOLE_DOCUMENT} FROM logs WHERE id = ?"),
+            (id,),
+        )
         .await
         .unwrap()
         .unwrap();
@@ -381,7 +384,10 @@ async fn the_page_pages_back_shows_exact_numbers_and_shares_deep_lines() {
     .await
     .unwrap();
     let stored: String = conn
-        .exec_first("SELECT payload FROM logs WHERE id = ?", (big_id,))
+        .exec_first(
+            format!("SELECT {WHOLE_DOCUMENT} FROM logs WHERE id = ?"),
+            (big_id,),
+        )
         .await
         .unwrap()
         .unwrap();

@@ -18,6 +18,14 @@ bucket = "minute"
 dimensions = ["level"]
 "#;
 
+/// A row's whole document in plain SQL: its residual `payload` with the default columns'
+/// values put back where it has none (a null column adds nothing), written apart from the
+/// reader's own rejoining, as the oracle of what a line shows.
+pub const WHOLE_DOCUMENT: &str = "JSON_MERGE_PATCH(JSON_MERGE_PATCH('{}', JSON_OBJECT(\
+     'time', CONCAT(DATE_FORMAT(event_time, '%Y-%m-%dT%H:%i:%s.'), \
+       LPAD(FLOOR(MICROSECOND(event_time) / 1000), 3, '0'), 'Z'), \
+     'level', level, 'host', host, 'service', service, 'message', message)), payload)";
+
 /// Lines loaded: one per second from `start + 1`.
 pub const LINES: u64 = 6_000;
 
