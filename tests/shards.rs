@@ -269,9 +269,29 @@ async fn three_shards_store_every_message_once_through_kills_a_move_and_a_restar
     }
     assert_eq!(per_shard, [4, 4, 4], "least-loaded placement: {placed:?}");
 
-    // A partition moved while the workers write it, with a backlog to write.
+    // A partition moved while the workers write it, with a backlog to write: once it has rows
+    // in the shard it leaves (the kills above may have held it back so far).
     fleet.setup.produce(2 * n / 5, 4 * n / 5, PARTITIONS);
     let from = placed[&0];
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let mut conn = fleet.shard_conn(from).await;
+        let written: Option<u64> = conn
+            .query_first(format!(
+                "SELECT COUNT(*) FROM logs WHERE seq % {PARTITIONS} = 0"
+            ))
+            .await
+            .unwrap();
+        conn.disconnect().await.unwrap();
+        if written.unwrap_or(0) > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "partition 0 wrote nothing to its shard"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let to = (from + 1) % 3;
     let moved = fleet.run_ok(&["shards", "move", "logs", "0", "--to", &to.to_string()]);
     let moved: serde_json::Value = serde_json::from_slice(&moved).unwrap();
