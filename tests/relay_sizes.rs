@@ -105,7 +105,9 @@ async fn a_200000_row_transaction_is_applied_whole_within_the_memory_bound() {
         &mut dcs,
         LoopFilterMode::Marker,
         "1s",
-        &format!("apply_memory_bytes = {memory}"),
+        // Messages of at most 128 KiB (its rows are small): one fetch then asks for a sixteenth
+        // of the fetch queue, which decompressed stays within the bound.
+        &format!("apply_memory_bytes = {memory}\nmax_message_bytes = 131072"),
     )
     .await;
     let (a, b) = (&dcs[0], &dcs[1]);

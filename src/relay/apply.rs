@@ -356,8 +356,11 @@ fn consumer(
         (context.relay.apply_memory_bytes / 8).clamp(MIN_MESSAGE_BYTES, MOST_FETCH_BYTES);
     // A fetch's size counts the topic's bytes, which capture compresses (lz4): a fetch of the
     // whole eighth grew the applier's peak by 69 MB over a 16 MiB setting on Apache Kafka (22
-    // to 24 MB asking for a sixteenth of it). Kafka still sends a larger batch whole.
-    let partition_fetch_bytes = (fetch_bytes / FETCH_EXPANSION).max(MIN_MESSAGE_BYTES);
+    // to 24 MB asking for a sixteenth of it). But it must hold the largest message: with less,
+    // a 5.6 MB message was never delivered (tests/relay_sizes.rs).
+    let partition_fetch_bytes = (fetch_bytes / FETCH_EXPANSION)
+        .max(context.relay.max_message_bytes)
+        .min(fetch_bytes);
     let consumer: StreamConsumer = context
         .kafka_config(brokers)
         .set(
