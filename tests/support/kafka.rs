@@ -116,11 +116,6 @@ impl Kafka {
             .join(",")
     }
 
-    /// Node `index`'s broker ID (1-based, as in its properties).
-    pub fn node_id(&self, index: usize) -> i32 {
-        self.nodes[index].id as i32
-    }
-
     /// The index of the node whose broker ID is `id`.
     pub fn index_of(&self, id: i32) -> usize {
         self.nodes
@@ -260,21 +255,6 @@ impl Kafka {
         let from = self.log(index).len();
         self.launch(index);
         self.wait_started(index, from);
-    }
-
-    /// SIGSTOP: the node hangs, its connections stay open, nothing answers.
-    pub fn pause(&self, index: usize) {
-        signal(self.pid(index), "STOP");
-    }
-
-    /// SIGCONT after [`Kafka::pause`].
-    pub fn resume(&self, index: usize) {
-        signal(self.pid(index), "CONT");
-    }
-
-    /// The node's process ID.
-    pub fn pid(&self, index: usize) -> u32 {
-        self.child(index).as_ref().expect("a running node").id()
     }
 
     fn child(&self, index: usize) -> MutexGuard<'_, Option<Child>> {
