@@ -231,10 +231,20 @@ impl Drop for MariaDb {
     }
 }
 
-/// A port nobody listens on now.
+/// A port nobody listens on now, picked at random below Linux's ephemeral range (32768 and up
+/// by default). The port the kernel would pick for `bind(0)` comes from that range, where it is
+/// also the next client connection's source port: a server started a moment later then finds it
+/// taken ("Address already in use"), as happened to Kafka nodes while other tests connected.
 pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("finding a free port");
-    listener.local_addr().expect("reading the port").port()
+    use rand::Rng;
+    let mut rng = rand::rng();
+    for _ in 0..1000 {
+        let port = rng.random_range(20_000..32_000);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port between 20000 and 32000 after 1000 tries");
 }
 
 /// The installed program, from its environment variable, the PATH or the usual places.
