@@ -177,6 +177,7 @@ async fn a_hung_coordination_database_stops_stamping_before_the_lease_expires() 
     let server = MariaDb::start(82, &[]).await;
     let db = TestDb::create_on(&format!("mysql://root@127.0.0.1:{}", server.port), "lease_hang")
         .await;
+    mysql::create_database(&db.mysql_url()).await.unwrap();
     let mut conn = mysql::connect(&db.mysql_url()).await.unwrap();
     migrate::apply(&mut conn, &migrate::builtin().unwrap())
         .await
