@@ -98,7 +98,11 @@ async fn a_hung_database_makes_the_worker_not_ready_and_loses_nothing() {
         .filter(|l| l.contains("stopped taking writes"))
         .count();
     assert_eq!(told, 1, "said once, not once per retry: {text}");
-    assert_eq!(setup.count(SUM_OFFSETS).await, n, "offsets count every message");
+    assert_eq!(
+        setup.count(SUM_OFFSETS).await,
+        n,
+        "offsets count every message"
+    );
     setup
         .assert_exactly_once(n, &(2..=20).collect::<Vec<u32>>())
         .await;
@@ -135,7 +139,10 @@ async fn a_hung_broker_makes_the_worker_not_ready_and_loses_nothing() {
     let detected = paused_at.elapsed();
     assert_eq!(status, 503, "{ready}");
     assert!(ready.contains("Kafka does not answer"), "{ready}");
-    assert!(detected < KAFKA_BOUND + Duration::from_secs(10), "not ready after {detected:?}");
+    assert!(
+        detected < KAFKA_BOUND + Duration::from_secs(10),
+        "not ready after {detected:?}"
+    );
     while paused_at.elapsed() < 4 * KAFKA_BOUND {
         assert!(
             worker.child.try_wait().unwrap().is_none(),
@@ -162,7 +169,11 @@ async fn a_hung_broker_makes_the_worker_not_ready_and_loses_nothing() {
         "worker {status}: {}",
         std::fs::read_to_string(log).unwrap_or_default()
     );
-    assert_eq!(setup.count(SUM_OFFSETS).await, n, "offsets count every message");
+    assert_eq!(
+        setup.count(SUM_OFFSETS).await,
+        n,
+        "offsets count every message"
+    );
     setup
         .assert_exactly_once(n, &(2..=20).collect::<Vec<u32>>())
         .await;
@@ -175,8 +186,11 @@ async fn a_hung_broker_makes_the_worker_not_ready_and_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_coordination_database_stops_stamping_before_the_lease_expires() {
     let server = MariaDb::start(82, &[]).await;
-    let db = TestDb::create_on(&format!("mysql://root@127.0.0.1:{}", server.port), "lease_hang")
-        .await;
+    let db = TestDb::create_on(
+        &format!("mysql://root@127.0.0.1:{}", server.port),
+        "lease_hang",
+    )
+    .await;
     mysql::create_database(&db.mysql_url()).await.unwrap();
     let mut conn = mysql::connect(&db.mysql_url()).await.unwrap();
     migrate::apply(&mut conn, &migrate::builtin().unwrap())
@@ -220,7 +234,10 @@ async fn served_address(worker: &Process) -> String {
         if let Some(address) = support::http::served_address(&log) {
             return address;
         }
-        assert!(Instant::now() < deadline, "the worker serves nothing: {log}");
+        assert!(
+            Instant::now() < deadline,
+            "the worker serves nothing: {log}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

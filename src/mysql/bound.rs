@@ -16,14 +16,12 @@ pub async fn within<T>(
     what: impl FnOnce() -> String,
     work: impl Future<Output = Result<T, DbError>>,
 ) -> Result<T, DbError> {
-    tokio::time::timeout(limit, work)
-        .await
-        .unwrap_or_else(|_| {
-            Err(DbError::TimedOut {
-                context: what(),
-                after: limit,
-            })
+    tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
+        Err(DbError::TimedOut {
+            context: what(),
+            after: limit,
         })
+    })
 }
 
 #[cfg(test)]
@@ -43,7 +41,10 @@ mod tests {
         };
         assert!(error.is_transient(), "{error}");
         assert!(matches!(error, DbError::TimedOut { after, .. } if after == limit));
-        assert!(error.to_string().starts_with("reading: no answer within"), "{error}");
+        assert!(
+            error.to_string().starts_with("reading: no answer within"),
+            "{error}"
+        );
         let quick = within(limit, || "reading".into(), async { Ok(7) }).await;
         assert_eq!(quick.ok(), Some(7));
     }
