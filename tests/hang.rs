@@ -227,6 +227,48 @@ async fn a_hung_coordination_database_stops_stamping_before_the_lease_expires() 
     assert!(!lease.release().await.unwrap().row_released);
 }
 
+/// `serve`'s database hangs after a first request pooled a connection to it: requests then
+/// answer 503 or 504 within the connection wait (10 s) and the statement bound, not never.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_database_gets_serve_answers_in_bounded_time() {
+    let server = MariaDb::start(83, &[]).await;
+    let db = TestDb::create_on(
+        &format!("mysql://root@127.0.0.1:{}", server.port),
+        "serve_hang",
+    )
+    .await;
+    mysql::create_database(&db.mysql_url()).await.unwrap();
+    let settings = db.settings(&[("serve.statement_timeout", "2s")]);
+    let api = logstamp::serve::Server::new(
+        settings.serve.clone(),
+        settings.serve_catalog(),
+        &settings.mysql.url,
+    )
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move { api.serve(listener).await });
+    // Answered (the tables are not made: 503 naming migrate), with a connection now pooled.
+    let (status, body) = get(&address, "/api/health").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("migrate"), "{body}");
+
+    server.pause();
+    let bound = Duration::from_secs(10 + 2 + 1);
+    for path in ["/api/health", "/api/rows?from=-1h&to=now"] {
+        let asked = Instant::now();
+        let (status, body) = get(&address, path).await;
+        let took = asked.elapsed();
+        assert!(status == 503 || status == 504, "{path}: {status} {body}");
+        assert!(
+            took < bound + Duration::from_secs(5),
+            "{path} answered after {took:?}"
+        );
+        eprintln!("serve, hung database: {path} answered {status} after {took:?}");
+    }
+    server.resume();
+}
+
 async fn served_address(worker: &Process) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
