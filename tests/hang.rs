@@ -75,6 +75,7 @@ async fn a_hung_database_makes_the_worker_not_ready_and_loses_nothing() {
             WRITE_BOUND + Duration::from_secs(20),
         )
         .await;
+    let written_off = paused_at.elapsed();
     let stored_while_hung = stored_total(&address).await;
     while paused_at.elapsed() < 4 * WRITE_BOUND {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -86,7 +87,10 @@ async fn a_hung_database_makes_the_worker_not_ready_and_loses_nothing() {
     );
     let hung_for = paused_at.elapsed();
     server.resume();
-    eprintln!("hung database: not ready after {detected:?}; resumed after {hung_for:?}");
+    eprintln!(
+        "hung database: not ready after {detected:?}; the writer's log line after \
+         {written_off:?}; resumed after {hung_for:?}"
+    );
 
     setup.wait_for(COUNT_ALL, n, Duration::from_secs(90)).await;
     let log = worker.log.clone();
