@@ -96,9 +96,17 @@ impl Fleet {
 
     /// `logstamp ingest` leasing a service ID, its log in a file of its own.
     fn spawn_worker(&self, run: usize) -> Process {
+        self.spawn_worker_with(run, &[])
+    }
+
+    /// `spawn_worker` with more settings, `(key, value)`.
+    fn spawn_worker_with(&self, run: usize, overrides: &[(&str, &str)]) -> Process {
         let log = self.config.with_file_name(format!("worker-{run}.log"));
-        let child = self
-            .command(&["ingest", "--service-id", "auto"])
+        let mut command = self.command(&["ingest", "--service-id", "auto"]);
+        for (key, value) in overrides {
+            command.env(logstamp::config::env_var(key), value);
+        }
+        let child = command
             // Slow enough that the move and the outage happen while they write.
             .env(
                 logstamp::config::env_var("ingest.max_records_per_second"),
@@ -120,8 +128,14 @@ impl Fleet {
 
     /// Rows stored over all shards (a stopped shard counts none).
     async fn stored(&self) -> u64 {
+        self.stored_in(&[0, 1, 2]).await
+    }
+
+    /// Rows stored in the shards at these positions (a stopped one counts none; a paused one
+    /// must not be asked).
+    async fn stored_in(&self, shards: &[usize]) -> u64 {
         let mut total = 0;
-        for i in 0..self.servers.len() {
+        for &i in shards {
             let Ok(mut conn) =
                 mysql_async::Conn::from_url(self.servers[i].url(&self.setup.db.name)).await
             else {
@@ -135,9 +149,13 @@ impl Fleet {
     }
 
     async fn wait_stored(&self, least: u64, within: Duration) {
+        self.wait_stored_in(&[0, 1, 2], least, within).await
+    }
+
+    async fn wait_stored_in(&self, shards: &[usize], least: u64, within: Duration) {
         let deadline = Instant::now() + within;
         loop {
-            let n = self.stored().await;
+            let n = self.stored_in(shards).await;
             if n >= least {
                 return;
             }
@@ -172,7 +190,7 @@ impl Fleet {
     /// Every sequence number in `0..n` exactly once over the shards, IDs unique across them;
     /// each row in its partition's shard (or, for the partition `moved`, in the shard it left),
     /// each live offset row in its partition's shard, and the offsets add up to the rows.
-    async fn assert_exactly_once(&self, n: u64, moved: (i32, usize)) {
+    async fn assert_exactly_once(&self, n: u64, moved: Option<(i32, usize)>) {
         let assignments = self.assignments().await;
         assert_eq!(assignments.len(), PARTITIONS as usize, "{assignments:?}");
         let mut seqs: Vec<u64> = Vec::new();
@@ -201,10 +219,12 @@ impl Fleet {
             for (id, seq) in rows {
                 let partition = (seq % PARTITIONS as u64) as i32;
                 assert!(
-                    assignments.get(&partition) == Some(&i) || moved == (partition, i),
+                    assignments.get(&partition) == Some(&i) || moved == Some((partition, i)),
                     "row of sequence number {seq} (partition {partition}) is in shard {i}"
                 );
-                if partition == moved.0 {
+                if let Some(moved) = moved
+                    && partition == moved.0
+                {
                     if i == moved.1 {
                         moved_rows[0] += 1;
                     } else if assignments.get(&partition) == Some(&i) {
@@ -217,12 +237,13 @@ impl Fleet {
             conn.disconnect().await.unwrap();
         }
         assert_eq!(committed as u64, n, "the offsets count every message");
-        assert!(
-            moved_rows.iter().all(|&rows| rows > 0),
-            "partition {} was moved while written: rows in the shard it left and in the one \
-             it went to, {moved_rows:?}",
-            moved.0
-        );
+        if let Some((partition, _)) = moved {
+            assert!(
+                moved_rows.iter().all(|&rows| rows > 0),
+                "partition {partition} was moved while written: rows in the shard it left and \
+                 in the one it went to, {moved_rows:?}",
+            );
+        }
         seqs.sort_unstable();
         assert_eq!(
             seqs,
@@ -375,7 +396,7 @@ async fn three_shards_store_every_message_once_through_kills_a_move_and_a_restar
             std::fs::read_to_string(log).unwrap_or_default()
         );
     }
-    fleet.assert_exactly_once(n, (0, from)).await;
+    fleet.assert_exactly_once(n, Some((0, from))).await;
 
     // `logstamp query` over the shards: every row, merged in ID order; a limit of the merge.
     let from = (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339();
@@ -502,4 +523,116 @@ async fn three_shards_store_every_message_once_through_kills_a_move_and_a_restar
         3,
         "{ensured}"
     );
+}
+
+/// The workers' bound on a write in the hang test (`store.write_timeout`).
+const HANG_BOUND: Duration = Duration::from_secs(2);
+
+/// A shard that hangs (SIGSTOP: its connections stay open and nothing answers) is a failed
+/// shard. At `store.concurrency = 1` the workers report it down within their write bound
+/// (`logstamp_store_shard_up` 0, `/health/ready` 503 naming it, one log line), the other
+/// shards' partitions go on meanwhile, and after SIGCONT every message is stored once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hung_shard_pauses_its_partitions_only() {
+    let fleet = Fleet::start("shard_hang", 191).await;
+    let n: u64 = 12_000;
+    fleet.setup.produce(0, n / 2, PARTITIONS);
+    let bound = format!("{}s", HANG_BOUND.as_secs());
+    let workers: Vec<Process> = (0..2)
+        .map(|run| fleet.spawn_worker_with(run, &[("store.write_timeout", bound.as_str())]))
+        .collect();
+    fleet.wait_stored(n / 4, Duration::from_secs(90)).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while fleet.assignments().await.len() < PARTITIONS as usize {
+        assert!(Instant::now() < deadline, "not every partition was placed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let hung = 2;
+    let hung_name = format!(
+        "127.0.0.1:{}/{}",
+        fleet.servers[hung].port, fleet.setup.db.name
+    );
+    let down_metric = format!("logstamp_store_shard_up{{shard=\"{hung_name}\"}}");
+
+    fleet.servers[hung].pause();
+    let paused_at = Instant::now();
+    let live_before = fleet.stored_in(&[0, 1]).await;
+    fleet.setup.produce(n / 2, n, PARTITIONS);
+
+    // Detected: a worker writing to it reports it down, and is not ready, naming it.
+    let mut detected = None;
+    while detected.is_none() {
+        assert!(
+            paused_at.elapsed() < HANG_BOUND + Duration::from_secs(30),
+            "no worker reports {down_metric} 0"
+        );
+        for worker in &workers {
+            let Some((address, metrics)) = scrape(worker).await else {
+                continue;
+            };
+            if support::http::sample(&metrics, &down_metric) == Some(0.0) {
+                detected.get_or_insert(paused_at.elapsed());
+                let (status, ready) = tokio::task::spawn_blocking(move || {
+                    support::http::get(&address, "/health/ready")
+                })
+                .await
+                .unwrap();
+                assert_eq!(status, 503, "{ready}");
+                assert!(ready.contains(&hung_name), "{ready}");
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let detected = detected.unwrap_or_default();
+    // The bound, a batch's linger and scrapes, with room for a loaded machine.
+    assert!(
+        detected < HANG_BOUND + Duration::from_secs(10),
+        "detected after {detected:?}"
+    );
+
+    // The live shards' partitions (8 of 12: 4,000 of the messages sent since) go on, also
+    // through a rebalance that revokes a partition whose write waits on the hung shard.
+    fleet
+        .wait_stored_in(&[0, 1], live_before + 2_000, Duration::from_secs(25))
+        .await;
+    let progress_after = paused_at.elapsed();
+    let progress = fleet.stored_in(&[0, 1]).await - live_before;
+    // Hung for well past the bound: several failed tries of its partitions' batches.
+    while paused_at.elapsed() < 4 * HANG_BOUND {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let hung_for = paused_at.elapsed();
+    fleet.servers[hung].resume();
+    eprintln!(
+        "hung shard: detected after {detected:?}; {progress} rows stored in the live shards \
+         {progress_after:?} after the pause; resumed after {hung_for:?}"
+    );
+
+    fleet.wait_stored(n, Duration::from_secs(90)).await;
+    for worker in workers {
+        let log = worker.log.clone();
+        let status = worker.terminate(Duration::from_secs(60));
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        assert!(status.success(), "worker {status}: {text}");
+        // Told once, not once per retry.
+        let told = text
+            .lines()
+            .filter(|l| l.contains("stopped taking writes") && l.contains(&hung_name))
+            .count();
+        assert!(told <= 1, "{told} lines say the shard stopped: {text}");
+    }
+    fleet.assert_exactly_once(n, None).await;
+}
+
+/// The worker's serving address and its metrics, once it serves.
+async fn scrape(worker: &Process) -> Option<(String, String)> {
+    let log = std::fs::read_to_string(&worker.log).unwrap_or_default();
+    let address = support::http::served_address(&log)?;
+    let (_, metrics) = tokio::task::spawn_blocking({
+        let address = address.clone();
+        move || support::http::get(&address, "/metrics")
+    })
+    .await
+    .unwrap();
+    Some((address, metrics))
 }

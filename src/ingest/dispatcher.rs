@@ -30,6 +30,9 @@ const EVENTS_PER_ROUND: usize = 256;
 /// memory budget is checked) between such messages, not after hundreds of them.
 const RECORDS_PER_ROUND: usize = 256;
 
+/// How often a waiting revocation looks again at whether the shards of its writes fail.
+const REVOCATION_CHECK: Duration = Duration::from_millis(500);
+
 /// An owned partition.
 struct Partition {
     batcher: PartitionBatcher,
@@ -172,6 +175,8 @@ impl Dispatcher {
                         partition.batcher.close_if_lingered(now);
                     }
                 }
+                // A shard may start failing while a revocation waits on its write.
+                () = tokio::time::sleep(REVOCATION_CHECK), if !self.revocations.is_empty() => {}
                 () = sleep_until(give_up), if give_up.is_some() => {
                     let unfinished = self.writes.len()
                         + self.partitions.values().filter(|p| !p.batcher.is_idle()).count();
@@ -464,13 +469,20 @@ impl Dispatcher {
         }
     }
 
-    /// Lets revocations go once none of their partitions is being written.
+    /// Lets revocations go once none of their partitions is being written, but for writes to
+    /// a failing shard: those wait in their retries as long as the shard is away, and holding
+    /// the rebalance that long would stop every partition of the worker. Such a write may
+    /// still commit later; the conditional offset claim then fails the new owner's batch or
+    /// this one's, so nothing is stored twice.
     fn answer_revocations(&mut self) {
-        let writing = &self.writing;
+        let (writing, writer, group) = (&self.writing, &self.writer, &self.group);
+        let held = |k: &PartitionKey| {
+            writing.contains_key(k) && writer.failing_shard(group, &k.topic, k.partition).is_none()
+        };
         let (done, waiting): (Vec<_>, Vec<_>) = self
             .revocations
             .drain(..)
-            .partition(|(keys, _)| keys.iter().all(|k| !writing.contains_key(k)));
+            .partition(|(keys, _)| !keys.iter().any(held));
         self.revocations = waiting;
         for (_, answer) in done {
             let _ = answer.send(());

@@ -1,8 +1,11 @@
 //! Connecting to MySQL: the pool, and the database it names.
 
+use std::time::Duration;
+
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
 
+use super::bound::within;
 use super::rows::take;
 use super::{DbError, Ident};
 use crate::mysql::MysqlUrl;
@@ -35,12 +38,20 @@ pub(crate) fn opts(url: &MysqlUrl) -> Result<Opts, DbError> {
 /// Makes the session's `NOW()`, `CURRENT_TIMESTAMP` and `UNIX_TIMESTAMP(text)` UTC.
 const SESSION_UTC: &str = "SET time_zone = '+00:00'";
 
+/// How long connecting (TCP, handshake and session setup) may take: a hung server accepts
+/// the TCP connection in its kernel and then never greets.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// One connection of its own, outside any pool: for work that keeps session state such as
-/// named locks (`GET_LOCK`), which a pooled connection would carry into its next use.
+/// named locks (`GET_LOCK`), which a pooled connection would carry into its next use. Within
+/// [`CONNECT_TIMEOUT`].
 pub async fn connect(url: &MysqlUrl) -> Result<Conn, DbError> {
-    Conn::new(opts(url)?)
-        .await
-        .map_err(DbError::mysql(format!("connecting to {}", url.redacted())))
+    let context = || format!("connecting to {}", url.redacted());
+    let opts = opts(url)?;
+    within(CONNECT_TIMEOUT, context, async {
+        Conn::new(opts).await.map_err(DbError::mysql(context()))
+    })
+    .await
 }
 
 /// Creates the URL's database if it does not exist, connecting without selecting it.

@@ -31,6 +31,13 @@ pub enum DbError {
     /// logstamp broke a rule of its own: a bug, or a server it does not support.
     #[error("{0}")]
     Invariant(String),
+    /// The server did not answer within the bound set for this work (see
+    /// [`crate::mysql::bound`]): it may be hung. Transient; the connection was dropped.
+    #[error("{context}: no answer within {after:?} (the server may be hung or overloaded)")]
+    TimedOut {
+        context: String,
+        after: std::time::Duration,
+    },
     /// A task of this process panicked or was cancelled.
     #[error("{0}")]
     TaskPanicked(String),
@@ -60,7 +67,7 @@ impl DbError {
     pub fn is_transient(&self) -> bool {
         match self {
             DbError::Mysql { source, .. } => is_transient(source),
-            DbError::Busy(_) => true,
+            DbError::Busy(_) | DbError::TimedOut { .. } => true,
             DbError::Config { .. }
             | DbError::Catalog { .. }
             | DbError::Refused(_)

@@ -2,6 +2,7 @@
 //! result rows without panicking, escaping and encoding values, identifiers, telling transient
 //! errors from definite ones, and retrying. It knows nothing of logs, offsets or the relay.
 
+pub mod bound;
 mod connect;
 pub mod encode;
 pub mod error;

@@ -51,6 +51,7 @@ impl RetryPolicy {
             policy: *self,
             started: Instant::now(),
             waits: self.waits(),
+            retried: false,
         }
     }
 
@@ -74,6 +75,9 @@ pub struct Tries {
     policy: RetryPolicy,
     started: Instant,
     waits: ExponentialBackoff,
+    /// Whether a retry was logged at warning level already: the later ones are logged at
+    /// debug level, so an outage is one warning, not one per retry.
+    retried: bool,
 }
 
 impl Tries {
@@ -84,14 +88,20 @@ impl Tries {
             return false;
         }
         let wait = self.waits.next().unwrap_or(self.policy.longest_wait);
-        tracing::warn!(retry_in = ?wait, "{what} failed, retrying: {error}");
+        if self.retried {
+            tracing::debug!(retry_in = ?wait, "{what} failed again, retrying: {error}");
+        } else {
+            tracing::warn!(retry_in = ?wait, "{what} failed, retrying: {error}");
+        }
+        self.retried = true;
         tokio::time::sleep(wait).await;
         true
     }
 }
 
 /// Runs `operation` until it succeeds, fails for good (see [`DbError::is_transient`]), or
-/// `policy` gives up. `what` names the work in the warning logged before each retry.
+/// `policy` gives up. `what` names the work in the warning logged before the first retry (the
+/// later ones are logged at debug level).
 pub async fn retrying<T, F>(
     policy: RetryPolicy,
     what: impl Fn() -> String,
@@ -101,11 +111,18 @@ where
     F: Future<Output = Result<T, DbError>>,
 {
     let started = Instant::now();
+    let mut retried = false;
     operation
         .retry(policy.backoff())
         .when(|e: &DbError| e.is_transient() && !policy.gave_up(started))
         .notify(|e: &DbError, wait: Duration| {
-            tracing::warn!(retry_in = ?wait, "{} failed, retrying: {e}", what());
+            // One warning per piece of work; the retries after it at debug level.
+            if retried {
+                tracing::debug!(retry_in = ?wait, "{} failed again, retrying: {e}", what());
+            } else {
+                tracing::warn!(retry_in = ?wait, "{} failed, retrying: {e}", what());
+            }
+            retried = true;
         })
         .await
 }

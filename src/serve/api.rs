@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use super::request::{ApiError, Params, assemble, interval, parts, rollup_answers, unix_range};
-use super::{Server, db_error};
+use super::{Server, bounded, db_error};
 use crate::store::log_table::TableSpec;
 use crate::store::query::{self, EventQuery, Order, Record, TimeQuery, parse_filter};
 use crate::store::schema::{ColumnSpec, ColumnType};
@@ -377,16 +377,15 @@ async fn count_histogram(server: &Server, q: Option<String>) -> Result<Response,
                     format_utc(part.from),
                     format_utc(part.to)
                 ));
-                rollup::histogram(
+                let counting = rollup::histogram(
                     &mut conn,
                     plan,
                     &by,
                     &query.filter,
                     interval,
                     (part.from, part.to),
-                )
-                .await
-                .map_err(db_error)
+                );
+                bounded(&server.settings, async { counting.await.map_err(db_error) }).await
             }
             None => {
                 sources.push(format!(
@@ -402,9 +401,10 @@ async fn count_histogram(server: &Server, q: Option<String>) -> Result<Response,
                     .layout
                     .id_range(seconds(part.from), seconds(part.to))
                     .map_err(|e| ApiError::bad("from", e))?;
-                query::histogram(&mut conn, spec, &part_query, &by, interval)
+                let counting = query::histogram(&mut conn, spec, &part_query, &by, interval);
+                bounded(&server.settings, async { counting.await.map_err(db_error) })
                     .await
-                    .map_err(|e| match db_error(e) {
+                    .map_err(|e| match e {
                         ApiError::Timeout(message) => ApiError::Timeout(format!(
                             "{message}; or keep a rollup of {} with {} as a dimension (see \
                              [[rollups]]), which counts a day in milliseconds",
@@ -531,8 +531,18 @@ async fn health(State(server): State<Arc<Server>>) -> Response {
     let mut tables = Vec::new();
     for spec in &server.catalog.tables {
         let name = spec.table.as_str();
-        let listed = match partitions::list(&mut conn, spec).await {
+        let listing = async {
+            partitions::list(&mut conn, spec)
+                .await
+                .map_err(|e| ApiError::Unavailable(e.to_string()))
+        };
+        let listed = match bounded(&server.settings, listing).await {
             Ok(listed) => listed,
+            // The session of a server that gave no answer is not asked again.
+            Err(e @ ApiError::Timeout(_)) => {
+                problems.push(format!("table {name}: {e}"));
+                break;
+            }
             Err(e) => {
                 problems.push(format!("table {name}: {e}"));
                 continue;
@@ -548,9 +558,13 @@ async fn health(State(server): State<Arc<Server>>) -> Response {
                 "table {name} has no partition for the current time: run logstamp partitions ensure"
             ));
         }
-        let newest: Result<Option<Option<u64>>, _> = conn
-            .query_first(format!("SELECT MAX(`id`) FROM {}", spec.table))
-            .await;
+        let reading = async {
+            conn.query_first::<Option<u64>, _>(format!("SELECT MAX(`id`) FROM {}", spec.table))
+                .await
+                .map_err(|e| ApiError::Unavailable(e.to_string()))
+        };
+        let newest = bounded(&server.settings, reading).await;
+        let timed_out = matches!(newest, Err(ApiError::Timeout(_)));
         let newest = match newest {
             Ok(newest) => newest.flatten(),
             Err(e) => {
@@ -565,6 +579,9 @@ async fn health(State(server): State<Arc<Server>>) -> Response {
             "newest_id": newest.map(|id| id.to_string()),
             "newest_time": newest.map(|id| format_utc(server.catalog.layout.decode(id).unix_seconds)),
         }));
+        if timed_out {
+            break;
+        }
     }
     let status = if problems.is_empty() {
         StatusCode::OK

@@ -84,11 +84,11 @@ impl Server {
         axum::serve(JsonListener(listener), self.router())
     }
 
-    /// A pooled connection with this server's limits set on its session.
+    /// A pooled connection with this server's limits set on its session, within
+    /// [`CONNECTION_WAIT`]: a pooled connection to a hung server is handed out at once, and
+    /// only its first statement finds the server silent.
     async fn conn(&self) -> Result<mysql_async::Conn, ApiError> {
-        let timeout = self.settings.statement_timeout;
-        let unavailable = |e: &dyn std::fmt::Display| ApiError::Unavailable(format!("MySQL: {e}"));
-        let mut conn = tokio::time::timeout(CONNECTION_WAIT, self.pool.get_conn())
+        tokio::time::timeout(CONNECTION_WAIT, self.session())
             .await
             .map_err(|_| {
                 ApiError::Unavailable(format!(
@@ -96,7 +96,12 @@ impl Server {
                     humantime::format_duration(CONNECTION_WAIT)
                 ))
             })?
-            .map_err(|e| unavailable(&e))?;
+    }
+
+    async fn session(&self) -> Result<mysql_async::Conn, ApiError> {
+        let timeout = self.settings.statement_timeout;
+        let unavailable = |e: &dyn std::fmt::Display| ApiError::Unavailable(format!("MySQL: {e}"));
+        let mut conn = self.pool.get_conn().await.map_err(|e| unavailable(&e))?;
         let flavor = *self
             .flavor
             .get_or_try_init(|| mysql::flavor(&mut conn))
@@ -107,6 +112,22 @@ impl Server {
             .map_err(|e| unavailable(&e))?;
         Ok(conn)
     }
+}
+
+/// Runs one statement's work on a session of this server, failing with a 504 when no answer
+/// comes within `serve.statement_timeout` and a second: the server stops the statement at its
+/// limit, so only a server that does not answer (hung, or a path dropping packets) gets here.
+async fn bounded<T>(
+    settings: &ServeSettings,
+    work: impl Future<Output = Result<T, ApiError>>,
+) -> Result<T, ApiError> {
+    let deadline = settings.statement_timeout + Duration::from_secs(1);
+    tokio::time::timeout(deadline, work).await.map_err(|_| {
+        ApiError::Timeout(format!(
+            "MySQL gave no answer within serve.statement_timeout and a second ({})",
+            humantime::format_duration(deadline)
+        ))
+    })?
 }
 
 /// Says, per table, by which columns histograms can be read from a rollup: without one, a

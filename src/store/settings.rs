@@ -60,6 +60,11 @@ pub struct StoreSettings {
     /// How long a batch failing for a transient reason is retried before the writer gives up.
     #[serde(with = "duration_text")]
     pub give_up_after: Duration,
+    /// How long one attempt at writing a batch (or reading a partition's stored offset) may
+    /// wait on its database, connecting included; past it the database is taken as hung and
+    /// the attempt fails (see [`crate::mysql::bound`]).
+    #[serde(with = "duration_text")]
+    pub write_timeout: Duration,
     /// How long after its stamping a batch may still commit (see [`StoreSettings::commit_window`]).
     pub commit_window: DurationOrOff,
     pub payload: PayloadMode,
@@ -211,6 +216,13 @@ impl StoreSettings {
         at_least_one("store.concurrency", self.concurrency as u64)?;
         at_most("store.concurrency", self.concurrency, 1_024)?;
         at_most_a_year("store.give_up_after", self.give_up_after)?;
+        at_most_a_year("store.write_timeout", self.write_timeout)?;
+        if self.write_timeout < Duration::from_millis(1) {
+            return Err(SettingError::new(
+                "store.write_timeout",
+                "must be at least 1ms",
+            ));
+        }
         if let Some(window) = self.commit_window.0 {
             at_most_a_year("store.commit_window", window)?;
         }

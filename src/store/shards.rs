@@ -127,10 +127,22 @@ impl ShardHealth {
         self.lock().get(shard).is_some_and(|(_, why)| why.is_some())
     }
 
+    /// Records what the last write to `shard` found. A change is logged once (not once per
+    /// retry): the shard stopped taking writes, or takes them again.
     pub(crate) fn set(&self, shard: usize, failing: Option<String>) {
-        if let Some(entry) = self.lock().get_mut(shard) {
-            entry.1 = failing;
+        let mut shards = self.lock();
+        let Some(entry) = shards.get_mut(shard) else {
+            return;
+        };
+        match (&entry.1, &failing) {
+            (None, Some(why)) => tracing::error!(
+                shard = %entry.0,
+                "the database stopped taking writes; its partitions wait: {why}"
+            ),
+            (Some(_), None) => tracing::info!(shard = %entry.0, "the database takes writes again"),
+            _ => {}
         }
+        entry.1 = failing;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(ShardName, Option<String>)>> {
@@ -486,6 +498,7 @@ mod tests {
             "concurrency": 4,
             "insert_method": "batch",
             "give_up_after": "5m",
+            "write_timeout": "30s",
             "commit_window": "6m",
             "payload": true,
             "compression": "zlib",

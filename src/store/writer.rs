@@ -162,6 +162,8 @@ struct Inner {
     zone_upsert: (String, String, usize),
     layout: Layout,
     method: InsertMethod,
+    /// How long one attempt may wait on the server (`store.write_timeout`).
+    write_timeout: std::time::Duration,
     /// How long after its stamping a batch may still commit (`None`: no limit).
     commit_window: Option<std::time::Duration>,
     /// Largest statement, from the server's `max_allowed_packet`.
@@ -218,6 +220,7 @@ impl ServerWriter {
                 zone_upsert: zone_map::upsert_statement(),
                 layout,
                 method: store.insert_method,
+                write_timeout: store.write_timeout,
                 commit_window: store.commit_window(),
                 statement_budget: OnceCell::new(),
                 method_on_server: OnceCell::new(),
@@ -230,8 +233,22 @@ impl ServerWriter {
     }
 
     /// A partition's stored next offset, to seek to on assignment; `None` for a partition
-    /// never written. Tried once: the caller retries.
+    /// never written. Tried once, within `store.write_timeout`: the caller retries.
     async fn stored_offset(
+        &self,
+        consumer_group: &str,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Option<i64>, DbError> {
+        mysql::bound::within(
+            self.inner.write_timeout,
+            || format!("reading the stored offset of {topic}/{partition}"),
+            self.read_stored_offset(consumer_group, topic, partition),
+        )
+        .await
+    }
+
+    async fn read_stored_offset(
         &self,
         consumer_group: &str,
         topic: &str,
@@ -346,8 +363,20 @@ impl ServerWriter {
         Ok(())
     }
 
-    /// Writes a batch exactly once, or fails; the caller retries what is transient.
+    /// Writes a batch exactly once, or fails; the caller retries what is transient. Bounded by
+    /// `store.write_timeout`: past it the connection is dropped mid-work, and a commit sent
+    /// but not answered is settled by the retry's offset claim (the claim waits on the row
+    /// lock of a transaction still open, and then finds the offset moved or not).
     async fn attempt(&self, batch: &Batch) -> Result<WriteOutcome, DbError> {
+        mysql::bound::within(
+            self.inner.write_timeout,
+            || batch_context(batch, "writing the batch"),
+            self.attempt_unbounded(batch),
+        )
+        .await
+    }
+
+    async fn attempt_unbounded(&self, batch: &Batch) -> Result<WriteOutcome, DbError> {
         let mut conn = self.conn().await?;
         let budget = self.statement_budget(&mut conn).await?;
         self.method_on_server(&mut conn).await?;

@@ -257,6 +257,20 @@ impl Kafka {
         self.wait_started(index, from);
     }
 
+    /// SIGSTOP: the node hangs, its connections stay open, nothing answers.
+    pub fn pause(&self, index: usize) {
+        signal(self.pid(index), "STOP");
+    }
+
+    /// SIGCONT after [`Kafka::pause`].
+    pub fn resume(&self, index: usize) {
+        signal(self.pid(index), "CONT");
+    }
+
+    fn pid(&self, index: usize) -> u32 {
+        self.child(index).as_ref().expect("a running node").id()
+    }
+
     fn child(&self, index: usize) -> MutexGuard<'_, Option<Child>> {
         // A test that failed while holding the lock left the process as it was.
         self.nodes[index]

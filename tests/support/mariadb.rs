@@ -108,6 +108,26 @@ impl MariaDb {
         child.wait().expect("waiting for the server");
     }
 
+    /// Stops the server with SIGSTOP, as a hung server: its connections stay open and
+    /// nothing answers. [`MariaDb::resume`] lets it go on.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// Lets a paused server go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, name: &str) {
+        let pid = self.child.as_ref().expect("a running server").id();
+        let sent = Command::new("kill")
+            .args([format!("-{name}"), pid.to_string()])
+            .status()
+            .expect("running kill");
+        assert!(sent.success(), "kill -{name} {pid}");
+    }
+
     /// Makes this server a GTID replica of `primary` (`MASTER_USE_GTID=slave_pos`) and starts
     /// replicating.
     pub async fn replicate_from(&self, primary: &MariaDb) {

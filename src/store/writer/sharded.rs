@@ -31,6 +31,8 @@ struct Inner {
     routes: Mutex<HashMap<PartitionKey, usize>>,
     health: Arc<ShardHealth>,
     retry: RetryPolicy,
+    /// Bounds placing partitions through the coordination database (`store.write_timeout`).
+    write_timeout: std::time::Duration,
 }
 
 impl Writer {
@@ -56,6 +58,7 @@ impl Writer {
                 servers,
                 routes: Mutex::default(),
                 retry: store.retry_policy(),
+                write_timeout: store.write_timeout,
             }),
         })
     }
@@ -210,12 +213,20 @@ impl Writer {
             return Ok(known.into_iter().flatten().collect());
         }
         let set = &self.inner.set;
-        let mut conn = mysql::connect(&set.coordination).await?;
-        let placed = shards::assign(&mut conn, &set.names(), keys).await;
-        let _ = conn.disconnect().await;
+        let placed = mysql::bound::within(
+            self.inner.write_timeout,
+            || "placing partitions through the coordination database".to_string(),
+            async {
+                let mut conn = mysql::connect(&set.coordination).await?;
+                let placed = shards::assign(&mut conn, &set.names(), keys).await;
+                let _ = conn.disconnect().await;
+                placed
+            },
+        )
+        .await?;
         let positions = keys
             .iter()
-            .zip(placed?)
+            .zip(placed)
             .map(|(key, name)| set.position(key, &name))
             .collect::<Result<Vec<usize>, DbError>>()?;
         let mut routes = self.routes();
