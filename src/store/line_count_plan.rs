@@ -223,10 +223,10 @@ mod tests {
         assert_eq!(
             counts,
             vec![
-                row(999_999_960, 1, ten - 3_600, "", 1),
-                row(999_999_960, 1, ten, "info", 2),
-                row(999_999_960, 1, NO_EVENT, "error", 1),
-                row(999_999_960, 2, ten, "info", 1),
+                row(1_000_000_020, 1, ten - 3_600, "", 1),
+                row(1_000_000_020, 1, ten, "info", 2),
+                row(1_000_000_020, 1, NO_EVENT, "error", 1),
+                row(1_000_000_020, 2, ten, "info", 1),
                 row(1_000_000_080, 1, ten, "info", 1),
             ]
         );
