@@ -17,6 +17,8 @@ use mysql_async::prelude::Queryable;
 
 use logstamp::config::Settings;
 use logstamp::id::{IdRange, Layout};
+use logstamp::store::line_count_plan;
+use logstamp::store::line_counts;
 use logstamp::store::log_table::TableSpec;
 use logstamp::store::query::{self, EventQuery};
 use logstamp::store::rollup;
@@ -387,6 +389,8 @@ async fn queries_by_event_time_equal_a_full_scan_before_and_after_drops_and_rebu
         expected_zones(&layout, &records)
     );
     let found = check_ranges(&mut conn, &f.spec, 11, "as written").await;
+    let written = counts_exact(&mut conn, &layout, "as written").await;
+    assert_eq!(written, records.len() as u64);
     assert!(found > 1_000, "the ranges found only {found} rows");
 
     // A range of event times long before any stamp time: the query reads the minutes stamped
@@ -481,12 +485,27 @@ async fn queries_by_event_time_equal_a_full_scan_before_and_after_drops_and_rebu
         at("2040-03-01T00:00:00Z").timestamp() as u64,
         at("2040-03-10T00:00:00Z").timestamp() as u64,
     );
-    let (_, rebuilt) = tokio::join!(
+    // The line counts are rebuilt at the same time, through another connection.
+    let mut counts_conn = f.db.conn().await;
+    let count_plan = line_count_plan::plans(&f.settings.store).remove(0);
+    let columns: Vec<String> = f.spec.columns.iter().map(|c| c.name.clone()).collect();
+    let (_, rebuilt, recounted) = tokio::join!(
         f.write(&more),
-        rollup::rebuild(&mut rebuild_conn, &plan, &layout, span, retry, |_, _| {})
+        rollup::rebuild(&mut rebuild_conn, &plan, &layout, span, retry, |_, _| {}),
+        line_counts::rebuild(
+            &mut counts_conn,
+            (&count_plan, &columns),
+            &layout,
+            span,
+            retry,
+            |_, _| {}
+        )
     );
     let rebuilt = rebuilt.unwrap();
     assert!(rebuilt.counted > 0);
+    assert!(recounted.unwrap().counted > 0);
+    counts_conn.disconnect().await.unwrap();
+    counts_exact(&mut conn, &layout, "rebuilt while written").await;
     assert_eq!(
         stored_rollup(&mut conn).await,
         rollup_oracle(&mut conn).await
@@ -527,6 +546,63 @@ async fn queries_by_event_time_equal_a_full_scan_before_and_after_drops_and_rebu
         expected_zones(&layout, &kept)
     );
     check_ranges(&mut conn, &f.spec, 12, "after dropping partitions").await;
+    let left = counts_exact(&mut conn, &layout, "after dropping partitions").await;
+    assert_eq!(left, kept.len() as u64);
+    let before: u64 = conn
+        .exec_first(
+            "SELECT COUNT(*) FROM logstamp_line_counts WHERE minute < ?",
+            (at("2040-03-07T00:00:00Z").timestamp(),),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(before, 0, "count rows of dropped partitions are deleted");
+
+    // `query --count`: a day by event time, per hour, equals plain SQL over the table.
+    let out = std::process::Command::new(BIN)
+        .env_clear()
+        .envs(env)
+        .args([
+            "query",
+            "--count",
+            "--by",
+            "event",
+            "--interval",
+            "3600",
+            "--from",
+            "2040-03-06",
+            "--to",
+            "2040-03-07",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: BTreeMap<(String, String), u64> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let start = v["start"].as_str().unwrap().to_string();
+            (
+                (start, v["level"].as_str().unwrap().to_string()),
+                v["n"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let oracle: Vec<(String, String, u64)> = conn
+        .query(
+            "SELECT DATE_FORMAT(event_time, '%Y-%m-%dT%H:00:00Z'), level, COUNT(*) FROM logs              WHERE event_time >= '2040-03-06' AND event_time < '2040-03-07' GROUP BY 1, 2",
+        )
+        .await
+        .unwrap();
+    let oracle: BTreeMap<(String, String), u64> =
+        oracle.into_iter().map(|(h, l, n)| ((h, l), n)).collect();
+    assert!(!oracle.is_empty());
+    assert_eq!(printed, oracle);
 
     // The zone map rebuilt from the rows (emptied first, and with a stale row) is the same,
     // through the command, and queries still equal the full scan.
@@ -558,7 +634,47 @@ async fn queries_by_event_time_equal_a_full_scan_before_and_after_drops_and_rebu
         expected_zones(&layout, &kept)
     );
     check_ranges(&mut conn, &f.spec, 13, "after a rebuild").await;
+
+    // The line counts rebuilt by the command (emptied first, and with a stale row).
+    conn.query_drop("DELETE FROM logstamp_line_counts")
+        .await
+        .unwrap();
+    conn.exec_drop(
+        "INSERT INTO logstamp_line_counts VALUES ('logs', ?, 1, 0, 'stale', 5)",
+        (at("2040-03-08T00:00:00Z").timestamp(),),
+    )
+    .await
+    .unwrap();
+    let out = std::process::Command::new(BIN)
+        .env_clear()
+        .envs(env)
+        .args(["counts", "rebuild", "--table", "logs"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        report["counted"].as_u64(),
+        Some(kept.len() as u64),
+        "{report}"
+    );
+    counts_exact(&mut conn, &layout, "after `counts rebuild`").await;
     conn.disconnect().await.unwrap();
+}
+
+/// The line counts of `logs` against plain SQL over it; returns the lines counted.
+async fn counts_exact(conn: &mut Conn, layout: &Layout, stage: &str) -> u64 {
+    support::line_counts::assert_exact(
+        conn,
+        ("logs", Some("level"), Some("event_time")),
+        (layout.epoch_unix_seconds(), layout.counter_bits()),
+        stage,
+    )
+    .await
 }
 
 /// Every insert method keeps the same zone map.
@@ -573,6 +689,7 @@ async fn every_method_keeps_the_zone_map(method: InsertMethod) {
         expected_zones(&layout, &batches.concat()),
         "{method:?}"
     );
+    counts_exact(&mut conn, &layout, &format!("{method:?}")).await;
     conn.disconnect().await.unwrap();
 }
 

@@ -146,6 +146,23 @@ async fn assert_rollups_match_raw(db: &TestDb) {
     assert_eq!(rollup, raw, "http_per_hour against log_http");
 }
 
+/// Every table's line counts equal a `COUNT(*) GROUP BY` over it (see `support::line_counts`).
+async fn assert_line_counts_match_raw(setup: &Setup, stage: &str) {
+    let layout = setup.settings.id.layout;
+    let layout = (layout.epoch_unix_seconds(), layout.counter_bits());
+    let mut conn = setup.db.conn().await;
+    let tables = [
+        ("logs", Some("level"), Some("event_time")),
+        ("log_errors", None, None),
+        ("log_http", None, None),
+    ];
+    for table in tables {
+        let counted = support::line_counts::assert_exact(&mut conn, table, layout, stage).await;
+        assert!(counted > 0, "{table:?}");
+    }
+    conn.disconnect().await.unwrap();
+}
+
 /// Each stored message once (by its sequence number in the payload), each fan-out row with
 /// exactly one log row of the same ID, and each table holding exactly the records routed to it.
 async fn assert_fanout_exact(setup: &Setup, n: u64) {
@@ -211,6 +228,7 @@ async fn normalized_records_fan_out_with_one_id_and_rollups_match_the_raw_rows()
     }
     assert_fanout_exact(&setup, n).await;
     assert_rollups_match_raw(&setup.db).await;
+    assert_line_counts_match_raw(&setup, "as written").await;
 
     // Normalization: the three time formats give one instant, levels are renamed, defaulted,
     // lower-cased and mapped, and the extracted method reached log_http.
@@ -277,6 +295,7 @@ async fn rollups_stay_exact_when_workers_are_killed() {
     steady.stop().await.unwrap();
     assert_fanout_exact(&setup, n).await;
     assert_rollups_match_raw(&setup.db).await;
+    assert_line_counts_match_raw(&setup, "after workers were killed").await;
 }
 
 /// `rollup rebuild` over the range being written, again and again while workers write: the

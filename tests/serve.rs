@@ -542,4 +542,85 @@ async fn rows_by_event_time_match_plain_sql() {
         assert_eq!(status, 400, "{body}");
         assert_eq!(body["error"]["parameter"], "time", "{body}");
     }
+
+    // Histograms by event time, and by ID time with no rollup: whole minutes summed from the
+    // line counts (rebuilt for the moved lines), the partial minutes at either end counted
+    // from the table; each bar is plain SQL's count.
+    run_logstamp(
+        loaded.config.path(),
+        &loaded.db.url,
+        &["counts", "rebuild"],
+        &[("LOGSTAMP__STORE__EVENT_TIME", "event_time")],
+    );
+    let mut settings = loaded.db.settings_with_file(
+        Some(loaded.config.path()),
+        &[("store.event_time", "event_time")],
+    );
+    settings.rollup_plans.clear();
+    let server = Server::new(
+        settings.serve.clone(),
+        settings.serve_catalog(),
+        &settings.mysql.url,
+    )
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let bare = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move { server.serve(listener).await });
+    let mut conn = loaded.db.conn().await;
+    conn.query_drop("SET time_zone = '+00:00'").await.unwrap();
+    let by_event: Vec<(u64, String, u64)> = conn
+        .exec(
+            "SELECT FLOOR(UNIX_TIMESTAMP(event_time) / 60) * 60, level, COUNT(*) FROM logs \
+             WHERE event_time >= FROM_UNIXTIME(?) AND event_time < FROM_UNIXTIME(?) \
+             GROUP BY 1, 2",
+            (from, to),
+        )
+        .await
+        .unwrap();
+    let by_id: Vec<(u64, String, u64)> = conn
+        .exec(
+            "SELECT (id >> 32) DIV 60 * 60, level, COUNT(*) FROM logs \
+             WHERE id >= ? AND id < ? GROUP BY 1, 2",
+            (from << 32, to << 32),
+        )
+        .await
+        .unwrap();
+    conn.disconnect().await.unwrap();
+    for (time, oracle) in [("event", by_event), ("id", by_id)] {
+        let oracle: BTreeMap<(u64, String), u64> =
+            oracle.into_iter().map(|(m, l, n)| ((m, l), n)).collect();
+        let (status, h) = get(
+            &bare,
+            &format!("/api/histogram?{}&time={time}&interval=60", range(from, to)),
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{h}");
+        let sources: Vec<&str> = h["sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap())
+            .collect();
+        assert_eq!(sources.len(), 3, "{sources:?}");
+        assert!(sources[1].starts_with("line counts of logs"), "{sources:?}");
+        let mut bars: BTreeMap<(u64, String), u64> = BTreeMap::new();
+        for bar in h["bars"].as_array().unwrap() {
+            for (level, n) in bar["counts"].as_object().unwrap() {
+                let start = bar["start"].as_u64().unwrap();
+                bars.insert((start, level.clone()), n.as_u64().unwrap());
+            }
+        }
+        assert_eq!(bars, oracle, "by {time} time");
+    }
+    // Intervals under a minute by event time: the table, through the zone map.
+    let (status, h) = get(
+        &bare,
+        &format!("/api/histogram?{}&time=event", range(from, to)),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{h}");
+    assert_eq!(h["total"], every.len(), "{h}");
+    assert!(h["interval"].as_u64().unwrap() < 60, "{h}");
 }

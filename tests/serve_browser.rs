@@ -65,11 +65,12 @@ impl Drop for Killed {
 }
 
 /// `logstamp serve` on a free port, and its address once it listens.
-fn serve(loaded: &Loaded) -> (Killed, String) {
+fn serve(loaded: &Loaded, env: &[(&str, &str)]) -> (Killed, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_logstamp"))
         .args(["--config", loaded.config.path().to_str().unwrap()])
         .args(["serve", "--listen", "127.0.0.1:0"])
         .env("LOGSTAMP__MYSQL__URL", &loaded.db.url)
+        .envs(env.iter().copied())
         .env("RUST_LOG", "info")
         .stderr(Stdio::piped())
         .spawn()
@@ -205,7 +206,7 @@ async fn insert_live(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_shows_what_sql_holds_and_follows_new_lines() {
     let loaded = loaded("serve_browser").await;
-    let (_server, base) = serve(&loaded);
+    let (_server, base) = serve(&loaded, &[]);
     let artefacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("explorer-screenshots");
     std::fs::create_dir_all(&artefacts).unwrap();
     let (from, to) = (loaded.start + 600, loaded.start + 4_200);
@@ -392,7 +393,7 @@ async fn the_page_pages_back_shows_exact_numbers_and_shares_deep_lines() {
         .unwrap()
         .unwrap();
     conn.disconnect().await.unwrap();
-    let (_server, base) = serve(&loaded);
+    let (_server, base) = serve(&loaded, &[]);
     let (_node, reports) = node(
         "paging.mjs",
         &[
@@ -482,4 +483,86 @@ async fn the_page_pages_back_shows_exact_numbers_and_shares_deep_lines() {
     assert_eq!(shown, all[end - HOLDS..end - HOLDS + shown.len()]);
     assert!(shown.contains(deep));
     next(&reports, "done");
+}
+
+/// A table with an event time opens in it: the histogram counts the range's event times and
+/// the lines show them; the switch turns the same range to ID time, and the URL says which.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_opens_in_event_time_and_switches_to_id_time() {
+    let loaded = loaded("serve_browser_event").await;
+    // A third of the lines happened two days before they arrived.
+    let mut conn = loaded.db.conn().await;
+    conn.query_drop(
+        "UPDATE logs SET event_time = event_time - INTERVAL 2 DAY WHERE (id & 0x3FFFFF) % 3 = 0",
+    )
+    .await
+    .unwrap();
+    let event_time = [("LOGSTAMP__STORE__EVENT_TIME", "event_time")];
+    for command in [["zonemap", "rebuild"], ["counts", "rebuild"]] {
+        support::explorer::run_logstamp(
+            loaded.config.path(),
+            &loaded.db.url,
+            &command,
+            &event_time,
+        );
+    }
+    let (from, to) = (
+        loaded.start - 2 * 86_400 + 600,
+        loaded.start - 2 * 86_400 + 4_200,
+    );
+    let by_event: Vec<u64> = conn
+        .exec(
+            "SELECT id FROM logs WHERE event_time >= DATE_ADD('1970-01-01', INTERVAL ? SECOND) \
+             AND event_time < DATE_ADD('1970-01-01', INTERVAL ? SECOND) ORDER BY id DESC",
+            (from, to),
+        )
+        .await
+        .unwrap();
+    assert!(by_event.len() > 1_000, "{}", by_event.len());
+    let (_server, base) = serve(&loaded, &event_time);
+    let artefacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("explorer-screenshots");
+    std::fs::create_dir_all(&artefacts).unwrap();
+    let (_node, reports) = node(
+        "event_time.mjs",
+        &[
+            ("BASE_URL", &base),
+            ("FROM", &format_utc(from)),
+            ("TO", &format_utc(to)),
+            ("ARTEFACTS", artefacts.to_str().unwrap()),
+        ],
+    );
+
+    // Event time: SQL's count of the event range, the newest line first with its event time.
+    let report = next(&reports, "event");
+    assert_eq!(report["total"], by_event.len(), "{report}");
+    assert_eq!(report["time"], "event", "{report}");
+    assert_eq!(report["switchVisible"], true, "{report}");
+    assert_eq!(report["view"]["time"], "event", "{report}");
+    assert_eq!(report["heading"], "event time (UTC)", "{report}");
+    let first = &report["first"][0];
+    assert_eq!(first["id"], by_event[0].to_string(), "{report}");
+    let shown: String = conn
+        .exec_first(
+            "SELECT DATE_FORMAT(event_time, '%Y-%m-%d %H:%i:%s') FROM logs WHERE id = ?",
+            (by_event[0],),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first["time"], shown, "{report}");
+
+    // ID time: the same range holds no line by arrival (every ID is from the last hours).
+    let by_id = lines_between(&loaded.db, from, to).await;
+    assert!(by_id.is_empty());
+    let report = next(&reports, "id");
+    assert_eq!(report["total"], 0, "{report}");
+    assert_eq!(report["time"], "id", "{report}");
+    assert_eq!(report["view"]["time"], "id", "{report}");
+    assert_eq!(report["heading"], "arrival time (UTC)", "{report}");
+
+    let report = next(&reports, "back");
+    assert_eq!(report["total"], by_event.len(), "{report}");
+    assert_eq!(report["time"], "event", "{report}");
+    next(&reports, "done");
+    conn.disconnect().await.unwrap();
 }

@@ -515,5 +515,5 @@ fn try_next(url: &MysqlUrl, listen: std::net::SocketAddr) {
     println!();
     println!("Look at the logs in a browser (the log explorer; Ctrl-C stops it):");
     println!("  {env} cargo run --release -- serve");
-    println!("  then open http://{listen}/?from=now-1h&to=now");
+    println!("  then open http://{listen}/?from=now-7d&to=now&time=event");
 }

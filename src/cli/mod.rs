@@ -4,6 +4,7 @@
 //! `diff`: 0 equal, 1 different, 2 could not compare.
 
 mod bench;
+mod counts;
 mod db;
 mod demo;
 mod dev_broker;
@@ -82,6 +83,9 @@ enum Command {
     /// The zone map of event times (store.event_time): rebuild it from the rows.
     #[command(subcommand)]
     Zonemap(zonemap::ZonemapCommand),
+    /// The per-minute line counts of every table: rebuild them from the rows.
+    #[command(subcommand)]
+    Counts(counts::CountsCommand),
     /// Serve the JSON query API and the log explorer page until SIGTERM or SIGINT.
     Serve(serve::ServeArgs),
     /// Several databases (store.shards): where each partition lives, and moving one.
@@ -199,6 +203,7 @@ fn run(command: Command, sources: Sources) -> anyhow::Result<ExitCode> {
         Command::Relay(cmd) => relay::run(cmd, sources),
         Command::Rollup(cmd) => rollup::run(cmd, sources),
         Command::Zonemap(cmd) => zonemap::run(cmd, sources),
+        Command::Counts(cmd) => counts::run(cmd, sources),
         Command::Serve(args) => serve::run(args, sources),
         Command::Shards(cmd) => shards::run(cmd, sources),
     }

@@ -13,6 +13,7 @@ use chrono::{DateTime, Utc};
 use logstamp::config::{Settings, Sources};
 use logstamp::mysql::{self, DbError};
 use logstamp::store::follow::{self, Follow, FollowFrom};
+use logstamp::store::line_counts;
 use logstamp::store::log_table::TableSpec;
 use logstamp::store::query::{self, EventQuery, Order, Record, TimeQuery, parse_filter};
 use logstamp::store::rollup::{self, RollupRecord};
@@ -54,6 +55,14 @@ pub struct QueryArgs {
     /// --limit rows): from --from/--since if given, else only rows committed from now on.
     #[arg(long, conflicts_with_all = ["explain", "rollup"])]
     follow: bool,
+    /// Print how many lines each minute (or --interval) holds per level, summed from the line
+    /// counts every table keeps (whole minutes: the range is widened to them), instead of
+    /// the rows; by ID time or, with --by event, by event time.
+    #[arg(long, conflicts_with_all = ["explain", "rollup", "follow", "filter", "limit"])]
+    count: bool,
+    /// With --count: seconds per count, a multiple of 60.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, requires = "count")]
+    interval: u64,
 }
 
 /// The two times of a record.
@@ -113,6 +122,14 @@ pub fn run(args: QueryArgs, sources: Sources) -> anyhow::Result<ExitCode> {
         return read_rollup(&settings, name, (from, to), args.format);
     }
     let spec = table_spec(&settings, args.table.as_deref())?;
+    if args.count {
+        let time = match args.by {
+            TimeKind::Id => line_counts::Time::Id,
+            TimeKind::Event => line_counts::Time::Event,
+        };
+        let range = (unix(from), unix(to));
+        return super::counts::print(&settings, &spec, time, args.interval, range, args.format);
+    }
     if args.by == TimeKind::Event {
         return by_event(&settings, &spec, &args, (from, to));
     }

@@ -22,7 +22,8 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use super::request::{ApiError, Params, assemble, interval, parts, rollup_answers, unix_range};
-use super::{Server, bounded, db_error};
+use super::{Server, bounded, counted, db_error};
+use crate::store::line_counts::Time;
 use crate::store::log_table::TableSpec;
 use crate::store::query::{self, EventQuery, Order, Record, TimeQuery, parse_filter};
 use crate::store::schema::{ColumnSpec, ColumnType};
@@ -314,10 +315,12 @@ fn tail(count: u64, next: Option<u64>, error: Option<ApiError>) -> Vec<u8> {
     text
 }
 
-/// `GET /api/histogram?from&to[&tz][&table][&where][&by][&interval]`: counts per interval
-/// and per value of `by` (default `level`). Without a filter, whole buckets of a rollup of the
-/// table that has `by` as a dimension are read from it, and only the partial ones at either
-/// end from the table.
+/// `GET /api/histogram?from&to[&tz][&time=id|event][&table][&where][&by][&interval]`: counts
+/// per interval of ID time (default) or event time and per value of `by` (default `level`).
+/// Whole buckets of a rollup of the table that has `by` as a dimension are read from it; else,
+/// by level (unfiltered or for one level) and by event time, whole minutes are summed from
+/// the line counts (see `counted`); only the partial ones at either end are counted from the
+/// table.
 async fn histogram(State(server): State<Arc<Server>>, RawQuery(q): RawQuery) -> Response {
     match count_histogram(&server, q).await {
         Ok(response) => response,
@@ -328,9 +331,12 @@ async fn histogram(State(server): State<Arc<Server>>, RawQuery(q): RawQuery) -> 
 async fn count_histogram(server: &Server, q: Option<String>) -> Result<Response, ApiError> {
     let params = Params::parse(
         q.as_deref(),
-        &["from", "to", "tz", "table", "where", "by", "interval"],
+        &[
+            "from", "to", "tz", "time", "table", "where", "by", "interval",
+        ],
     )?;
     let spec = table(server, &params)?;
+    let time = counted::time_of(&params, spec)?;
     let (query, range) = time_query(server, spec, &params)?;
     let by_name = params.get("by").unwrap_or("level");
     let countable = |c: &&ColumnSpec| {
@@ -366,6 +372,21 @@ async fn count_histogram(server: &Server, q: Option<String>) -> Result<Response,
         .map(|(i, p)| (i, p.bucket.seconds()))
         .collect();
     let mut conn = server.conn().await?;
+    // A rollup the settings keep answers by ID time first (its buckets may be coarser); then
+    // the line counts every table keeps; then the table.
+    let by_rollup = time == Time::Id
+        && parts(range.0, range.1, interval, &candidates)
+            .iter()
+            .any(|p| p.rollup.is_some());
+    if !by_rollup {
+        let context = (spec, &server.catalog.layout);
+        let filtered = (&by, query.filter.as_slice());
+        let counting = counted::histogram(&mut conn, context, time, filtered, interval, range);
+        if let Some((counts, sources)) = bounded(&server.settings, counting).await? {
+            let histogram = assemble(range, interval, by.as_str(), counts, sources);
+            return Ok(json(StatusCode::OK, &histogram));
+        }
+    }
     let mut counts = Vec::new();
     let mut sources = Vec::new();
     for part in parts(range.0, range.1, interval, &candidates) {
@@ -469,6 +490,7 @@ async fn tables(State(server): State<Arc<Server>>) -> Response {
                     "type": c.column_type,
                 })).collect::<Vec<_>>(),
                 "payload": t.payload,
+                "event_time": t.event_time.as_ref().map(|c| c.as_str()),
                 "rollups": rollups,
             })
         })

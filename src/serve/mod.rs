@@ -5,6 +5,7 @@
 //! under the server's own limit, `serve.statement_timeout`, on a read-only session).
 
 mod api;
+mod counted;
 mod listener;
 mod page;
 pub mod request;
@@ -130,9 +131,10 @@ async fn bounded<T>(
     })?
 }
 
-/// Says, per table, by which columns histograms can be read from a rollup: without one, a
-/// day's histogram counts every row of the day (seconds on millions of rows), so a table with
-/// none is worth a warning that names the remedy.
+/// Says, per table, which histograms are summed from counts: by level (and by event time)
+/// from the line counts every table keeps, by other columns from rollups; the rest count the
+/// table's rows, which takes seconds over millions, so a table whose level the counts lack is
+/// worth a warning that names the remedy.
 fn note_histogram_sources(catalog: &Catalog) {
     for spec in &catalog.tables {
         let table = spec.table.as_str();
@@ -142,20 +144,24 @@ fn note_histogram_sources(catalog: &Catalog) {
             .filter(|p| p.source == spec.table && p.event_time.is_none())
             .flat_map(|p| p.dimensions.iter().map(|d| d.name.as_str()))
             .collect();
+        if let Some(level) = crate::store::line_count_plan::level_index(&spec.columns) {
+            columns.extend(spec.columns.get(level).map(|c| c.name.as_str()));
+        }
         columns.sort_unstable();
         columns.dedup();
         if columns.is_empty() {
             tracing::warn!(
                 table,
-                "no rollup counts {table}: its histograms are counted from the table, which takes \
-                 seconds over millions of rows; add a [[rollups]] with bucket = \"minute\" and \
-                 the columns histograms split and filter by as dimensions (see the README's log \
-                 explorer section)"
+                "{table} has no `level` column (a string of at most 255 characters) for its line \
+                 counts, and no rollup counts it: its histograms by a column are counted from \
+                 the table, which takes seconds over millions of rows; add a [[rollups]] with \
+                 bucket = \"minute\" and the columns histograms split and filter by as \
+                 dimensions (see the README's log explorer section)"
             );
         } else {
             tracing::info!(
                 table,
-                "histograms of {table} by or filtered by {} are read from rollups",
+                "histograms of {table} by or filtered by {} are summed from counts",
                 columns.join(", ")
             );
         }

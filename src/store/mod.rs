@@ -2,9 +2,12 @@
 //! (identifiers, partition bounds, DDL text) so they are tested without a server.
 
 pub mod compression;
+pub mod event_histogram;
 pub mod federate;
 pub mod follow;
 pub mod lease;
+pub mod line_count_plan;
+pub mod line_counts;
 pub mod log_table;
 pub mod migrate;
 pub mod partition_plan;

@@ -12,6 +12,7 @@ use mysql_async::prelude::Queryable;
 use serde::Serialize;
 
 use super::compression;
+use super::line_counts;
 use super::log_table::{TableSpec, check_record, read_partitioning, read_record};
 use super::partition_plan::{
     Maintenance, PartitionInfo, Partitioning, check_partitioning, describe, plan_maintenance,
@@ -52,6 +53,9 @@ pub async fn ensure(
             if let Some(first_kept) = plan.first_kept_id() {
                 let forgotten = zone_map::forget_below(conn, &spec.table, first_kept).await?;
                 tracing::info!(table = %spec.table, forgotten, "zone map rows of dropped partitions deleted");
+                let first_second = spec.scheme.layout.decode(first_kept).unix_seconds;
+                let forgotten = line_counts::forget_below(conn, &spec.table, first_second).await?;
+                tracing::info!(table = %spec.table, forgotten, "line counts of dropped partitions deleted");
             }
         }
         Ok(plan)

@@ -18,6 +18,7 @@
 
 mod infile;
 mod insert;
+mod line_counts;
 mod sharded;
 
 use std::sync::Arc;
@@ -39,6 +40,7 @@ use crate::store::rollup_plan::RollupPlan;
 use crate::store::settings::{InsertMethod, PayloadMode, StoreSettings};
 use infile::{InfileHandler, InfileServer};
 use insert::{InsertError, Statement, TableRow, Target};
+use line_counts::LineCounts;
 
 /// Where each partition's next offset is kept.
 pub const OFFSETS_TABLE: &str = "ingest_offsets";
@@ -160,6 +162,8 @@ struct Inner {
     zones: Vec<ZonePlan>,
     /// The zone map's upsert text, built once.
     zone_upsert: (String, String, usize),
+    /// Every table's line counts.
+    line_counts: LineCounts,
     layout: Layout,
     method: InsertMethod,
     /// How long one attempt may wait on the server (`store.write_timeout`).
@@ -218,6 +222,7 @@ impl ServerWriter {
                 rollups: rollups.iter().map(RollupTarget::new).collect(),
                 zones: store.zone_plans(),
                 zone_upsert: zone_map::upsert_statement(),
+                line_counts: LineCounts::new(store),
                 layout,
                 method: store.insert_method,
                 write_timeout: store.write_timeout,
@@ -594,7 +599,9 @@ impl ServerWriter {
             e.refused_as(|reason| format!("the database refused the row: {reason}"))
         })?;
         self.add_to_rollups(tx, rows, budget).await?;
-        self.add_to_zone_map(tx, rows, budget).await
+        self.add_to_zone_map(tx, rows, budget).await?;
+        let layout = &self.inner.layout;
+        self.inner.line_counts.add(tx, layout, rows, budget).await
     }
 
     /// Widens the zone rows of the records' buckets in every table with an event time. Last in
@@ -927,7 +934,7 @@ fn clip(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
-/// Upserts the aggregated rows of a rollup or a zone map (`what`) in the batch's transaction;
+/// Upserts the aggregated rows of a rollup, a zone map or line counts (`what`) in the batch's transaction;
 /// a refusal names it.
 async fn upsert(
     tx: &mut Transaction<'_>,

@@ -82,6 +82,8 @@ pub async fn loaded(hint: &str) -> Loaded {
         ],
         &[],
     );
+    // The lines were inserted with plain SQL, past the writer: their counts are rebuilt.
+    run_logstamp(config.path(), &db.url, &["counts", "rebuild"], &[]);
     Loaded {
         db,
         settings,

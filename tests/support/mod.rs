@@ -7,6 +7,7 @@ pub mod explorer;
 pub mod http;
 pub mod ingest;
 pub mod kafka;
+pub mod line_counts;
 pub mod mariadb;
 pub mod python;
 pub mod relay;

@@ -1,16 +1,18 @@
 //! `logstamp bench serve`: how long `logstamp serve`'s API takes to answer over a day of
-//! many rows: a day's histogram (from a per-minute rollup by level, unfiltered and filtered by
-//! level, and counted from the table when a filter or a column that the rollup lacks rules it
-//! out) and a page of lines (the
-//! newest, filtered, deep behind a cursor), each timed over HTTP, with the CPU this process
-//! and the MySQL server spent per request.
+//! many rows, at the default settings (no rollup): a day's histogram (summed from the line
+//! counts, by ID time and by event time, unfiltered and filtered by level, and counted from
+//! the table when a filter or a column the counts lack rules them out) and a page of lines
+//! (the newest, filtered, deep behind a cursor), each timed over HTTP, with the CPU this
+//! process and the MySQL server spent per request.
 //!
 //! Statements may run for up to 5 minutes here (`serve.statement_timeout` is 10 s by
 //! default), so that counting a whole day from the table is timed, not stopped.
 //!
 //! Runs in a scratch database beside `mysql.url`'s, created and dropped by the command. The
 //! rows fill the next whole UTC day (a partition of their own), written by `INSERT ... SELECT`
-//! from MariaDB's sequence engine: demo-like levels, hosts, services, messages and payloads.
+//! from MariaDB's sequence engine: demo-like levels, hosts, services, messages and payloads,
+//! each line's event time up to 89 s before its ID time; then the zone map and the line counts
+//! are rebuilt from them (`zonemap rebuild`, `counts rebuild`), which the writer keeps itself.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -22,10 +24,11 @@ use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use logstamp::config::{Settings, Sources};
+use logstamp::id::IdRange;
 use logstamp::mysql;
 use logstamp::serve::Server;
-use logstamp::store::rollup;
-use logstamp::store::rollup_plan::{Bucket, RollupPlan, RollupSettings, SourceTable};
+use logstamp::store::line_count_plan;
+use logstamp::store::{line_counts, zone_map};
 use logstamp::time::format_utc;
 
 use super::{in_scratch_database, median};
@@ -67,27 +70,8 @@ pub fn serve(args: ServeArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let mut settings = load_settings(&sources)?;
     // Long enough for the table counts of a whole day to be timed rather than stopped.
     settings.serve.statement_timeout = REQUEST_TIMEOUT;
-    let log_table = settings.log_table();
-    settings.rollup_plans.push(
-        RollupPlan::compile(
-            &RollupSettings {
-                name: "bench_per_minute_level".into(),
-                source: String::new(),
-                bucket: Bucket::Minute,
-                dimensions: vec!["level".into()],
-                sums: vec![],
-                mins: vec![],
-                maxs: vec![],
-                bucket_by: Default::default(),
-            },
-            &[SourceTable {
-                name: &log_table.table,
-                columns: &log_table.columns,
-                event_time: "",
-            }],
-        )
-        .map_err(|e| anyhow::anyhow!("the benchmark's rollup: {e}"))?,
-    );
+    // The default columns' event time, so the histogram by event time is timed too.
+    settings.store.event_time = "event_time".into();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -109,23 +93,43 @@ async fn bench_in(settings: &Settings, args: &ServeArgs) -> anyhow::Result<Vec<M
     let mut conn = mysql::connect(&settings.mysql.url).await?;
     let started = Instant::now();
     load(&mut conn, settings, day, args.rows).await?;
-    let plan = &settings.rollup_plans[settings.rollup_plans.len() - 1];
-    rollup::rebuild(
-        &mut conn,
-        plan,
-        &settings.id.layout,
-        (day, day + DAY),
-        settings.store.retry_policy(),
-        |_, _| {},
-    )
-    .await?;
-    conn.query_drop(format!("ANALYZE TABLE {}", settings.log_table().table))
-        .await?;
     tracing::info!(
         rows = args.rows,
         seconds = started.elapsed().as_secs_f64(),
-        "loaded and rolled up"
+        "loaded"
     );
+    let layout = settings.id.layout;
+    let retry = settings.store.retry_policy();
+    let started = Instant::now();
+    for plan in settings.store.zone_plans() {
+        let ids = IdRange {
+            start: layout.first_id_at(to_i64(day))?,
+            end: layout.first_id_at(to_i64(day + DAY))?,
+        };
+        zone_map::rebuild(&mut conn, &plan, &layout, ids, retry, |_, _| {}).await?;
+    }
+    let zone_seconds = started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    let log_table = settings.log_table();
+    let columns: Vec<String> = log_table.columns.iter().map(|c| c.name.clone()).collect();
+    let plan = line_count_plan::plans(&settings.store).remove(0);
+    let range = (day, day + DAY);
+    line_counts::rebuild(
+        &mut conn,
+        (&plan, &columns),
+        &layout,
+        range,
+        retry,
+        |_, _| {},
+    )
+    .await?;
+    tracing::info!(
+        zone_map_seconds = zone_seconds,
+        line_counts_seconds = started.elapsed().as_secs_f64(),
+        "zone map and line counts rebuilt"
+    );
+    conn.query_drop(format!("ANALYZE TABLE {}", log_table.table))
+        .await?;
     let mysql_pid = mysql_pid(&mut conn).await;
     conn.disconnect().await?;
 
@@ -144,12 +148,24 @@ async fn bench_in(settings: &Settings, args: &ServeArgs) -> anyhow::Result<Vec<M
     let middle = ((day + DAY / 2) << 32).to_string();
     let requests: Vec<(&'static str, String)> = vec![
         (
-            "histogram, 24 h, by level (rollup)",
+            "histogram, 24 h, by level (line counts)",
             format!("/api/histogram?{range}"),
         ),
         (
-            "histogram, 24 h, level = 'error' (rollup)",
+            "histogram, 24 h, level = 'error' (line counts)",
             format!("/api/histogram?{range}{errors}"),
+        ),
+        (
+            "histogram, 24 h of event time, by level (line counts)",
+            format!("/api/histogram?{range}&time=event"),
+        ),
+        (
+            "histogram, 24 h of event time, not on whole minutes (line counts, table edges)",
+            format!(
+                "/api/histogram?from={}&to={}&time=event",
+                format_utc(day + 30),
+                format_utc(day + DAY - 30)
+            ),
         ),
         (
             "histogram, 24 h, host = one of 200 (table)",
@@ -201,6 +217,10 @@ async fn bench_in(settings: &Settings, args: &ServeArgs) -> anyhow::Result<Vec<M
     Ok(results)
 }
 
+fn to_i64(seconds: u64) -> i64 {
+    i64::try_from(seconds).unwrap_or(i64::MAX)
+}
+
 /// `rows` demo-like rows over the UTC day starting at `day`, in statements of [`CHUNK`].
 async fn load(
     conn: &mut mysql_async::Conn,
@@ -218,7 +238,7 @@ async fn load(
             format!(
                 "INSERT INTO {table} (id, event_time, level, host, service, message, payload) \
                  SELECT ((? + k * ? DIV ?) << 32) | k, \
-                   DATE_ADD('1970-01-01', INTERVAL (? + k * ? DIV ?) SECOND), \
+                   DATE_ADD('1970-01-01', INTERVAL (? + k * ? DIV ? - k % 90) SECOND), \
                    ELT(1 + k % 20, 'error', 'warn', 'warn', 'debug', 'debug', 'debug', 'info', \
                        'info', 'info', 'info', 'info', 'info', 'info', 'info', 'info', 'info', \
                        'info', 'info', 'info', 'info'), \

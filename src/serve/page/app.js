@@ -1,6 +1,8 @@
 // The log explorer: a time range, a histogram of lines per interval by level, a filter, the
 // lines, each opened to its whole document, and live mode. Everything it shows comes from the
 // JSON API of the same server; the view's state lives in the URL, so a view can be shared.
+// A table with an event time is shown in it by default (its range, bars and line times), with
+// a switch to ID (arrival) time; the URL's `time` says which.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -19,8 +21,9 @@ const LIVE_MAX_PAGES = 10;
 
 // `before`: the view starts below this ID (its newer lines left the page as older ones were
 // paged in); `open`: the ID of the line opened.
+// `time`: "event" or "id", as the URL says; empty: the table's default.
 const view = {
-  table: "", from: "now-15m", to: "now", where: "", live: false, before: "", open: "",
+  table: "", from: "now-15m", to: "now", where: "", live: false, before: "", open: "", time: "",
 };
 let catalog = null;
 let epoch = 0n;
@@ -35,7 +38,7 @@ let generation = 0; // bumped on every new view, so stale answers are dropped
 
 function readUrl() {
   const p = new URLSearchParams(location.search);
-  for (const key of ["table", "from", "to", "where"]) {
+  for (const key of ["table", "from", "to", "where", "time"]) {
     if (p.has(key)) view[key] = p.get(key);
   }
   view.before = p.get("before") ?? "";
@@ -49,6 +52,7 @@ function writeUrl(push) {
   p.set("from", view.from);
   p.set("to", view.to);
   if (view.where) p.set("where", view.where);
+  if (hasEventTime()) p.set("time", timeKind());
   if (view.live) p.set("live", "1");
   if (view.before) p.set("before", view.before);
   if (view.open) p.set("open", view.open);
@@ -78,6 +82,27 @@ function iso(d) {
 
 function shortTime(d) {
   return d.toISOString().replace("T", " ").replace(".000Z", "").replace("Z", "");
+}
+
+// The table of the view, as the catalog describes it.
+function currentTable() {
+  return catalog.tables.find((t) => t.name === (view.table || catalog.tables[0].name));
+}
+
+function hasEventTime() {
+  return Boolean(catalog && currentTable().event_time);
+}
+
+// The time the view is in: event time when the table has one, unless the URL asks for ID time.
+function timeKind() {
+  return hasEventTime() && view.time !== "id" ? "event" : "id";
+}
+
+// A line's time in the view's time: its event time, or its ID's.
+function lineTime(entry) {
+  const event = currentTable().event_time;
+  if (timeKind() === "event" && entry.row[event]) return new Date(entry.row[event]);
+  return idTime(entry.id);
 }
 
 function idTime(id) {
@@ -207,13 +232,14 @@ function baseParams() {
   const p = { from: iso(range.from), to: iso(range.to) };
   if (view.table) p.table = view.table;
   if (view.where.trim()) p.where = view.where.trim();
+  if (timeKind() === "event") p.time = "event";
   return p;
 }
 
 // The histogram's parameters: counted by level, or by the table's first text column without one.
 function histogramParams(extra) {
   const p = { ...baseParams(), ...extra };
-  const table = catalog.tables.find((t) => t.name === (view.table || catalog.tables[0].name));
+  const table = currentTable();
   const countable = table.columns.filter((c) => ["string", "int", "uint", "bool"].includes(c.type));
   if (!countable.some((c) => c.name === "level") && countable.length) p.by = countable[0].name;
   return p;
@@ -290,7 +316,7 @@ function lineRow(entry) {
   tr.dataset.id = row.id;
   const level = row.level == null ? "" : String(row.level);
   const cells = [
-    shortTime(idTime(entry.id)),
+    shortTime(lineTime(entry)),
     level,
     row.host ?? "",
     row.service ?? "",
@@ -303,7 +329,9 @@ function lineRow(entry) {
     if (i === 4) td.className = "message";
     tr.appendChild(td);
   });
-  if (row.event_time) tr.title = `event time ${row.event_time}`;
+  const event = currentTable().event_time;
+  if (timeKind() === "event") tr.title = `arrived ${shortTime(idTime(entry.id))}`;
+  else if (event && row[event]) tr.title = `event time ${row[event]}`;
   tr.addEventListener("click", () => toggle(tr, entry));
   return tr;
 }
@@ -524,7 +552,10 @@ async function refreshLive(mine) {
   range = await resolveRange();
   if (mine !== generation) return;
   const windowFrom = new Date(Math.max(range.from.getTime(), now.getTime() - window));
+  // Rows are followed by ID time, which tells when no more can appear, whatever time the view
+  // is in; their event times may be anywhere.
   const params = { ...baseParams(), from: iso(windowFrom), to: iso(new Date(now.getTime() + ahead)), order: "oldest", limit: catalog.limits.max_rows };
+  delete params.time;
   let added = 0;
   let cursor = null;
   for (let page = 0; page < LIVE_MAX_PAGES; page++) {
@@ -559,6 +590,9 @@ function syncControls() {
   $("filter").value = view.where;
   $("live").checked = view.live;
   $("table").value = view.table;
+  $("time-switch").hidden = !hasEventTime();
+  $("time").value = timeKind();
+  $("time-heading").textContent = timeKind() === "event" ? "event time (UTC)" : "arrival time (UTC)";
 }
 
 function zoom(fromSeconds, toSeconds) {
@@ -658,6 +692,10 @@ function wireControls() {
       view.from = "now-15m";
       view.to = "now";
     }
+    load(true);
+  });
+  $("time").addEventListener("change", () => {
+    view.time = $("time").value;
     load(true);
   });
   $("table").addEventListener("change", () => {
