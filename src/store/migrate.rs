@@ -95,6 +95,10 @@ const BUILTIN: &[(&str, &str)] = &[
         "0017_relay_watermarks.sql",
         include_str!("../../migrations/0017_relay_watermarks.sql"),
     ),
+    (
+        "0018_relay_applied_run.sql",
+        include_str!("../../migrations/0018_relay_applied_run.sql"),
+    ),
 ];
 
 /// logstamp's own tables in the database of `mysql.url`: the migrations' and the runner's.

@@ -56,7 +56,8 @@ use crate::relay::settings::{
 };
 
 use super::change::{
-    Change, ChangeKind, Contracts, Kind, Position, Row, RowChange, TxnRef, Value, row_to_json,
+    Change, ChangeKind, Contracts, Kind, Position, Resume, Row, RowChange, TxnRef, Value,
+    row_to_json,
 };
 use super::context::{
     APPLIED_GTIDS_TABLE, APPLIED_TABLE, CONFLICTS_TABLE, DEAD_LETTERS_TABLE, LOOP_KEYS_TABLE,
@@ -116,6 +117,8 @@ const UNDO_PART: &str = "ROLLBACK TO SAVEPOINT relay_part";
 struct Applied {
     next_offset: i64,
     followed: Followed,
+    /// The run of the source's capture the last transaction applied came from.
+    run: Option<u64>,
 }
 
 /// Runs the applier of one remote data centre until `shutdown` is set; returns on the first

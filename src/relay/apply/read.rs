@@ -19,6 +19,8 @@ pub(super) struct End {
     pub(super) commit_ts: u32,
     /// The offset after its last message.
     pub(super) next_offset: i64,
+    /// The run of the capture that published it.
+    pub(super) run: Option<u64>,
 }
 
 impl End {
@@ -28,6 +30,7 @@ impl End {
             seq: last.txn.seq,
             commit_ts: last.commit_ts,
             next_offset,
+            run: last.stream.run,
         }
     }
 }
@@ -246,6 +249,8 @@ impl<'a> Reader<'a> {
         // read.
         let mut followed = applied.followed;
         let mut consumed = applied.next_offset;
+        // The run of the source's capture followed: its latest resume message's offset.
+        let mut run = applied.run;
         let mut stopped = false;
         let mut reading: Option<Reading> = None;
         let mut contracts = Contracts::default();
@@ -276,13 +281,40 @@ impl<'a> Reader<'a> {
             };
             let offset = message.offset();
             let payload = message.payload().unwrap_or_default();
-            let parsed = match Change::from_json_with(payload, &mut contracts) {
-                Ok(change) if change.dc == remote.dc => Ok(change),
-                Ok(change) => Err(format!(
-                    "holds a change from {}, not {}",
-                    change.dc, remote.dc
+            let parsed = match Resume::from_json(payload) {
+                Some(Ok(resume)) if resume.dc == remote.dc => {
+                    // The source's capture started again: from here on only its run counts,
+                    // and a transaction cut off before this comes again whole.
+                    consumed = offset + 1;
+                    run = u64::try_from(offset).ok();
+                    tracing::info!(
+                        source = remote.dc,
+                        offset,
+                        server_id = resume.server_id,
+                        "the capture of {} resumed",
+                        remote.dc
+                    );
+                    if let Some(cut) = reading.take()
+                        && cut.handed_on
+                        && self.ready.send(Item::CutOff).await.is_err()
+                    {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                Some(Ok(resume)) => Err(format!(
+                    "holds a resume message from {}, not {}",
+                    resume.dc, remote.dc
                 )),
-                Err(e) => Err(e.to_string()),
+                Some(Err(e)) => Err(e.to_string()),
+                None => match Change::from_json_with(payload, &mut contracts) {
+                    Ok(change) if change.dc == remote.dc => Ok(change),
+                    Ok(change) => Err(format!(
+                        "holds a change from {}, not {}",
+                        change.dc, remote.dc
+                    )),
+                    Err(e) => Err(e.to_string()),
+                },
             };
             let change = match parsed {
                 Ok(change) => change,
@@ -307,6 +339,26 @@ impl<'a> Reader<'a> {
                 }
             };
             consumed = offset + 1;
+            if change.stream.run != run {
+                // Published by a capture that stopped, landed after the next one resumed: that
+                // one resumed without it, as every applier does.
+                let count = self
+                    .stats
+                    .superseded_messages
+                    .fetch_add(1, Ordering::Relaxed);
+                if count == 0 || change.txn.index == 0 {
+                    tracing::warn!(
+                        source = remote.dc,
+                        offset,
+                        seq = change.txn.seq,
+                        gtid = change.position.gtid.as_deref().unwrap_or("none"),
+                        "passing over a message of a capture of {} that stopped: it landed after \
+                         the next one resumed",
+                        remote.dc
+                    );
+                }
+                continue;
+            }
             let continues = reading.as_ref().is_some_and(|r| r.continued_by(&change));
             if !continues && let Some(cut) = reading.take() {
                 // The rest of it comes again, whole, from its first message.

@@ -14,8 +14,13 @@ pub(super) fn applied_update(
         "UPDATE `{APPLIED_TABLE}` SET next_offset = {}, source_pos = {}, \
          source_seq = {}, source_commit_ts = {}, \
          applied_transactions = applied_transactions + {transactions}, \
-         applied_changes = applied_changes + {changes}, last_error = NULL, source_file = ",
-        end.next_offset, end.position.pos, end.seq, end.commit_ts
+         applied_changes = applied_changes + {changes}, last_error = NULL, source_run = {}, \
+         source_file = ",
+        end.next_offset,
+        end.position.pos,
+        end.seq,
+        end.commit_ts,
+        end.run.map_or("NULL".to_string(), |run| run.to_string())
     );
     push_sql_string(&mut sql, &end.position.file);
     sql.push_str(", source_gtid = ");
@@ -54,8 +59,8 @@ pub(super) async fn load_applied(
     let row: Option<mysql_async::Row> = conn
         .exec_first(
             format!(
-                "SELECT a.next_offset, g.epoch, g.applied, a.topic FROM `{APPLIED_TABLE}` a \
-                 LEFT JOIN `{APPLIED_GTIDS_TABLE}` g ON g.source_dc = a.source_dc \
+                "SELECT a.next_offset, g.epoch, g.applied, a.topic, a.source_run \
+                 FROM `{APPLIED_TABLE}` a LEFT JOIN `{APPLIED_GTIDS_TABLE}` g ON g.source_dc = a.source_dc \
                  WHERE a.source_dc = ?"
             ),
             (source_dc,),
@@ -74,6 +79,7 @@ pub(super) async fn load_applied(
     let applied: Option<String> = take(&mut row, 2, "relay_applied_gtids.applied")?;
     Ok(Applied {
         next_offset: take(&mut row, 0, "relay_applied.next_offset")?,
+        run: take(&mut row, 4, "relay_applied.source_run")?,
         followed: Followed {
             epoch: epoch.unwrap_or(0),
             applied: applied.unwrap_or_default().parse().map_err(|e| {
