@@ -28,6 +28,10 @@ const BIG: &str = "CREATE TABLE app.big (
   seen DATETIME(6) NOT NULL
 ) ENGINE=InnoDB";
 
+/// A table both data centres can write.
+const SMALL: &str =
+    "CREATE TABLE app.t (id BIGINT UNSIGNED NOT NULL PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB";
+
 /// Fills `table` (as [`BIG`]) with rows 1..=n in one statement, before the relays start (so no
 /// capture publishes them: only a snapshot can).
 async fn fill(dc: &Dc, table: &str, n: u64) {
@@ -371,11 +375,7 @@ fn assert_not_stopped(dc: &Dc, when: &str) {
 /// by the applier, which follows the new capture's stream without stopping.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_landing_after_the_next_capture_resumed_changes_nothing() {
-    let mut dcs = two_dcs(
-        "CREATE TABLE app.t (id BIGINT UNSIGNED NOT NULL PRIMARY KEY, v INT NOT NULL) \
-         ENGINE=InnoDB",
-    )
-    .await;
+    let mut dcs = two_dcs(SMALL).await;
     start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
     let mut a = dcs[0].conn().await;
     for id in 1..=3 {
@@ -433,6 +433,35 @@ async fn a_transaction_landing_after_the_next_capture_resumed_changes_nothing() 
         Some(1.0),
         "{metrics}"
     );
+}
+
+/// A snapshot of a table another data centre writes would set that one's rows back: refused,
+/// naming it, in the data centre that applied its changes; allowed where none were applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_of_a_table_another_data_centre_writes_is_refused() {
+    let mut dcs = two_dcs(SMALL).await;
+    start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
+    dcs[1]
+        .conn()
+        .await
+        .query_drop("INSERT INTO app.t VALUES (1, 1)")
+        .await
+        .unwrap();
+    dcs[0].wait_applied("b", 1).await;
+    let output = Command::new(env!("CARGO_BIN_EXE_logstamp"))
+        .arg("--config")
+        .arg(dcs[0].dir.path().join("relay.toml"))
+        .args(["relay", "snapshot", "--table", "app.t", "--no-wait"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("app.t is also written in b"), "{stderr}");
+    let status = snapshot_status(&dcs[0], "app.t");
+    assert!(status.is_none(), "{status:?}");
+    // a wrote nothing to it: b's rows are all b's.
+    let (code, requested) = snapshot_command(&dcs[1], &["--table", "app.t", "--no-wait"]).await;
+    assert_eq!(code, Some(0), "{requested}");
 }
 
 /// A table added to `relay.tables` of a running pair: its rows in a, written before and while it

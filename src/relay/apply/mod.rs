@@ -33,7 +33,8 @@ mod read;
 mod record;
 mod schema;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -60,8 +61,8 @@ use super::change::{
     row_to_json,
 };
 use super::context::{
-    APPLIED_GTIDS_TABLE, APPLIED_TABLE, CONFLICTS_TABLE, DEAD_LETTERS_TABLE, LOOP_KEYS_TABLE,
-    RelayContext, RelayError,
+    APPLIED_GTIDS_TABLE, APPLIED_TABLE, APPLIED_TABLES_TABLE, CONFLICTS_TABLE, DEAD_LETTERS_TABLE,
+    LOOP_KEYS_TABLE, RelayContext, RelayError,
 };
 use super::contract::{self, Contract, LocalColumn};
 use super::loop_filter::CacheKey;

@@ -18,6 +18,8 @@ pub(super) struct Open {
     pub(super) resolved: u64,
     /// Messages recorded in `relay_dead_letters`, counted once committed.
     pub(super) dead_letters: u64,
+    /// The tables its changes went to (schema, table).
+    pub(super) tables: BTreeSet<(String, String)>,
     /// What it held at the savepoint before the latest source transaction.
     pub(super) at_savepoint: Counts,
     /// Statements applied but not sent yet: what needs no answer goes with the next round trip
@@ -92,6 +94,7 @@ pub(super) async fn apply_all(
         context,
         source_dc,
         limits,
+        recorded: Mutex::default(),
     };
     // Stopped at a bad message: what is still handed on is dropped, unapplied, until shutdown.
     let mut halted = false;
@@ -201,6 +204,8 @@ pub(super) struct Applier<'a> {
     pub(super) context: &'a RelayContext,
     pub(super) source_dc: &'a str,
     pub(super) limits: &'a Limits,
+    /// The tables known to be in `relay_applied_tables` for this source.
+    pub(super) recorded: Mutex<HashSet<(String, String)>>,
 }
 
 impl Applier<'_> {
@@ -438,6 +443,13 @@ impl Applier<'_> {
     pub(super) fn applied(&self, open: &mut Open, part: &Part<'_>) -> Outcome {
         open.changes += part.changes;
         open.dead_letters += part.dead_letters;
+        if part.changes > 0 {
+            open.tables.extend(
+                part.tables
+                    .iter()
+                    .map(|t| (t.schema.clone(), t.table.clone())),
+            );
+        }
         if let Some(end) = &part.end {
             // A transaction dead-lettered is not counted as applied.
             if part.dead_letters == 0 {
@@ -526,11 +538,22 @@ impl Applier<'_> {
             // Only parts that were undone: nothing to record.
             return rollback(conn, self.source_dc).await;
         };
-        let statements = open.send_with([
-            applied_update(self.source_dc, &end, open.transactions, open.changes),
-            gtids_update(self.source_dc, &followed),
-            "COMMIT".to_string(),
-        ]);
+        let new_tables: Vec<(String, String)> = {
+            let recorded = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+            open.tables
+                .iter()
+                .filter(|t| !recorded.contains(*t))
+                .cloned()
+                .collect()
+        };
+        let records = applied_tables_update(self.source_dc, &new_tables)
+            .into_iter()
+            .chain([
+                applied_update(self.source_dc, &end, open.transactions, open.changes),
+                gtids_update(self.source_dc, &followed),
+                "COMMIT".to_string(),
+            ]);
+        let statements = open.send_with(records);
         let what = || {
             format!(
                 "committing transactions up to {} from {} ({}:{})",
@@ -538,6 +561,11 @@ impl Applier<'_> {
             )
         };
         self.send(conn, statements.iter(), what).await?;
+        // Known once committed: a rolled back record is written again with its changes.
+        self.recorded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(new_tables);
         stats.stopped.store(false, Ordering::Relaxed);
         stats.conflict_stopped.store(false, Ordering::Relaxed);
         stats.wait_at(None);

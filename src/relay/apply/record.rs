@@ -30,6 +30,30 @@ pub(super) fn applied_update(
     sql
 }
 
+/// Records that `source_dc` changed `tables` here (nothing to record when there are none), so
+/// that a snapshot of them taken here is refused (see [`crate::relay::snapshot`]).
+pub(super) fn applied_tables_update(
+    source_dc: &str,
+    tables: &[(String, String)],
+) -> Option<String> {
+    if tables.is_empty() {
+        return None;
+    }
+    let mut sql = format!(
+        "INSERT IGNORE INTO `{APPLIED_TABLES_TABLE}` (source_dc, table_schema, table_name) VALUES "
+    );
+    for (i, (schema, table)) in tables.iter().enumerate() {
+        sql.push_str(if i == 0 { "(" } else { ", (" });
+        push_sql_string(&mut sql, source_dc);
+        sql.push_str(", ");
+        push_sql_string(&mut sql, schema);
+        sql.push_str(", ");
+        push_sql_string(&mut sql, table);
+        sql.push(')');
+    }
+    Some(sql)
+}
+
 /// Records how far the applier is in the source's stream: what recognises a transaction
 /// published again, on any server of the source.
 pub(super) fn gtids_update(source_dc: &str, followed: &Followed) -> String {
