@@ -7,8 +7,6 @@ mod support;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use rdkafka::ClientConfig;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 use logstamp::relay::change::Change;
 use logstamp::relay::settings::LoopFilterMode;
@@ -256,14 +254,14 @@ async fn a_bad_message_stops_only_its_applier(bad: BadMessage) {
     dcs[0].wait_applied("b", 1).await;
     let reason = match bad {
         BadMessage::Unparseable => {
-            produce(&dcs[1], b"{not a change".to_vec());
+            dcs[1].produce(b"{not a change".to_vec());
             "offset 1"
         }
         BadMessage::NoPrimaryKey => {
             let mut change: serde_json::Value =
                 serde_json::from_slice(&dcs[1].published()[0].to_json()).unwrap();
             change["key"] = serde_json::json!({});
-            produce(&dcs[1], serde_json::to_vec(&change).unwrap());
+            dcs[1].produce(serde_json::to_vec(&change).unwrap());
             "no primary key"
         }
         BadMessage::TableNotRelayed => {
@@ -344,24 +342,6 @@ async fn counter_ids(dc: &Dc) -> Vec<i32> {
         .unwrap()
 }
 
-/// Produces `payload` onto the end of `dc`'s topic, as a broken producer would.
-fn produce(dc: &Dc, payload: Vec<u8>) {
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", &dc.brokers)
-        .create()
-        .unwrap();
-    let topic = topic(&dc.name);
-    producer
-        .send(
-            BaseRecord::<(), [u8]>::to(&topic)
-                .partition(0)
-                .payload(&payload),
-        )
-        .map_err(|(e, _)| e)
-        .unwrap();
-    producer.flush(Duration::from_secs(10)).unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unparseable_message_stops_only_its_applier() {
     a_bad_message_stops_only_its_applier(BadMessage::Unparseable).await;
@@ -410,10 +390,11 @@ async fn bad_messages_go_to_the_dead_letters_and_applying_goes_on() {
         .await
         .unwrap();
     dcs[0].wait_applied("b", 1).await;
-    // Offset 1: not a change. Offsets 2 to 4: one transaction of three changes, the second of
-    // which A's CHECK refuses. Offset 5: the next transaction.
+    // Offset 0: capture's resume message, 1: the first insert. Offset 2: not a change. Offsets
+    // 3 to 5: one transaction of three changes, the second of which A's CHECK refuses. Offset
+    // 6: the next transaction.
     let garbage = b"{not a change".to_vec();
-    produce(&dcs[1], garbage.clone());
+    dcs[1].produce(garbage.clone());
     b.query_drop(
         "START TRANSACTION; INSERT INTO app.counter VALUES (5, 5); \
          UPDATE app.counter SET v = 1000 WHERE id = 1; INSERT INTO app.counter VALUES (6, 6); \
@@ -441,22 +422,22 @@ async fn bad_messages_go_to_the_dead_letters_and_applying_goes_on() {
 
     let topic = topic("b");
     let payloads = dcs[1].published_payloads();
-    assert_eq!(payloads.len(), 6, "b's topic");
-    assert_eq!(payloads[1], garbage);
-    let refused: Vec<Change> = payloads[2..5]
+    assert_eq!(payloads.len(), 7, "b's topic");
+    assert_eq!(payloads[2], garbage);
+    let refused: Vec<Change> = payloads[3..6]
         .iter()
         .map(|payload| Change::from_json(payload).unwrap())
         .collect();
     let expect_letters = || {
         let mut rows: Vec<DeadLetter> = vec![(
             topic.clone(),
-            1,
+            2,
             String::new(),
             None,
             garbage.clone(),
             "bad change message".to_string(),
         )];
-        for (offset, change) in (2..).zip(&refused) {
+        for (offset, change) in (3..).zip(&refused) {
             rows.push((
                 topic.clone(),
                 offset,

@@ -12,8 +12,9 @@ use rand::{Rng, SeedableRng};
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
-use logstamp::relay::change::ChangeKind;
+use logstamp::relay::change::{ChangeKind, TxnRef, Value};
 use logstamp::relay::settings::LoopFilterMode;
+use support::http::{get, sample};
 use support::kafka::Kafka;
 use support::mariadb::MariaDb;
 use support::relay::*;
@@ -26,6 +27,10 @@ const BIG: &str = "CREATE TABLE app.big (
   amount DECIMAL(18,6) NULL,
   seen DATETIME(6) NOT NULL
 ) ENGINE=InnoDB";
+
+/// A table both data centres can write.
+const SMALL: &str =
+    "CREATE TABLE app.t (id BIGINT UNSIGNED NOT NULL PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB";
 
 /// Fills `table` (as [`BIG`]) with rows 1..=n in one statement, before the relays start (so no
 /// capture publishes them: only a snapshot can).
@@ -263,6 +268,200 @@ async fn a_snapshot_under_writes_and_two_kills_ends_with_identical_tables() {
          tables equal after {converged_seconds:.1} s, {conflicts} conflicts recorded in b \
          (changes to rows not copied yet); {done}"
     );
+}
+
+/// Item 0 of the fleet issue: a's relay SIGKILLed at many points of a snapshot under writes,
+/// at random moments after each start (so during its resume, chunks and transactions alike).
+/// b's applier never stops, and the tables end identical by an ordered hash of every row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kills_at_many_points_of_a_snapshot_leave_a_stream_every_applier_follows() {
+    const ROWS: u64 = 30_000;
+    const KILLS: usize = 8;
+    let kafka = Kafka::start();
+    for name in ["a", "b"] {
+        kafka.create_topic(&topic(name), 1).await;
+    }
+    let mut dcs = Vec::new();
+    for (name, server_id) in [("a", 1), ("b", 2)] {
+        let server = MariaDb::start(server_id, &[]).await;
+        dcs.push(Dc::with_kafka(name, server, &[BIG], kafka.bootstrap_servers(), None).await);
+    }
+    fill(&dcs[0], "app.big", ROWS).await;
+    start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
+    let (stop, stopped) = watch::channel(false);
+    let writer = tokio::spawn(churn(
+        dcs[0].server.url("app"),
+        "app.big".into(),
+        ROWS,
+        stopped,
+    ));
+    let (code, requested) = snapshot_command(
+        &dcs[0],
+        &["--table", "app.big", "--chunk-rows", "300", "--no-wait"],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{requested}");
+    let mut rng = StdRng::seed_from_u64(36);
+    let mut during = 0;
+    for kill in 0..KILLS {
+        wait_capture_runs(&dcs[0], kill + 1).await;
+        // A kill point: some moment of this run, from its resume message on.
+        tokio::time::sleep(Duration::from_millis(rng.random_range(100..1500))).await;
+        let running = snapshot_status(&dcs[0], "app.big").is_some_and(|s| s["state"] != "done");
+        dcs[0].kill_relay();
+        during += usize::from(running);
+        assert_not_stopped(&dcs[1], &format!("after kill {kill}"));
+        dcs[0].start_relay();
+    }
+    assert!(
+        during >= KILLS / 2,
+        "only {during} kills during the snapshot"
+    );
+    wait_snapshot_done(&dcs[0], "app.big").await;
+    stop.send(true).unwrap();
+    let writes = writer.await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while checksum(&dcs[0], "app.big").await != checksum(&dcs[1], "app.big").await {
+        assert_not_stopped(&dcs[1], "while catching up");
+        assert!(Instant::now() < deadline, "app.big still differs");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let (a, b) = (
+        ordered_hash(&dcs[0], "app.big").await,
+        ordered_hash(&dcs[1], "app.big").await,
+    );
+    assert_eq!(a, b);
+    assert_not_stopped(&dcs[1], "at the end");
+    let superseded: usize = dcs[1]
+        .log()
+        .matches("passing over a message of a capture")
+        .count();
+    eprintln!(
+        "{KILLS} kills ({during} during the snapshot) under {writes} writes: tables equal; b \
+         passed over late messages {superseded} times"
+    );
+}
+
+/// Waits until the capture of `dc` started `runs` times (its relays' log says so).
+async fn wait_capture_runs(dc: &Dc, runs: usize) {
+    wait_until(
+        &format!("capture of {} starts {runs} times", dc.name),
+        || {
+            let started = dc.log().matches("capture started").count();
+            async move {
+                if started >= runs {
+                    Ok(())
+                } else {
+                    Err(format!("{started} starts"))
+                }
+            }
+        },
+    )
+    .await;
+}
+
+/// Fails if the applier of `dc` stopped applying from the other data centre.
+fn assert_not_stopped(dc: &Dc, when: &str) {
+    let log = dc.log();
+    assert!(
+        !log.contains("applying from a stopped"),
+        "{} stopped applying {when}",
+        dc.name
+    );
+}
+
+/// What item 0 of the fleet issue needed, made certain: a transaction a killed capture
+/// published whole, landing after the next capture resumed (it did not see it), is passed over
+/// by the applier, which follows the new capture's stream without stopping.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_landing_after_the_next_capture_resumed_changes_nothing() {
+    let mut dcs = two_dcs(SMALL).await;
+    start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
+    let mut a = dcs[0].conn().await;
+    for id in 1..=3 {
+        a.query_drop(format!("INSERT INTO app.t VALUES ({id}, {id})"))
+            .await
+            .unwrap();
+    }
+    dcs[1].wait_applied("a", 3).await;
+    let last = dcs[0].published().pop().unwrap();
+    assert!(last.stream.run.is_some(), "{:?}", last.stream);
+    dcs[0].kill_relay();
+    dcs[0].start_relay();
+    wait_capture_runs(&dcs[0], 2).await;
+    // The next transaction of the killed capture, right after the last one b applied: without
+    // the resume message before it, b would apply it.
+    let gtid = last.position.gtid().unwrap();
+    let late_gtid = format!("{}-{}-{}", gtid.domain, gtid.server, gtid.seq + 1);
+    let mut late = last.clone();
+    late.position.gtid = Some(late_gtid.clone());
+    late.txn = TxnRef {
+        seq: last.txn.seq + 1,
+        index: 0,
+        last: true,
+    };
+    late.stream.published = last.stream.published.with(gtid);
+    late.stream.binlog = last.stream.binlog.with(gtid);
+    late.row.key.insert("id".into(), Some(Value::Uint(999)));
+    late.row.values.insert("id".into(), Some(Value::Uint(999)));
+    late.row.values.insert("v".into(), Some(Value::Int(-7)));
+    dcs[0].produce(late.to_json());
+    // Genuine traffic goes on, from the new capture.
+    a.query_drop("INSERT INTO app.t VALUES (4, 4)")
+        .await
+        .unwrap();
+    dcs[1].wait_applied("a", 4).await;
+    wait_same_rows(&dcs[0], &dcs[1], "app.t").await;
+    let found: Option<u64> = dcs[1]
+        .conn()
+        .await
+        .query_first("SELECT COUNT(*) FROM app.t WHERE id = 999")
+        .await
+        .unwrap();
+    assert_eq!(
+        found,
+        Some(0),
+        "the late transaction {late_gtid} was applied"
+    );
+    assert_not_stopped(&dcs[1], "after the late transaction");
+    let (_, metrics) = get(&dcs[1].telemetry().await, "/metrics");
+    assert_eq!(
+        sample(
+            &metrics,
+            "logstamp_relay_apply_superseded_messages_total{dc=\"b\",remote=\"a\"}"
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+}
+
+/// A snapshot of a table another data centre writes would set that one's rows back: refused,
+/// naming it, in the data centre that applied its changes; allowed where none were applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_of_a_table_another_data_centre_writes_is_refused() {
+    let mut dcs = two_dcs(SMALL).await;
+    start_relays(&mut dcs, LoopFilterMode::Marker, "100ms").await;
+    dcs[1]
+        .conn()
+        .await
+        .query_drop("INSERT INTO app.t VALUES (1, 1)")
+        .await
+        .unwrap();
+    dcs[0].wait_applied("b", 1).await;
+    let output = Command::new(env!("CARGO_BIN_EXE_logstamp"))
+        .arg("--config")
+        .arg(dcs[0].dir.path().join("relay.toml"))
+        .args(["relay", "snapshot", "--table", "app.t", "--no-wait"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("app.t is also written in b"), "{stderr}");
+    let status = snapshot_status(&dcs[0], "app.t");
+    assert!(status.is_none(), "{status:?}");
+    // a wrote nothing to it: b's rows are all b's.
+    let (code, requested) = snapshot_command(&dcs[1], &["--table", "app.t", "--no-wait"]).await;
+    assert_eq!(code, Some(0), "{requested}");
 }
 
 /// A table added to `relay.tables` of a running pair: its rows in a, written before and while it

@@ -3,9 +3,9 @@
 //! topic (one partition, idempotent producer, `acks=all`). A transaction's changes are published
 //! as they are read, so capture holds one rows event of it, not the whole. The position is
 //! checkpointed only once Kafka acknowledged everything up to it, a whole transaction (see
-//! [`super::checkpoint`]); where capture resumes is the later of that and the topic's last
-//! message (see [`super::resume`]), which republishes a transaction cut off in the topic from its
-//! start.
+//! [`super::checkpoint`]); where capture resumes is the later of that and the last message of
+//! the topic the appliers follow, read once its resume message is acknowledged (see
+//! [`super::resume`]), which republishes a transaction cut off in the topic from its start.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -169,7 +169,9 @@ pub async fn run_once(
     ensure_topic(context, &topic).await?;
     let producer = producer(context)?;
     let found = checkpoint::load(&mut state, &dc).await?;
-    let tail = resume::read_tail(context, &topic).await?;
+    // What an earlier capture still had on its way lands before this, or is passed over.
+    let run = resume::fence(context, &topic, source_server_id).await?;
+    let tail = resume::read_tail(context, &topic, run).await?;
     let start = match resume::decide(&topic, found, &tail)? {
         Start::From { checkpoint, why } => {
             tracing::info!(dc, "capture resumes after {why}");
@@ -217,6 +219,7 @@ pub async fn run_once(
         pos = start.pos,
         gtid = %start.gtid_state,
         topic,
+        run,
         "capture started"
     );
     let stats = &context.stats.capture;
@@ -250,6 +253,7 @@ pub async fn run_once(
         producer: &producer,
         topic: &topic,
         source_server_id,
+        run,
         current: None,
     };
     let outcome: Result<(), RelayError> = async {
@@ -385,6 +389,8 @@ struct Publisher<'a> {
     producer: &'a ThreadedProducer<Acks>,
     topic: &'a str,
     source_server_id: u32,
+    /// The offset of this capture's resume message.
+    run: u64,
     current: Option<Publishing>,
 }
 
@@ -397,7 +403,7 @@ impl Publisher<'_> {
     /// Applies the loop filter to changes of the open transaction and sends what is left,
     /// holding back the latest.
     async fn rows(&mut self, rows: Rows, last: &Checkpoint) -> Result<u64, RelayError> {
-        let context = self.context;
+        let (context, run) = (self.context, self.run);
         // The applier writes its marker before its changes, so it is known from the first ones.
         let current = self.current.get_or_insert_with(|| Publishing {
             seq: last.next_seq,
@@ -406,6 +412,7 @@ impl Publisher<'_> {
                 epoch: last.epoch,
                 published: last.published.clone(),
                 binlog: rows.gtid_before.clone(),
+                run: Some(run),
             },
             dropped: match context.loop_filter() {
                 LoopFilterMode::Marker => rows.has_marker,

@@ -41,6 +41,13 @@
 //! anything else in that domain is missing something, or the source's history diverged);
 //! `binlog` is the source's GTID state just before this transaction, where capture reads again
 //! to publish it (GTIDs are the same on every server of the data centre, binlog positions not).
+//! `run` is the offset of the resume message of the capture that published it:
+//!
+//! `{"resume":{"dc":"a","server_id":11}}` is what capture publishes each time it starts, before
+//! it reads where its topic ends. A capture that was killed (or lost its database connection)
+//! may still have messages on their way to the broker, which land after that end was read: a
+//! message of another run than the latest resume message before it is one of those, and every
+//! applier passes it over, as capture did when it chose where to resume (see [`super::resume`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -155,6 +162,43 @@ pub struct Stream {
     pub epoch: u64,
     pub published: GtidState,
     pub binlog: GtidState,
+    /// The offset of its capture's resume message; none from a capture before resume messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<u64>,
+}
+
+/// What capture publishes when it starts, before it reads where its topic ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resume {
+    pub dc: String,
+    pub server_id: u32,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ResumeWire {
+    resume: Resume,
+}
+
+/// How a resume message starts: a change message starts with `{"dc":`.
+const RESUME_PREFIX: &[u8] = b"{\"resume\":";
+
+impl Resume {
+    pub fn to_json(&self) -> Vec<u8> {
+        // Two strings and a number always serialize.
+        serde_json::to_vec(&ResumeWire {
+            resume: self.clone(),
+        })
+        .unwrap_or_default()
+    }
+
+    /// The resume message `bytes` holds; `None` when they hold something else.
+    pub fn from_json(bytes: &[u8]) -> Option<Result<Resume, ChangeError>> {
+        bytes.starts_with(RESUME_PREFIX).then(|| {
+            serde_json::from_slice::<ResumeWire>(bytes)
+                .map(|w| w.resume)
+                .map_err(|e| ChangeError(format!("resume message: {e}")))
+        })
+    }
 }
 
 /// The end of a transaction in the source's binlog.
@@ -567,8 +611,30 @@ mod tests {
                 epoch: 3,
                 published: "0-11-7,1-12-4".parse().unwrap(),
                 binlog: "0-11-8,1-12-4".parse().unwrap(),
+                run: Some(4_096),
             },
         }
+    }
+
+    #[test]
+    fn a_resume_message_is_told_from_a_change() {
+        let resume = Resume {
+            dc: "dc1".into(),
+            server_id: 11,
+        };
+        let json = resume.to_json();
+        assert_eq!(Resume::from_json(&json).unwrap().unwrap(), resume);
+        assert!(Resume::from_json(&sample().to_json()).is_none());
+        assert!(
+            Resume::from_json(b"{\"resume\":{\"dc\":1}}")
+                .unwrap()
+                .is_err()
+        );
+        // A message of a capture before runs reads without one.
+        let mut old: serde_json::Value = serde_json::from_slice(&sample().to_json()).unwrap();
+        old["stream"].as_object_mut().unwrap().remove("run");
+        let old = Change::from_json(&serde_json::to_vec(&old).unwrap()).unwrap();
+        assert_eq!(old.stream.run, None);
     }
 
     #[test]

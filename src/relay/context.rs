@@ -30,6 +30,8 @@ pub const DEAD_LETTERS_TABLE: &str = "relay_dead_letters";
 pub const SNAPSHOTS_TABLE: &str = "relay_snapshots";
 /// Where the snapshot writes the watermarks around each chunk it reads.
 pub const WATERMARKS_TABLE: &str = "relay_watermarks";
+/// Which relayed tables each remote data centre changed here.
+pub const APPLIED_TABLES_TABLE: &str = "relay_applied_tables";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {

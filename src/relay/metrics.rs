@@ -134,6 +134,8 @@ impl Source for RelaySource {
             metrics::gauge!("logstamp_relay_apply_running", &labels).set(flag(&apply.running));
             metrics::counter!("logstamp_relay_apply_skipped_transactions_total", &labels)
                 .absolute(count(&apply.skipped_transactions));
+            metrics::counter!("logstamp_relay_apply_superseded_messages_total", &labels)
+                .absolute(count(&apply.superseded_messages));
             metrics::gauge!("logstamp_relay_apply_stopped", &labels).set(flag(&apply.stopped));
             metrics::gauge!("logstamp_relay_apply_held_bytes", &labels)
                 .set(count(&apply.held_bytes) as f64);
@@ -271,6 +273,10 @@ fn describe() {
     describe_counter!(
         "logstamp_relay_apply_skipped_transactions_total",
         "Transactions read from the remote data centre's topic that were applied already (published again) and skipped."
+    );
+    describe_counter!(
+        "logstamp_relay_apply_superseded_messages_total",
+        "Messages of a stopped capture that landed in the remote data centre's topic after the next capture resumed, passed over."
     );
     describe_counter!(
         "logstamp_relay_conflicts_total",

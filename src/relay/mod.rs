@@ -42,8 +42,8 @@ pub use settings::TablePattern;
 use crate::mysql::retry::RetryPolicy;
 use crate::mysql::{self, DbError};
 use context::{
-    APPLIED_GTIDS_TABLE, APPLIED_TABLE, CHECKPOINT_TABLE, CONFLICTS_TABLE, DEAD_LETTERS_TABLE,
-    LOOP_KEYS_TABLE, PUBLISHED_TABLE, SNAPSHOTS_TABLE, WATERMARKS_TABLE,
+    APPLIED_GTIDS_TABLE, APPLIED_TABLE, APPLIED_TABLES_TABLE, CHECKPOINT_TABLE, CONFLICTS_TABLE,
+    DEAD_LETTERS_TABLE, LOOP_KEYS_TABLE, PUBLISHED_TABLE, SNAPSHOTS_TABLE, WATERMARKS_TABLE,
 };
 
 /// A part that ran this long before failing starts again after the shortest wait.
@@ -157,6 +157,7 @@ async fn check_migrated(context: &RelayContext) -> Result<(), RelayError> {
         DEAD_LETTERS_TABLE,
         SNAPSHOTS_TABLE,
         WATERMARKS_TABLE,
+        APPLIED_TABLES_TABLE,
     ];
     let marks = vec!["?"; tables.len()].join(", ");
     let params: Vec<mysql_async::Value> = std::iter::once(context.state_database.as_str())

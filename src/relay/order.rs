@@ -148,6 +148,7 @@ mod tests {
 
     fn stream(epoch: u64, published: &str) -> Stream {
         Stream {
+            run: None,
             epoch,
             published: state(published),
             binlog: GtidState::default(),

@@ -8,22 +8,48 @@
 //! so capture reads on from there on whichever server it now reads, and publishes what the old
 //! one never did. If that server lacks those GTIDs, it refuses to send its binlog, and capture
 //! stops (see [`super::capture`]).
+//!
+//! A capture that was killed, or lost its database connection, may still have messages on
+//! their way to the broker when the next one starts, and they may land after it read where the
+//! topic ends. So capture first publishes a resume message, and once Kafka acknowledged it,
+//! reads the topic's end before it: what lands after the resume message from an earlier run
+//! is passed over by every applier (see [`super::change`]), and by [`last_followed`] here. A
+//! snapshot chunk, which exists only in the memory of the capture that read it, would
+//! otherwise come back as a transaction the new capture never knew was published.
 
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
+
+use crate::kafka::CreateRedacted;
 
 use crate::mysql;
 use crate::mysql::lock::{lock_name, try_lock};
 
-use super::change::Change;
+use super::change::{Change, Resume};
 use super::checkpoint::{self, Checkpoint};
 use super::context::{RelayContext, RelayError};
 
-/// How long reading the topic's last message may take.
+/// How long reading the topic's last messages may take.
 const TAIL_WITHIN: Duration = Duration::from_secs(30);
+/// How long the resume message may take to be acknowledged.
+const RESUME_WITHIN: Duration = Duration::from_secs(30);
+/// Messages read before the resume message at first; at least twice as many each time that is
+/// not enough to tell which one the appliers follow.
+const TAIL_WINDOW: i64 = 64;
+
+/// More than a capture that stopped can have had on its way to the broker: its producer's
+/// queue (16 of the largest messages, see [`super::capture`]) and the requests in flight (5 of
+/// at most a megabyte each), twice over.
+pub fn stale_bytes(max_message_bytes: usize) -> usize {
+    max_message_bytes
+        .saturating_mul(16)
+        .saturating_add(5 << 20)
+        .saturating_mul(2)
+}
 
 /// The end of this data centre's topic, as capture finds it at start.
 #[derive(Debug, Clone)]
@@ -165,11 +191,7 @@ pub async fn start_anew(context: &RelayContext) -> Result<Checkpoint, RelayError
     // Above every seq used, so appliers see a new epoch: a transaction's seq is never above
     // the offset of its first message (each one before it took an offset), so the topic's end
     // offset is, also when its messages expired.
-    let epoch = match read_tail(context, &topic).await? {
-        Tail::Last { offset, .. } => offset + 1,
-        Tail::Expired { end } => end,
-        Tail::Empty => 0,
-    };
+    let epoch = end_offset(context, &topic).await?;
     let epoch = u64::try_from(epoch)
         .unwrap_or(0)
         .max(old.as_ref().map_or(0, |c| c.next_seq));
@@ -183,59 +205,246 @@ pub fn capture_lock(context: &RelayContext) -> String {
     lock_name(&["relay-capture", &context.state_database, context.dc()])
 }
 
-/// Reads the last message of `topic` (partition 0) from this data centre's Kafka.
-pub async fn read_tail(context: &RelayContext, topic: &str) -> Result<Tail, RelayError> {
-    let consumer: BaseConsumer = context
+/// Publishes capture's resume message to `topic` and returns its offset once Kafka
+/// acknowledged it: the run of the messages this capture publishes.
+pub async fn fence(context: &RelayContext, topic: &str, server_id: u32) -> Result<u64, RelayError> {
+    let producer: FutureProducer = context
+        .kafka_config(&context.kafka.brokers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("message.timeout.ms", RESUME_WITHIN.as_millis().to_string())
+        .create_redacted()
+        .map_err(RelayError::kafka(
+            "creating the producer of the resume message",
+        ))?;
+    let payload = Resume {
+        dc: context.dc().to_string(),
+        server_id,
+    }
+    .to_json();
+    let record = FutureRecord::<(), [u8]>::to(topic)
+        .partition(0)
+        .payload(&payload);
+    let delivery = producer
+        .send(record, RESUME_WITHIN)
+        .await
+        .map_err(|(e, _)| {
+            RelayError::kafka(format!("publishing the resume message to {topic}"))(e)
+        })?;
+    u64::try_from(delivery.offset).map_err(|_| {
+        RelayError::Refused(format!(
+            "Kafka acknowledged the resume message to {topic} at offset {}",
+            delivery.offset
+        ))
+    })
+}
+
+/// The topic's end offset: above every `seq` published, as each transaction's is at most the
+/// offset of its first message.
+async fn end_offset(context: &RelayContext, topic: &str) -> Result<i64, RelayError> {
+    let consumer = tail_consumer(context)?;
+    let name = topic.to_string();
+    tokio::task::spawn_blocking(move || {
+        consumer
+            .fetch_watermarks(&name, 0, Duration::from_secs(10))
+            .map(|(_, high)| high)
+            .map_err(RelayError::kafka(format!("reading the offsets of {name}")))
+    })
+    .await
+    .map_err(|e| RelayError::Refused(format!("reading the end of {topic}: {e}")))?
+}
+
+fn tail_consumer(context: &RelayContext) -> Result<BaseConsumer, RelayError> {
+    context
         .kafka_config(&context.kafka.brokers)
         .set("group.id", format!("logstamp-relay-{}-tail", context.dc()))
         .set("enable.auto.commit", "false")
-        .create()
-        .map_err(RelayError::kafka("creating a Kafka consumer"))?;
-    let name = topic.to_string();
-    tokio::task::spawn_blocking(move || tail_of(&consumer, &name))
+        .create_redacted()
+        .map_err(RelayError::kafka("creating a Kafka consumer"))
+}
+
+/// Reads the last message of `topic` (partition 0) from this data centre's Kafka that the
+/// appliers follow, before offset `before` (capture's resume message).
+pub async fn read_tail(
+    context: &RelayContext,
+    topic: &str,
+    before: u64,
+) -> Result<Tail, RelayError> {
+    let consumer = tail_consumer(context)?;
+    let (name, dc) = (topic.to_string(), context.dc().to_string());
+    let before = i64::try_from(before).unwrap_or(i64::MAX);
+    let stale = stale_bytes(context.relay.max_message_bytes);
+    tokio::task::spawn_blocking(move || tail_of(&consumer, &name, &dc, before, stale))
         .await
         .map_err(|e| RelayError::Refused(format!("reading the end of {topic}: {e}")))?
 }
 
-fn tail_of(consumer: &BaseConsumer, topic: &str) -> Result<Tail, RelayError> {
+/// What a message of the topic is, to tell which one the appliers follow last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    Resume,
+    Change {
+        run: Option<u64>,
+    },
+    /// Neither: no applier applies it.
+    Other,
+}
+
+impl Entry {
+    fn of(payload: &[u8], dc: &str) -> Entry {
+        match Resume::from_json(payload) {
+            Some(Ok(resume)) if resume.dc == dc => Entry::Resume,
+            Some(_) => Entry::Other,
+            None => match Change::from_json(payload) {
+                Ok(change) if change.dc == dc => Entry::Change {
+                    run: change.stream.run,
+                },
+                _ => Entry::Other,
+            },
+        }
+    }
+}
+
+/// Where the last message the appliers follow is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scan {
+    Found(i64),
+    /// There is none.
+    Nothing,
+    /// Messages before these are needed to tell.
+    Earlier,
+}
+
+/// Finds the last message the appliers follow among `entries`, the topic's messages before
+/// where capture reads on (in offset order), as they do: after a resume message, only changes
+/// of its run (its offset). Before the first resume message among them, the run is the highest
+/// one there once `settled`: they go back to the topic's oldest message, or further than what
+/// a capture that stopped can have had on its way (see [`stale_bytes`]), which is all a run
+/// after the highest can have left there. Otherwise `Earlier`.
+pub fn last_followed(entries: &[(i64, Entry)], settled: bool) -> Scan {
+    let mut end = entries.len();
+    loop {
+        let before = &entries[..end];
+        let resume = before.iter().rposition(|(_, e)| *e == Entry::Resume);
+        let (from, run) = match resume {
+            Some(k) => (k + 1, u64::try_from(before[k].0).ok()),
+            None if settled => {
+                let highest = before
+                    .iter()
+                    .filter_map(|(_, e)| match e {
+                        Entry::Change { run } => Some(*run),
+                        _ => None,
+                    })
+                    .max();
+                (0, highest.flatten())
+            }
+            None => return Scan::Earlier,
+        };
+        let followed = Entry::Change { run };
+        if let Some((offset, _)) = before[from..].iter().rev().find(|(_, e)| *e == followed) {
+            return Scan::Found(*offset);
+        }
+        match resume {
+            // That run published nothing the appliers follow: the one before it counts.
+            Some(k) => end = k,
+            None => return Scan::Nothing,
+        }
+    }
+}
+
+fn tail_of(
+    consumer: &BaseConsumer,
+    topic: &str,
+    dc: &str,
+    before: i64,
+    stale: usize,
+) -> Result<Tail, RelayError> {
     let (low, high) = consumer
         .fetch_watermarks(topic, 0, Duration::from_secs(10))
         .map_err(RelayError::kafka(format!("reading the offsets of {topic}")))?;
-    if high == 0 {
-        return Ok(Tail::Empty);
+    let end = before.min(high);
+    let none = || {
+        if low == 0 {
+            Tail::Empty
+        } else {
+            Tail::Expired { end: high }
+        }
+    };
+    if low >= end {
+        return Ok(none());
     }
-    if low >= high {
-        return Ok(Tail::Expired { end: high });
+    let deadline = Instant::now() + TAIL_WITHIN;
+    let mut start = end;
+    let mut entries: Vec<(i64, Entry)> = Vec::new();
+    let mut bytes = 0;
+    loop {
+        // At least twice as many as read so far.
+        let from = (start - TAIL_WINDOW.max(end - start)).max(low);
+        let mut earlier = Vec::new();
+        for (offset, payload) in read_range(consumer, topic, from, start, deadline)? {
+            bytes += payload.len();
+            earlier.push((offset, Entry::of(&payload, dc)));
+        }
+        earlier.append(&mut entries);
+        entries = earlier;
+        start = from;
+        let settled = start == low || bytes >= stale;
+        match last_followed(&entries, settled) {
+            Scan::Found(offset) => {
+                let payload = read_range(consumer, topic, offset, offset + 1, deadline)?
+                    .pop()
+                    .map(|(_, payload)| payload)
+                    .unwrap_or_default();
+                let change = Change::from_json(&payload).map_err(|e| {
+                    RelayError::Refused(format!(
+                        "the last message of {topic} (offset {offset}): {e}"
+                    ))
+                })?;
+                return Ok(Tail::Last {
+                    offset,
+                    change: Box::new(change),
+                });
+            }
+            Scan::Nothing => return Ok(none()),
+            Scan::Earlier => {}
+        }
     }
-    let offset = high - 1;
+}
+
+/// The messages of `topic` from offset `from` up to `to`, with their offsets.
+fn read_range(
+    consumer: &BaseConsumer,
+    topic: &str,
+    from: i64,
+    to: i64,
+    deadline: Instant,
+) -> Result<Vec<(i64, Vec<u8>)>, RelayError> {
     let mut assignment = TopicPartitionList::new();
     assignment
-        .add_partition_offset(topic, 0, Offset::Offset(offset))
+        .add_partition_offset(topic, 0, Offset::Offset(from))
         .map_err(RelayError::kafka(format!("assigning {topic}")))?;
     consumer
         .assign(&assignment)
         .map_err(RelayError::kafka(format!("assigning {topic}")))?;
-    let deadline = Instant::now() + TAIL_WITHIN;
+    let mut messages = Vec::new();
     while Instant::now() < deadline {
         let Some(message) = consumer.poll(Duration::from_millis(200)) else {
             continue;
         };
         let message = message.map_err(RelayError::kafka(format!("reading {topic}")))?;
-        if message.offset() != offset {
+        let offset = message.offset();
+        if offset < from {
             continue;
         }
-        let change = Change::from_json(message.payload().unwrap_or_default()).map_err(|e| {
-            RelayError::Refused(format!(
-                "the last message of {topic} (offset {offset}): {e}"
-            ))
-        })?;
-        return Ok(Tail::Last {
-            offset,
-            change: Box::new(change),
-        });
+        if offset < to {
+            messages.push((offset, message.payload().unwrap_or_default().to_vec()));
+        }
+        if offset + 1 >= to {
+            return Ok(messages);
+        }
     }
     Err(RelayError::Kafka {
-        context: format!("reading the last message of {topic} (offset {offset})"),
+        context: format!("reading the messages of {topic} from offset {from} to {to}"),
         source: rdkafka::error::KafkaError::MessageConsumption(
             rdkafka::error::RDKafkaErrorCode::RequestTimedOut,
         ),
@@ -267,6 +476,7 @@ mod tests {
                     last: index + 1 == count,
                 },
                 Stream {
+                    run: None,
                     epoch,
                     published: state("0-1-90,1-1-4"),
                     binlog: state("0-1-99,1-1-7"),
@@ -343,6 +553,57 @@ mod tests {
         let reset = checkpoint(42, 42, "");
         let c = from(decide("t", Some(reset.clone()), &last(30, 2, 3, "0-1-100", 0)).unwrap());
         assert_eq!(c, reset);
+    }
+
+    fn change(run: Option<u64>) -> Entry {
+        Entry::Change { run }
+    }
+
+    #[test]
+    fn messages_of_a_stopped_capture_after_the_next_resume_message_are_passed_over() {
+        // Run 10 published up to 13; the capture of run 20 resumed, and 21-22 of run 10 landed
+        // after its resume message.
+        let entries = [
+            (10, Entry::Resume),
+            (11, change(Some(10))),
+            (12, Entry::Other),
+            (13, change(Some(10))),
+            (20, Entry::Resume),
+            (21, change(Some(10))),
+            (22, change(Some(10))),
+        ];
+        assert_eq!(last_followed(&entries, false), Scan::Found(13));
+        // The run of 20 published 23: it is the last.
+        let mut more = entries.to_vec();
+        more.push((23, change(Some(20))));
+        more.push((24, change(Some(10))));
+        assert_eq!(last_followed(&more, false), Scan::Found(23));
+        // Several resume messages in a row: the last run that published counts.
+        let restarts = [(5, change(None)), (6, Entry::Resume), (7, Entry::Resume)];
+        assert_eq!(last_followed(&restarts, false), Scan::Earlier);
+        assert_eq!(last_followed(&restarts, true), Scan::Found(5));
+    }
+
+    #[test]
+    fn without_a_resume_message_the_highest_run_counts_once_settled() {
+        let entries = [
+            (100, change(Some(40))),
+            (101, change(Some(90))),
+            (102, change(Some(40))),
+        ];
+        assert_eq!(last_followed(&entries, false), Scan::Earlier);
+        assert_eq!(last_followed(&entries, true), Scan::Found(101));
+        // A topic written before resume messages.
+        let old = [(0, change(None)), (1, Entry::Other), (2, change(None))];
+        assert_eq!(last_followed(&old, true), Scan::Found(2));
+        assert_eq!(last_followed(&[(0, Entry::Resume)], true), Scan::Nothing);
+        assert_eq!(last_followed(&[], true), Scan::Nothing);
+    }
+
+    #[test]
+    fn the_stale_bound_covers_the_producer_queue() {
+        assert!(stale_bytes(1 << 20) > 16 << 20);
+        assert_eq!(stale_bytes(usize::MAX), usize::MAX);
     }
 
     #[test]

@@ -37,7 +37,9 @@ use tokio::sync::oneshot;
 
 use super::apply::{local_columns, local_key};
 use super::change::{ChangeKind, Kind, Position, Row, RowChange, Value, row_to_json};
-use super::context::{RelayContext, RelayError, SNAPSHOTS_TABLE, WATERMARKS_TABLE};
+use super::context::{
+    APPLIED_TABLES_TABLE, RelayContext, RelayError, SNAPSHOTS_TABLE, WATERMARKS_TABLE,
+};
 use super::contract::{Contract, binary_length, local_contract};
 use super::events::Rows;
 use super::settings::SnapshotMode;
@@ -604,6 +606,7 @@ async fn copy(
             "{shown} is not in relay.tables here"
         )));
     }
+    only_written_here(conn, &request.schema, &request.table).await?;
     let source = Source::read(conn, &request.schema, &request.table).await?;
     let estimate: u64 = conn
         .exec_first(
@@ -892,6 +895,36 @@ pub async fn status(
         .map_err(RelayError::from)
 }
 
+/// Refuses a snapshot of a table other data centres changed here. A snapshot publishes this
+/// data centre's version of every row, which the others apply over theirs; a row another data
+/// centre wrote whose latest change has not reached here yet would be set back there to the
+/// older version. It cannot be made exact: rows do not say which data centre wrote them last,
+/// and a change on its way is known only to the data centre it left.
+async fn only_written_here(conn: &mut Conn, schema: &str, table: &str) -> Result<(), RelayError> {
+    let sources: Vec<String> = conn
+        .exec(
+            format!(
+                "SELECT source_dc FROM `{APPLIED_TABLES_TABLE}` WHERE table_schema = ? \
+                 AND table_name = ? ORDER BY source_dc"
+            ),
+            (schema, table),
+        )
+        .await
+        .map_err(DbError::mysql(
+            "reading which data centres changed the table here",
+        ))?;
+    if sources.is_empty() {
+        return Ok(());
+    }
+    Err(RelayError::Refused(format!(
+        "{schema}.{table} is also written in {}: their changes were applied here, and a snapshot \
+         from here would set the rows they wrote back to this data centre's versions wherever \
+         their latest changes are still on the way; a table several data centres write is \
+         copied by hand with writes stopped (README: \"Starting a stream anew\")",
+        sources.join(", ")
+    )))
+}
+
 /// `relay snapshot`: requests a snapshot of `schema.table` from this data centre's capture
 /// (started over if it was done or failed; left alone while it runs).
 pub async fn request(
@@ -907,6 +940,7 @@ pub async fn request(
     }
     let mut conn = mysql::connect(context.url()).await?;
     Source::read(&mut conn, schema, table).await?;
+    only_written_here(&mut conn, schema, table).await?;
     record_table(
         &mut conn,
         context.dc(),

@@ -91,6 +91,8 @@ pub struct ApplyStats {
     pub schema_mismatch: AtomicBool,
     /// Transactions read that were applied already (published again), and skipped.
     pub skipped_transactions: AtomicU64,
+    /// Messages passed over because a later capture of the source resumed before they landed.
+    pub superseded_messages: AtomicU64,
     /// Applying stopped: at a transaction that cannot be placed after what was applied, until
     /// the source's stream starts anew; or at a message that cannot be applied, until the
     /// relay starts again.

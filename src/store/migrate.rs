@@ -99,6 +99,14 @@ const BUILTIN: &[(&str, &str)] = &[
         "0018_line_counts.sql",
         include_str!("../../migrations/0018_line_counts.sql"),
     ),
+    (
+        "0019_relay_applied_run.sql",
+        include_str!("../../migrations/0019_relay_applied_run.sql"),
+    ),
+    (
+        "0020_relay_applied_tables.sql",
+        include_str!("../../migrations/0020_relay_applied_tables.sql"),
+    ),
 ];
 
 /// logstamp's own tables in the database of `mysql.url`: the migrations' and the runner's.

@@ -14,10 +14,11 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use logstamp::id::{IdGenerator, Layout};
-use logstamp::relay::change::Change;
+use logstamp::relay::change::{Change, Resume};
 use logstamp::relay::gtid::GtidState;
 use logstamp::relay::settings::LoopFilterMode;
 
@@ -369,11 +370,31 @@ impl Dc {
     }
 
     /// Every message in this data centre's topic.
+    /// The changes in this data centre's topic, by offset, without capture's resume messages.
     pub fn published(&self) -> Vec<Change> {
         self.published_payloads()
             .iter()
+            .filter(|payload| Resume::from_json(payload).is_none())
             .map(|payload| Change::from_json(payload).unwrap())
             .collect()
+    }
+
+    /// Produces `payload` onto the end of this data centre's topic, as another producer would.
+    pub fn produce(&self, payload: Vec<u8>) {
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &self.brokers)
+            .create()
+            .unwrap();
+        let topic = topic(&self.name);
+        producer
+            .send(
+                BaseRecord::<(), [u8]>::to(&topic)
+                    .partition(0)
+                    .payload(&payload),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap();
+        producer.flush(Duration::from_secs(10)).unwrap();
     }
 
     /// Every message in this data centre's topic, as its bytes, by offset.
