@@ -17,6 +17,7 @@ mod plan;
 mod query;
 mod relay;
 mod rollup;
+mod search;
 mod serve;
 mod shards;
 mod zonemap;
@@ -82,6 +83,9 @@ enum Command {
     /// The zone map of event times (store.event_time): rebuild it from the rows.
     #[command(subcommand)]
     Zonemap(zonemap::ZonemapCommand),
+    /// The text filter that searches (`contains`, `--grep`) read: rebuild it from the rows.
+    #[command(subcommand)]
+    Search(search::SearchCommand),
     /// Serve the JSON query API and the log explorer page until SIGTERM or SIGINT.
     Serve(serve::ServeArgs),
     /// Several databases (store.shards): where each partition lives, and moving one.
@@ -199,6 +203,7 @@ fn run(command: Command, sources: Sources) -> anyhow::Result<ExitCode> {
         Command::Relay(cmd) => relay::run(cmd, sources),
         Command::Rollup(cmd) => rollup::run(cmd, sources),
         Command::Zonemap(cmd) => zonemap::run(cmd, sources),
+        Command::Search(cmd) => search::run(cmd, sources),
         Command::Serve(args) => serve::run(args, sources),
         Command::Shards(cmd) => shards::run(cmd, sources),
     }

@@ -95,6 +95,14 @@ const BUILTIN: &[(&str, &str)] = &[
         "0017_relay_watermarks.sql",
         include_str!("../../migrations/0017_relay_watermarks.sql"),
     ),
+    (
+        "0018_text_filter.sql",
+        include_str!("../../migrations/0018_text_filter.sql"),
+    ),
+    (
+        "0019_text_filter_cover.sql",
+        include_str!("../../migrations/0019_text_filter_cover.sql"),
+    ),
 ];
 
 /// logstamp's own tables in the database of `mysql.url`: the migrations' and the runner's.

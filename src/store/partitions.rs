@@ -52,6 +52,9 @@ pub async fn ensure(
             if let Some(first_kept) = plan.first_kept_id() {
                 let forgotten = zone_map::forget_below(conn, &spec.table, first_kept).await?;
                 tracing::info!(table = %spec.table, forgotten, "zone map rows of dropped partitions deleted");
+                let forgotten =
+                    super::text_search::forget_below(conn, &spec.table, first_kept).await?;
+                tracing::info!(table = %spec.table, forgotten, "text filter rows of dropped partitions deleted");
             }
         }
         Ok(plan)

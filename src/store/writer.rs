@@ -19,6 +19,7 @@
 mod infile;
 mod insert;
 mod sharded;
+mod text_filter;
 
 use std::sync::Arc;
 
@@ -160,6 +161,7 @@ struct Inner {
     zones: Vec<ZonePlan>,
     /// The zone map's upsert text, built once.
     zone_upsert: (String, String, usize),
+    text_filters: text_filter::TextFilters,
     layout: Layout,
     method: InsertMethod,
     /// How long after its stamping a batch may still commit (`None`: no limit).
@@ -216,6 +218,7 @@ impl ServerWriter {
                 rollups: rollups.iter().map(RollupTarget::new).collect(),
                 zones: store.zone_plans(),
                 zone_upsert: zone_map::upsert_statement(),
+                text_filters: text_filter::TextFilters::new(store),
                 layout,
                 method: store.insert_method,
                 commit_window: store.commit_window(),
@@ -565,6 +568,10 @@ impl ServerWriter {
             e.refused_as(|reason| format!("the database refused the row: {reason}"))
         })?;
         self.add_to_rollups(tx, rows, budget).await?;
+        self.inner
+            .text_filters
+            .add(tx, &self.inner.layout, rows, budget)
+            .await?;
         self.add_to_zone_map(tx, rows, budget).await
     }
 
