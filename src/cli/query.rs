@@ -244,7 +244,7 @@ fn by_event(
         return Err(UsageError::new("--from/--to", "the range is reversed").into());
     }
     let mut query = EventQuery::between(from, to);
-    query.filter = filter(&args, &spec)?;
+    query.filter = filter(args, spec)?;
     query.limit = args.limit;
     let url = settings.mysql.url.clone();
     if args.explain {

@@ -1154,10 +1154,36 @@ mod tests {
             (">", Op::Gt),
             (">=", Op::Ge),
             ("LIKE", Op::Like),
+            ("contains", Op::Contains),
+            ("ICONTAINS", Op::IContains),
         ] {
             let filter = format!("message {text} 'm'");
             assert_eq!(parse(&filter).unwrap()[0].op, op, "{filter}");
         }
+        assert!(parse("message contains 5").is_err());
+        assert!(parse("message containing 'x'").is_err());
+    }
+
+    #[test]
+    fn a_search_has_no_wildcards() {
+        let mut params = Vec::new();
+        let mut sql = String::new();
+        push_filter(
+            &parse("message contains '50%_\\\\' and host icontains 'Web'").unwrap(),
+            &mut sql,
+            &mut params,
+        );
+        assert_eq!(
+            sql,
+            " AND LOCATE(?, `message`) > 0 AND LOCATE(LOWER(?), LOWER(`host`)) > 0"
+        );
+        assert_eq!(
+            params,
+            [
+                Value::Bytes(b"50%_\\".to_vec()),
+                Value::Bytes(b"Web".to_vec())
+            ]
+        );
     }
 
     #[test]
