@@ -1,9 +1,10 @@
 //! `logstamp bench serve`: how long `logstamp serve`'s API takes to answer over a day of
 //! many rows: a day's histogram (from a per-minute rollup by level, unfiltered and filtered by
 //! level, and counted from the table when a filter or a column that the rollup lacks rules it
-//! out) and a page of lines (the
-//! newest, filtered, deep behind a cursor), each timed over HTTP, with the CPU this process
-//! and the MySQL server spent per request.
+//! out), a page of lines (the newest, filtered, deep behind a cursor), and text searches (a
+//! selective text and a common one, through the text filter with `contains`, and as today's
+//! scan with `like`), each timed over HTTP, with the CPU this process and the MySQL server
+//! spent per request.
 //!
 //! Statements may run for up to 5 minutes here (`serve.statement_timeout` is 10 s by
 //! default), so that counting a whole day from the table is timed, not stopped.
@@ -11,6 +12,7 @@
 //! Runs in a scratch database beside `mysql.url`'s, created and dropped by the command. The
 //! rows fill the next whole UTC day (a partition of their own), written by `INSERT ... SELECT`
 //! from MariaDB's sequence engine: demo-like levels, hosts, services, messages and payloads.
+//! Written past the writer, their text filter is built by `search rebuild`'s code, timed.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -22,10 +24,12 @@ use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use logstamp::config::{Settings, Sources};
+use logstamp::id::IdRange;
 use logstamp::mysql;
 use logstamp::serve::Server;
 use logstamp::store::rollup;
 use logstamp::store::rollup_plan::{Bucket, RollupPlan, RollupSettings, SourceTable};
+use logstamp::store::text_search;
 use logstamp::time::format_utc;
 
 use super::{in_scratch_database, median};
@@ -50,7 +54,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
 #[derive(Debug, Serialize)]
 struct Measured {
-    what: &'static str,
+    what: String,
     path: String,
     runs: usize,
     median_ms: f64,
@@ -119,12 +123,32 @@ async fn bench_in(settings: &Settings, args: &ServeArgs) -> anyhow::Result<Vec<M
         |_, _| {},
     )
     .await?;
+    let filtered = Instant::now();
+    for plan in text_search::plans(&settings.store) {
+        text_search::rebuild(
+            &mut conn,
+            &plan,
+            &settings.id.layout,
+            (
+                IdRange {
+                    start: day << 32,
+                    end: (day + DAY) << 32,
+                },
+                true,
+            ),
+            settings.store.retry_policy(),
+            |_, _| {},
+        )
+        .await?;
+    }
+    let filter_seconds = filtered.elapsed().as_secs_f64();
     conn.query_drop(format!("ANALYZE TABLE {}", settings.log_table().table))
         .await?;
     tracing::info!(
         rows = args.rows,
         seconds = started.elapsed().as_secs_f64(),
-        "loaded and rolled up"
+        filter_seconds,
+        "loaded, rolled up and text filter built"
     );
     let mysql_pid = mysql_pid(&mut conn).await;
     conn.disconnect().await?;
@@ -142,35 +166,58 @@ async fn bench_in(settings: &Settings, args: &ServeArgs) -> anyhow::Result<Vec<M
     let errors = "&where=level%20%3D%20%27error%27";
     // A cursor in the middle of the day: its first ID.
     let middle = ((day + DAY / 2) << 32).to_string();
-    let requests: Vec<(&'static str, String)> = vec![
+    let mut requests: Vec<(String, String)> = vec![
         (
-            "histogram, 24 h, by level (rollup)",
+            "histogram, 24 h, by level (rollup)".into(),
             format!("/api/histogram?{range}"),
         ),
         (
-            "histogram, 24 h, level = 'error' (rollup)",
+            "histogram, 24 h, level = 'error' (rollup)".into(),
             format!("/api/histogram?{range}{errors}"),
         ),
         (
-            "histogram, 24 h, host = one of 200 (table)",
+            "histogram, 24 h, host = one of 200 (table)".into(),
             format!(
                 "/api/histogram?{range}&where=host%20%3D%20%27web-007.eu-west-1.example.com%27"
             ),
         ),
         (
-            "histogram, 24 h, by service (table)",
+            "histogram, 24 h, by service (table)".into(),
             format!("/api/histogram?{range}&by=service"),
         ),
-        ("100 newest lines", format!("/api/rows?{range}&limit=100")),
         (
-            "100 newest lines, level = 'error'",
+            "100 newest lines".into(),
+            format!("/api/rows?{range}&limit=100"),
+        ),
+        (
+            "100 newest lines, level = 'error'".into(),
             format!("/api/rows?{range}&limit=100{errors}"),
         ),
         (
-            "100 lines behind a cursor mid-day",
+            "100 lines behind a cursor mid-day".into(),
             format!("/api/rows?{range}&limit=100&cursor={middle}"),
         ),
     ];
+    // A selective text (about 1,100 lines of 10 million hold it) and a common one (every
+    // line), through the text filter and as a scan.
+    let searches = [("selective", "orders/6878"), ("common", "user=")];
+    for (kind, text) in searches {
+        for (how, op, value) in [
+            ("contains", "contains", text.to_string()),
+            ("like (scan)", "like", format!("%{text}%")),
+        ] {
+            let filter = format!("message {op} '{value}'");
+            let filter: String = url::form_urlencoded::byte_serialize(filter.as_bytes()).collect();
+            requests.push((
+                format!("histogram, 24 h, {kind} search, {how}"),
+                format!("/api/histogram?{range}&where={filter}"),
+            ));
+            requests.push((
+                format!("100 newest lines, {kind} search, {how}"),
+                format!("/api/rows?{range}&limit=100&where={filter}"),
+            ));
+        }
+    }
     let mut results = Vec::new();
     for (what, path) in requests {
         // One untimed request warms the buffer pool for what is timed.
