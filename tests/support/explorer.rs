@@ -82,6 +82,8 @@ pub async fn loaded(hint: &str) -> Loaded {
         ],
         &[],
     );
+    // Rows put in with SQL: their text filter, as for rows from before it existed.
+    run_logstamp(config.path(), &db.url, &["search", "rebuild"], &[]);
     Loaded {
         db,
         settings,
