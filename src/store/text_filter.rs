@@ -81,13 +81,25 @@ fn fold(c: char) -> char {
 /// A 64-bit hash of a column's gram (FNV-1a, then a SplitMix64 finish so every bit mixes);
 /// fixed here, as filters written by one version are read by the next.
 fn hash(column: &str, gram: &[char]) -> u64 {
+    hash_from(column_state(column), gram)
+}
+
+/// The hash's state after the column's name: computed once per column, not per gram.
+fn column_state(column: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in column.bytes().chain([0xff]) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// [`hash`] from a column's state.
+fn hash_from(mut h: u64, gram: &[char]) -> u64 {
     let mut add = |b: u8| {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     };
-    column.bytes().for_each(&mut add);
-    add(0xff);
     let mut buf = [0u8; 4];
     for c in gram {
         c.encode_utf8(&mut buf).bytes().for_each(&mut add);
@@ -110,14 +122,15 @@ fn place(h: u64, words: &mut Words) -> u64 {
     block
 }
 
-/// Calls `each` with the hash of every gram of `text` (repeats included).
-fn text_grams(column: &str, text: &str, mut each: impl FnMut(u64)) {
+/// Calls `each` with the hash of every gram of `text` (repeats included), from the column's
+/// hash state.
+fn text_grams(state: u64, text: &str, mut each: impl FnMut(u64)) {
     let mut window = ['\0'; GRAM];
     for (n, c) in text.chars().enumerate() {
         window.rotate_left(1);
         window[GRAM - 1] = fold(c);
         if n + 1 >= GRAM {
-            each(hash(column, &window));
+            each(hash_from(state, &window));
         }
     }
 }
@@ -130,36 +143,45 @@ impl TextFilterPlan {
         layout: &Layout,
         rows: impl IntoIterator<Item = (u64, &'a [SqlValue])>,
     ) -> Vec<FilterRow> {
-        let mut blocks: BTreeMap<(u64, u32, u64), Words> = BTreeMap::new();
-        // Grams repeat a lot within a batch; each is placed once per bucket and service.
-        let mut seen = std::collections::HashSet::new();
+        // Each bucket and service's whole filter, set in place (a batch spans few of them).
+        let mut filters: BTreeMap<(u64, u32), Vec<Words>> = BTreeMap::new();
+        let states: Vec<(usize, u64)> = self
+            .columns
+            .iter()
+            .map(|(index, column)| (*index, column_state(column)))
+            .collect();
         for (id, values) in rows {
             let key = (bucket_start(id), layout.decode(id).service_id);
-            for (index, column) in &self.columns {
+            let filter = filters
+                .entry(key)
+                .or_insert_with(|| vec![[0; WORDS]; BLOCKS as usize]);
+            for (index, state) in &states {
                 let Some(SqlValue::Text(text)) = values.get(*index) else {
                     continue;
                 };
-                text_grams(column, text, |h| {
-                    if seen.insert((key, h)) {
-                        let mut words = [0; WORDS];
-                        let block = place(h, &mut words);
-                        let stored = blocks.entry((key.0, key.1, block)).or_insert([0; WORDS]);
-                        for (s, w) in stored.iter_mut().zip(words) {
-                            *s |= w;
-                        }
+                text_grams(*state, text, |h| {
+                    let mut words = [0; WORDS];
+                    let block = place(h, &mut words);
+                    for (s, w) in filter[block as usize].iter_mut().zip(words) {
+                        *s |= w;
                     }
                 });
             }
         }
-        blocks
-            .into_iter()
-            .map(|((bucket_start, service_id, block), words)| FilterRow {
-                bucket_start,
-                service_id,
-                block,
-                words,
-            })
-            .collect()
+        let mut rows = Vec::new();
+        for ((bucket_start, service_id), filter) in filters {
+            for (block, words) in filter.into_iter().enumerate() {
+                if words.iter().any(|w| *w != 0) {
+                    rows.push(FilterRow {
+                        bucket_start,
+                        service_id,
+                        block: block as u64,
+                        words,
+                    });
+                }
+            }
+        }
+        rows
     }
 }
 
