@@ -147,10 +147,12 @@ async fn a_fresh_database_gets_every_migration_and_the_log_table() {
             (14, "zone_map"),
             (15, "shard_assignments"),
             (16, "relay_snapshots"),
-            (17, "relay_watermarks")
+            (17, "relay_watermarks"),
+            (18, "text_filter"),
+            (19, "text_filter_cover")
         ]
     );
-    assert_eq!(report.schema_version, 17);
+    assert_eq!(report.schema_version, 19);
     let recorded: Vec<(u32, String, String)> = conn
         .query("SELECT version, name, checksum FROM schema_migrations ORDER BY version")
         .await
@@ -559,7 +561,7 @@ async fn migrate_command_creates_the_database_and_says_what_it_did() {
     assert_eq!(
         support::json_lines_in(&second.get_output().stdout),
         [
-            serde_json::json!({"action": "migrations_up_to_date", "schema_version": 17}),
+            serde_json::json!({"action": "migrations_up_to_date", "schema_version": 19}),
             serde_json::json!({"action": "table_unchanged", "table": "logs"}),
         ]
     );
