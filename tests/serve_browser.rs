@@ -234,6 +234,31 @@ async fn the_page_shows_what_sql_holds_and_follows_new_lines() {
     assert!(text.starts_with("       ^"), "{report}");
     assert_eq!(report["invalid"], "true");
 
+    // Searched: plain text is `message icontains`, answered through the text filter; the
+    // lines and the histogram's total are what a LIKE over the range finds.
+    let report = next(&reports, "searched");
+    let mut conn = loaded.db.conn().await;
+    let found: Vec<u64> = conn
+        .exec(
+            "SELECT id FROM logs WHERE id >= ? AND id < ? \
+             AND LOWER(message) LIKE '%orders/123%' ORDER BY id DESC",
+            (from << 32, to << 32),
+        )
+        .await
+        .unwrap();
+    conn.disconnect().await.unwrap();
+    assert!(!found.is_empty());
+    assert_eq!(report["total"], found.len(), "{report}");
+    assert_eq!(shown_ids(&report), found, "{report}");
+    let messages = report["messages"].as_array().unwrap();
+    assert!(
+        messages
+            .iter()
+            .all(|m| m.as_str().unwrap().contains("orders/123")),
+        "{report}"
+    );
+    assert_eq!(report["view"]["where"], "ORDERS/123");
+
     // The opened line's document is the row as SQL has it.
     let report = next(&reports, "opened");
     let id: u64 = report["id"].as_str().unwrap().parse().unwrap();

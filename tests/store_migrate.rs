@@ -150,10 +150,12 @@ async fn a_fresh_database_gets_every_migration_and_the_log_table() {
             (17, "relay_watermarks"),
             (18, "line_counts"),
             (19, "relay_applied_run"),
-            (20, "relay_applied_tables")
+            (20, "relay_applied_tables"),
+            (21, "text_filter"),
+            (22, "text_filter_cover")
         ]
     );
-    assert_eq!(report.schema_version, 20);
+    assert_eq!(report.schema_version, 22);
     let recorded: Vec<(u32, String, String)> = conn
         .query("SELECT version, name, checksum FROM schema_migrations ORDER BY version")
         .await
@@ -562,7 +564,7 @@ async fn migrate_command_creates_the_database_and_says_what_it_did() {
     assert_eq!(
         support::json_lines_in(&second.get_output().stdout),
         [
-            serde_json::json!({"action": "migrations_up_to_date", "schema_version": 20}),
+            serde_json::json!({"action": "migrations_up_to_date", "schema_version": 22}),
             serde_json::json!({"action": "table_unchanged", "table": "logs"}),
         ]
     );

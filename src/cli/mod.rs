@@ -18,6 +18,7 @@ mod plan;
 mod query;
 mod relay;
 mod rollup;
+mod search;
 mod serve;
 mod shards;
 mod zonemap;
@@ -86,6 +87,9 @@ enum Command {
     /// The per-minute line counts of every table: rebuild them from the rows.
     #[command(subcommand)]
     Counts(counts::CountsCommand),
+    /// The text filter that searches (`contains`, `--grep`) read: rebuild it from the rows.
+    #[command(subcommand)]
+    Search(search::SearchCommand),
     /// Serve the JSON query API and the log explorer page until SIGTERM or SIGINT.
     Serve(serve::ServeArgs),
     /// Several databases (store.shards): where each partition lives, and moving one.
@@ -204,6 +208,7 @@ fn run(command: Command, sources: Sources) -> anyhow::Result<ExitCode> {
         Command::Rollup(cmd) => rollup::run(cmd, sources),
         Command::Zonemap(cmd) => zonemap::run(cmd, sources),
         Command::Counts(cmd) => counts::run(cmd, sources),
+        Command::Search(cmd) => search::run(cmd, sources),
         Command::Serve(args) => serve::run(args, sources),
         Command::Shards(cmd) => shards::run(cmd, sources),
     }

@@ -11,13 +11,16 @@ use serde::Serialize;
 use chrono::{DateTime, Utc};
 
 use logstamp::config::{Settings, Sources};
-use logstamp::mysql::{self, DbError};
+use logstamp::mysql::{self, DbError, Ident};
 use logstamp::store::follow::{self, Follow, FollowFrom};
 use logstamp::store::line_counts;
 use logstamp::store::log_table::TableSpec;
-use logstamp::store::query::{self, EventQuery, Order, Record, TimeQuery, parse_filter};
+use logstamp::store::query::{
+    self, Condition, EventQuery, Literal, Op, Order, Record, TimeQuery, parse_filter,
+};
 use logstamp::store::rollup::{self, RollupRecord};
 use logstamp::store::rollup_plan::RollupPlan;
+use logstamp::store::schema::ColumnType;
 use logstamp::store::shards::ShardSet;
 
 use super::db::{block_on, with_conn};
@@ -34,10 +37,25 @@ pub struct QueryArgs {
     /// Read this rollup's rows whose bucket starts in the range, instead of log rows.
     #[arg(long, value_name = "NAME", conflicts_with_all = ["table", "filter", "explain"])]
     rollup: Option<String>,
-    /// Filter: `column OP value` joined by `and`; OP is = != < <= > >= or like; values are
-    /// quoted text or numbers; columns are those of store.columns.
+    /// Filter: `column OP value` joined by `and`; OP is = != < <= > >= like contains or
+    /// icontains; values are quoted text or numbers; columns are those of store.columns.
     #[arg(long = "where", value_name = "FILTER")]
     filter: Option<String>,
+    /// Only rows whose --grep-column holds TEXT anywhere, character for character (no
+    /// wildcards): `contains` added to --where, read only where the text filter may hold it.
+    #[arg(long, value_name = "TEXT", conflicts_with = "rollup")]
+    grep: Option<String>,
+    /// With --grep: compare in lower case (`icontains`).
+    #[arg(long, short = 'i', requires = "grep")]
+    ignore_case: bool,
+    /// With --grep: the text column searched.
+    #[arg(
+        long,
+        value_name = "COLUMN",
+        default_value = "message",
+        requires = "grep"
+    )]
+    grep_column: String,
     /// At most N rows.
     #[arg(long, value_name = "N")]
     limit: Option<u64>,
@@ -63,6 +81,48 @@ pub struct QueryArgs {
     /// With --count: seconds per count, a multiple of 60.
     #[arg(long, value_name = "SECONDS", default_value_t = 60, requires = "count")]
     interval: u64,
+}
+
+/// The conditions of --where and --grep.
+fn filter(args: &QueryArgs, spec: &TableSpec) -> Result<Vec<Condition>, UsageError> {
+    let mut filter = match &args.filter {
+        Some(text) => {
+            parse_filter(text, &spec.columns).map_err(|e| UsageError::new("--where", e))?
+        }
+        None => Vec::new(),
+    };
+    if let Some(text) = &args.grep {
+        let texts: Vec<&str> = spec
+            .columns
+            .iter()
+            .filter(|c| matches!(c.column_type, ColumnType::String | ColumnType::Text))
+            .map(|c| c.name.as_str())
+            .collect();
+        let column = texts
+            .iter()
+            .find(|name| name.eq_ignore_ascii_case(&args.grep_column))
+            .ok_or_else(|| {
+                UsageError::new(
+                    "--grep-column",
+                    format!(
+                        "{} is not a text column of table {} (text columns: {})",
+                        args.grep_column,
+                        spec.table,
+                        texts.join(", ")
+                    ),
+                )
+            })?;
+        filter.push(Condition {
+            column: Ident::new(column).map_err(|e| UsageError::new("--grep-column", e))?,
+            op: if args.ignore_case {
+                Op::IContains
+            } else {
+                Op::Contains
+            },
+            value: Literal::Text(text.clone()),
+        });
+    }
+    Ok(filter)
 }
 
 /// The two times of a record.
@@ -135,10 +195,7 @@ pub fn run(args: QueryArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     }
     let mut query = TimeQuery::between(&settings.id.layout, from, to)
         .map_err(|e| UsageError::new("--from/--to", e))?;
-    if let Some(text) = &args.filter {
-        query.filter =
-            parse_filter(text, &spec.columns).map_err(|e| UsageError::new("--where", e))?;
-    }
+    query.filter = filter(&args, &spec)?;
     query.limit = args.limit;
     let range = query.range;
     let set = ShardSet::new(&settings.mysql.url, &settings.store);
@@ -204,10 +261,7 @@ fn by_event(
         return Err(UsageError::new("--from/--to", "the range is reversed").into());
     }
     let mut query = EventQuery::between(from, to);
-    if let Some(text) = &args.filter {
-        query.filter =
-            parse_filter(text, &spec.columns).map_err(|e| UsageError::new("--where", e))?;
-    }
+    query.filter = filter(args, spec)?;
     query.limit = args.limit;
     let url = settings.mysql.url.clone();
     if args.explain {
@@ -274,10 +328,7 @@ fn follow(settings: &Settings, args: &QueryArgs) -> anyhow::Result<ExitCode> {
         poll: FOLLOW_POLL,
         filter: Vec::new(),
     };
-    if let Some(text) = &args.filter {
-        plan.filter =
-            parse_filter(text, &spec.columns).map_err(|e| UsageError::new("--where", e))?;
-    }
+    plan.filter = filter(args, &spec)?;
     let mut sink = Sink::new(Output::new(), args.format, header(&spec));
     sink.live = true;
     let limit = args.limit;

@@ -255,6 +255,8 @@ pub async fn ensure_table(
             .map_err(DbError::mysql(format!("creating table {}", spec.table)))?;
         // No table means no IDs to protect: a record left by a dropped table is replaced.
         write_record(conn, spec).await?;
+        // An empty table's text filter is complete from its first row on.
+        super::text_search::cover_new_table(conn, &spec.table).await?;
         return Ok(TableOutcome::TableCreated {
             table,
             partitions: plan.partitions.into_iter().map(|p| p.name).collect(),

@@ -107,6 +107,14 @@ const BUILTIN: &[(&str, &str)] = &[
         "0020_relay_applied_tables.sql",
         include_str!("../../migrations/0020_relay_applied_tables.sql"),
     ),
+    (
+        "0021_text_filter.sql",
+        include_str!("../../migrations/0021_text_filter.sql"),
+    ),
+    (
+        "0022_text_filter_cover.sql",
+        include_str!("../../migrations/0022_text_filter_cover.sql"),
+    ),
 ];
 
 /// logstamp's own tables in the database of `mysql.url`: the migrations' and the runner's.

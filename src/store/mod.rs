@@ -22,6 +22,8 @@ pub mod schema;
 pub mod settings;
 pub mod shard_plan;
 pub mod shards;
+pub mod text_filter;
+pub mod text_search;
 pub mod writer;
 pub mod zone_map;
 pub mod zone_plan;

@@ -56,6 +56,9 @@ pub async fn ensure(
                 let first_second = spec.scheme.layout.decode(first_kept).unix_seconds;
                 let forgotten = line_counts::forget_below(conn, &spec.table, first_second).await?;
                 tracing::info!(table = %spec.table, forgotten, "line counts of dropped partitions deleted");
+                let forgotten =
+                    super::text_search::forget_below(conn, &spec.table, first_kept).await?;
+                tracing::info!(table = %spec.table, forgotten, "text filter rows of dropped partitions deleted");
             }
         }
         Ok(plan)

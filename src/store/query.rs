@@ -6,14 +6,17 @@
 //! ```text
 //! filter     = condition { "and" condition }
 //! condition  = column operator value
-//! operator   = "=" | "!=" | "<" | "<=" | ">" | ">=" | "like"
+//! operator   = "=" | "!=" | "<" | "<=" | ">" | ">=" | "like" | "contains" | "icontains"
 //! value      = 'text' | "text" | number
 //! ```
 //!
 //! Columns are the mapped columns (`store.columns`), matched without regard to case. Keywords
-//! (`and`, `like`) are case-insensitive. In text, a backslash escapes the next character (`\'`,
-//! `\"`, `\\`); `like` patterns use SQL's `%` and `_`. Numbers are integers or decimals, with an
-//! optional sign and exponent. Every value is bound as a statement parameter.
+//! (`and`, `like`, `contains`) are case-insensitive. In text, a backslash escapes the next
+//! character (`\'`, `\"`, `\\`); `like` patterns use SQL's `%` and `_`. `contains` finds its
+//! text anywhere in the value, character for character (`%` and `_` are plain characters
+//! there); `icontains` after MySQL's `LOWER` on both sides. Both read only the ID ranges the
+//! text filter (see [`super::text_filter`]) says may hold the text. Numbers are integers or
+//! decimals, with an optional sign and exponent. Every value is bound as a statement parameter.
 
 use std::fmt;
 use std::ops::ControlFlow;
@@ -28,6 +31,7 @@ use serde::ser::SerializeMap;
 use super::log_table::TableSpec;
 use super::residual;
 use super::schema::{ColumnSpec, ColumnType};
+use super::text_search;
 use super::zone_map;
 use crate::id::{IdError, IdRange, Layout};
 use crate::mysql::encode::mysql_value;
@@ -45,6 +49,10 @@ pub enum Op {
     Gt,
     Ge,
     Like,
+    /// The value holds the text, character for character.
+    Contains,
+    /// The value holds the text, both in lower case.
+    IContains,
 }
 
 impl Op {
@@ -57,7 +65,26 @@ impl Op {
             Op::Gt => ">",
             Op::Ge => ">=",
             Op::Like => "LIKE",
+            Op::Contains => "contains",
+            Op::IContains => "icontains",
         }
+    }
+
+    /// The condition on `column`, its value bound as the one parameter. A search is `LOCATE`
+    /// rather than `LIKE`, so nothing in the text is a wildcard.
+    fn condition_sql(self, column: &Ident) -> String {
+        match self {
+            Op::Contains => format!("LOCATE(?, {column}) > 0"),
+            Op::IContains => format!("LOCATE(LOWER(?), LOWER({column})) > 0"),
+            other => format!("{column} {} ?", other.sql()),
+        }
+    }
+
+    /// The operators written as a word.
+    fn from_word(word: &str) -> Option<Op> {
+        [Op::Like, Op::Contains, Op::IContains]
+            .into_iter()
+            .find(|op| op.sql().eq_ignore_ascii_case(word))
     }
 }
 
@@ -127,7 +154,7 @@ fn op_text(op: Op) -> &'static str {
     }
 }
 
-const OPERATORS: &str = "= != < <= > >= like";
+const OPERATORS: &str = "= != < <= > >= like contains icontains";
 
 /// Reads tokens one at a time, so the error reported is the first one in the text.
 struct Lexer {
@@ -302,12 +329,20 @@ pub fn parse_filter(text: &str, columns: &[ColumnSpec]) -> Result<Vec<Condition>
         // operator
         let op = match lexer.next_token()? {
             Some((_, Token::Op(op))) => op,
-            Some((_, Token::Word(w))) if w.eq_ignore_ascii_case("like") => Op::Like,
             Some((at, other)) => {
-                return Err(FilterError {
-                    reason: format!("expected one of {OPERATORS} after {column}, found {other}"),
-                    at,
-                });
+                let word = match &other {
+                    Token::Word(w) => Op::from_word(w),
+                    _ => None,
+                };
+                let Some(op) = word else {
+                    return Err(FilterError {
+                        reason: format!(
+                            "expected one of {OPERATORS} after {column}, found {other}"
+                        ),
+                        at,
+                    });
+                };
+                op
             }
             None => {
                 return Err(FilterError {
@@ -333,9 +368,11 @@ pub fn parse_filter(text: &str, columns: &[ColumnSpec]) -> Result<Vec<Condition>
                 });
             }
         };
-        if op == Op::Like && !matches!(value, Literal::Text(_)) {
+        if matches!(op, Op::Like | Op::Contains | Op::IContains)
+            && !matches!(value, Literal::Text(_))
+        {
             return Err(FilterError {
-                reason: "like needs a quoted text pattern".into(),
+                reason: format!("{} needs a quoted text", op_text(op)),
                 at: end,
             });
         }
@@ -417,17 +454,7 @@ pub fn select_ranges_sql(
     order: Order,
 ) -> (String, Vec<Value>) {
     let mut params = Vec::with_capacity(2 * ranges.len() + filter.len() + 1);
-    let mut bounds = Vec::with_capacity(ranges.len());
-    for range in ranges {
-        bounds.push("`id` >= ? AND `id` < ?");
-        params.push(Value::UInt(range.start));
-        params.push(Value::UInt(range.end));
-    }
-    let bounds = match bounds.len() {
-        0 => "FALSE".to_string(),
-        1 => bounds.join(""),
-        _ => format!("({})", bounds.join(" OR ")),
-    };
+    let bounds = ranges_condition(ranges, &mut params);
     let mut sql = format!(
         "SELECT {} FROM {} WHERE {bounds}",
         selected_columns(spec),
@@ -445,6 +472,34 @@ pub fn select_ranges_sql(
     (sql, params)
 }
 
+/// `id >= ? AND id < ?` per range, joined by `OR` (`FALSE` for none), binding the bounds.
+fn ranges_condition(ranges: &[IdRange], params: &mut Vec<Value>) -> String {
+    let mut bounds = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        bounds.push("`id` >= ? AND `id` < ?");
+        params.push(Value::UInt(range.start));
+        params.push(Value::UInt(range.end));
+    }
+    match bounds.len() {
+        0 => "FALSE".to_string(),
+        1 => bounds.join(""),
+        _ => format!("({})", bounds.join(" OR ")),
+    }
+}
+
+/// The ID ranges of `range` a query with `filter` reads: all of it, or, for a search
+/// (`contains`, `icontains`), the parts whose text filter may hold the text, at most
+/// [`RANGES_PER_STATEMENT`] of them.
+pub async fn ranges_to_read<Q: Queryable>(
+    conn: &mut Q,
+    spec: &TableSpec,
+    range: IdRange,
+    filter: &[Condition],
+) -> Result<Vec<IdRange>, DbError> {
+    let ranges = text_search::ranges(conn, &spec.table, range, filter).await?;
+    Ok(text_search::at_most(ranges, RANGES_PER_STATEMENT))
+}
+
 /// `id`, each mapped column and `payload` (if kept), quoted, as a select list.
 fn selected_columns(spec: &TableSpec) -> String {
     let mut columns = vec!["`id`".to_string()];
@@ -458,7 +513,7 @@ fn selected_columns(spec: &TableSpec) -> String {
 /// Appends ` AND column op ?` per condition, binding each value.
 pub(super) fn push_filter(filter: &[Condition], sql: &mut String, params: &mut Vec<Value>) {
     for c in filter {
-        sql.push_str(&format!(" AND {} {} ?", c.column, c.op.sql()));
+        sql.push_str(&format!(" AND {}", c.op.condition_sql(&c.column)));
         params.push(c.value.to_value());
     }
 }
@@ -595,6 +650,7 @@ pub async fn run_by_event(
         .await
         .map_err(DbError::mysql(context()))?;
     let ranges = zone_map::ranges(&mut tx, &spec.table, (query.from, query.to), false).await?;
+    let ranges = searched(&mut tx, spec, ranges, &query.filter).await?;
     let conditions = query.conditions(column);
     let mut count = 0;
     // Disjoint ranges read chunk after chunk in the query's order, each chunk's rows sorted:
@@ -630,6 +686,7 @@ pub async fn explain_by_event(
 ) -> Result<(Vec<IdRange>, Vec<String>), DbError> {
     let column = event_column(spec)?;
     let ranges = zone_map::ranges(conn, &spec.table, (query.from, query.to), false).await?;
+    let ranges = searched(conn, spec, ranges, &query.filter).await?;
     let conditions = query.conditions(column);
     let mut partitions: Vec<String> = Vec::new();
     for chunk in query.ranges_to_read(&ranges).chunks(RANGES_PER_STATEMENT) {
@@ -641,6 +698,24 @@ pub async fn explain_by_event(
         }
     }
     Ok((ranges, partitions))
+}
+
+/// The zone map's `ranges` cut to those a search's text filter may hold the text in.
+async fn searched<Q: Queryable>(
+    conn: &mut Q,
+    spec: &TableSpec,
+    ranges: Vec<IdRange>,
+    filter: &[Condition],
+) -> Result<Vec<IdRange>, DbError> {
+    let (Some(first), Some(last)) = (ranges.first(), ranges.last()) else {
+        return Ok(ranges);
+    };
+    let span = IdRange {
+        start: first.start,
+        end: last.end,
+    };
+    let may_hold = text_search::ranges(conn, &spec.table, span, filter).await?;
+    Ok(text_search::intersect(&ranges, &may_hold))
 }
 
 /// A read-only transaction on one consistent snapshot.
@@ -664,25 +739,25 @@ pub struct Count {
 }
 
 /// Counts the query's rows per `interval` seconds of their ID time (intervals aligned to Unix
-/// time) and per value of column `by`, in one pass over the ID range: the partitions that do
-/// not hold it are not read.
+/// time) and per value of column `by`, in one pass over `ranges` (the query's range, or the
+/// parts of it a search reads): the partitions that do not hold them are not read.
 pub fn histogram_sql(
     spec: &TableSpec,
     query: &TimeQuery,
+    ranges: &[IdRange],
     by: &Ident,
     interval: u64,
 ) -> (String, Vec<Value>) {
-    let mut sql = format!(
-        "SELECT (? + (`id` >> 32)) DIV ? AS `slot`, {by} AS `key`, COUNT(*) FROM {} \
-         WHERE `id` >= ? AND `id` < ?",
-        spec.table
-    );
     let mut params = vec![
         Value::UInt(spec.scheme.layout.epoch_unix_seconds()),
         Value::UInt(interval.max(1)),
-        Value::UInt(query.range.start),
-        Value::UInt(query.range.end),
     ];
+    let bounds = ranges_condition(ranges, &mut params);
+    let mut sql = format!(
+        "SELECT (? + (`id` >> 32)) DIV ? AS `slot`, {by} AS `key`, COUNT(*) FROM {} \
+         WHERE {bounds}",
+        spec.table
+    );
     push_filter(&query.filter, &mut sql, &mut params);
     sql.push_str(" GROUP BY `slot`, `key`");
     (sql, params)
@@ -696,7 +771,8 @@ pub async fn histogram(
     by: &Ident,
     interval: u64,
 ) -> Result<Vec<Count>, DbError> {
-    let (sql, params) = histogram_sql(spec, query, by, interval);
+    let ranges = ranges_to_read(conn, spec, query.range, &query.filter).await?;
+    let (sql, params) = histogram_sql(spec, query, &ranges, by, interval);
     let rows: Vec<Row> = conn
         .exec(sql, params)
         .await
@@ -787,15 +863,25 @@ pub async fn run_merged(
     order: Order,
     mut each: impl FnMut(Record) -> ControlFlow<()>,
 ) -> Result<u64, DbError> {
-    let (sql, params) = select_sql_in_order(spec, query, order);
     let context = || format!("querying table {}", spec.table);
-    let mut streams = futures_util::future::try_join_all(
-        conns
-            .iter_mut()
-            .map(|conn| conn.exec_stream::<Row, _, _>(sql.as_str(), params.clone())),
-    )
-    .await
-    .map_err(DbError::mysql(context()))?;
+    // Each database's text filter covers its own rows.
+    let mut statements = Vec::with_capacity(conns.len());
+    for conn in conns.iter_mut() {
+        let ranges = ranges_to_read(conn, spec, query.range, &query.filter).await?;
+        statements.push(select_ranges_sql(
+            spec,
+            &ranges,
+            &query.filter,
+            query.limit,
+            order,
+        ));
+    }
+    let mut streams =
+        futures_util::future::try_join_all(conns.iter_mut().zip(&statements).map(
+            |(conn, (sql, params))| conn.exec_stream::<Row, _, _>(sql.as_str(), params.clone()),
+        ))
+        .await
+        .map_err(DbError::mysql(context()))?;
     // Each stream's next row; the heap orders the streams by it, so a stream is read on only
     // when its row is taken. Max-heap: the key is the ID's distance from the end read first.
     let key = |id: u64| match order {
@@ -838,7 +924,14 @@ pub async fn explain_partitions(
     spec: &TableSpec,
     query: &TimeQuery,
 ) -> Result<Vec<String>, DbError> {
-    let (sql, params) = select_sql(spec, query);
+    let ranges = ranges_to_read(conn, spec, query.range, &query.filter).await?;
+    let (sql, params) = select_ranges_sql(
+        spec,
+        &ranges,
+        &query.filter,
+        query.limit,
+        Order::OldestFirst,
+    );
     explained_partitions(conn, spec, &sql, params).await
 }
 
@@ -1061,10 +1154,36 @@ mod tests {
             (">", Op::Gt),
             (">=", Op::Ge),
             ("LIKE", Op::Like),
+            ("contains", Op::Contains),
+            ("ICONTAINS", Op::IContains),
         ] {
             let filter = format!("message {text} 'm'");
             assert_eq!(parse(&filter).unwrap()[0].op, op, "{filter}");
         }
+        assert!(parse("message contains 5").is_err());
+        assert!(parse("message containing 'x'").is_err());
+    }
+
+    #[test]
+    fn a_search_has_no_wildcards() {
+        let mut params = Vec::new();
+        let mut sql = String::new();
+        push_filter(
+            &parse("message contains '50%_\\\\' and host icontains 'Web'").unwrap(),
+            &mut sql,
+            &mut params,
+        );
+        assert_eq!(
+            sql,
+            " AND LOCATE(?, `message`) > 0 AND LOCATE(LOWER(?), LOWER(`host`)) > 0"
+        );
+        assert_eq!(
+            params,
+            [
+                Value::Bytes(b"50%_\\".to_vec()),
+                Value::Bytes(b"Web".to_vec())
+            ]
+        );
     }
 
     #[test]
@@ -1178,7 +1297,7 @@ mod tests {
         );
         assert_eq!(params.len(), 4);
         let by = Ident::new("level").unwrap();
-        let (sql, params) = histogram_sql(&s, &query, &by, 60);
+        let (sql, params) = histogram_sql(&s, &query, &[query.range], &by, 60);
         assert_eq!(
             sql,
             "SELECT (? + (`id` >> 32)) DIV ? AS `slot`, `level` AS `key`, COUNT(*) FROM `logs` \

@@ -20,6 +20,7 @@ mod infile;
 mod insert;
 mod line_counts;
 mod sharded;
+mod text_filter;
 
 use std::sync::Arc;
 
@@ -164,6 +165,7 @@ struct Inner {
     zone_upsert: (String, String, usize),
     /// Every table's line counts.
     line_counts: LineCounts,
+    text_filters: text_filter::TextFilters,
     layout: Layout,
     method: InsertMethod,
     /// How long one attempt may wait on the server (`store.write_timeout`).
@@ -223,6 +225,7 @@ impl ServerWriter {
                 zones: store.zone_plans(),
                 zone_upsert: zone_map::upsert_statement(),
                 line_counts: LineCounts::new(store),
+                text_filters: text_filter::TextFilters::new(store),
                 layout,
                 method: store.insert_method,
                 write_timeout: store.write_timeout,
@@ -599,6 +602,10 @@ impl ServerWriter {
             e.refused_as(|reason| format!("the database refused the row: {reason}"))
         })?;
         self.add_to_rollups(tx, rows, budget).await?;
+        self.inner
+            .text_filters
+            .add(tx, &self.inner.layout, rows, budget)
+            .await?;
         self.add_to_zone_map(tx, rows, budget).await?;
         let layout = &self.inner.layout;
         self.inner.line_counts.add(tx, layout, rows, budget).await

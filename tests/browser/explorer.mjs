@@ -56,6 +56,19 @@ try {
     invalid: await page.getAttribute("#filter", "aria-invalid"),
   });
   await page.screenshot({ path: `${ARTEFACTS}/filter-error.png` });
+
+  // A search: plain text in the box finds the lines whose message holds it, in any case.
+  before = await ready();
+  await page.fill("#filter", "ORDERS/123");
+  await page.press("#filter", "Enter");
+  await loadedAfter(before);
+  report("searched", {
+    total: await total(),
+    ids: await shownIds(),
+    messages: await page.$$eval("tr.line td.message", (cells) => cells.map((c) => c.textContent)),
+    view: view(),
+  });
+  await page.screenshot({ path: `${ARTEFACTS}/searched.png` });
   before = await ready();
   await page.fill("#filter", "level = 'error'");
   await page.press("#filter", "Enter");

@@ -84,6 +84,8 @@ pub async fn loaded(hint: &str) -> Loaded {
     );
     // The lines were inserted with plain SQL, past the writer: their counts are rebuilt.
     run_logstamp(config.path(), &db.url, &["counts", "rebuild"], &[]);
+    // Rows put in with SQL: their text filter, as for rows from before it existed.
+    run_logstamp(config.path(), &db.url, &["search", "rebuild"], &[]);
     Loaded {
         db,
         settings,

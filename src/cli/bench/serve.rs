@@ -1,9 +1,10 @@
 //! `logstamp bench serve`: how long `logstamp serve`'s API takes to answer over a day of
 //! many rows, at the default settings (no rollup): a day's histogram (summed from the line
 //! counts, by ID time and by event time, unfiltered and filtered by level, and counted from
-//! the table when a filter or a column the counts lack rules them out) and a page of lines
-//! (the newest, filtered, deep behind a cursor), each timed over HTTP, with the CPU this
-//! process and the MySQL server spent per request.
+//! the table when a filter or a column the counts lack rules them out), a page of lines (the
+//! newest, filtered, deep behind a cursor), and text searches (a selective text and a common
+//! one, through the text filter with `contains`, and as today's scan with `like`), each timed
+//! over HTTP, with the CPU this process and the MySQL server spent per request.
 //!
 //! Statements may run for up to 5 minutes here (`serve.statement_timeout` is 10 s by
 //! default), so that counting a whole day from the table is timed, not stopped.
@@ -11,8 +12,9 @@
 //! Runs in a scratch database beside `mysql.url`'s, created and dropped by the command. The
 //! rows fill the next whole UTC day (a partition of their own), written by `INSERT ... SELECT`
 //! from MariaDB's sequence engine: demo-like levels, hosts, services, messages and payloads,
-//! each line's event time up to 89 s before its ID time; then the zone map and the line counts
-//! are rebuilt from them (`zonemap rebuild`, `counts rebuild`), which the writer keeps itself.
+//! each line's event time up to 89 s before its ID time; then the zone map, the line counts
+//! and the text filter are rebuilt from them (`zonemap rebuild`, `counts rebuild`, `search
+//! rebuild`), which the writer keeps itself.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -29,6 +31,7 @@ use logstamp::mysql;
 use logstamp::serve::Server;
 use logstamp::store::line_count_plan;
 use logstamp::store::{line_counts, zone_map};
+use logstamp::store::text_search;
 use logstamp::time::format_utc;
 
 use super::{in_scratch_database, median};
@@ -53,7 +56,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
 #[derive(Debug, Serialize)]
 struct Measured {
-    what: &'static str,
+    what: String,
     path: String,
     runs: usize,
     median_ms: f64,
@@ -93,10 +96,29 @@ async fn bench_in(settings: &Settings, args: &ServeArgs) -> anyhow::Result<Vec<M
     let mut conn = mysql::connect(&settings.mysql.url).await?;
     let started = Instant::now();
     load(&mut conn, settings, day, args.rows).await?;
+    let filtered = Instant::now();
+    for plan in text_search::plans(&settings.store) {
+        text_search::rebuild(
+            &mut conn,
+            &plan,
+            &settings.id.layout,
+            (
+                IdRange {
+                    start: day << 32,
+                    end: (day + DAY) << 32,
+                },
+                true,
+            ),
+            settings.store.retry_policy(),
+            |_, _| {},
+        )
+        .await?;
+    }
     tracing::info!(
         rows = args.rows,
         seconds = started.elapsed().as_secs_f64(),
-        "loaded"
+        filter_seconds = filtered.elapsed().as_secs_f64(),
+        "loaded and text filter built"
     );
     let layout = settings.id.layout;
     let retry = settings.store.retry_policy();
@@ -146,21 +168,21 @@ async fn bench_in(settings: &Settings, args: &ServeArgs) -> anyhow::Result<Vec<M
     let errors = "&where=level%20%3D%20%27error%27";
     // A cursor in the middle of the day: its first ID.
     let middle = ((day + DAY / 2) << 32).to_string();
-    let requests: Vec<(&'static str, String)> = vec![
+    let mut requests: Vec<(String, String)> = vec![
         (
-            "histogram, 24 h, by level (line counts)",
+            "histogram, 24 h, by level (line counts)".into(),
             format!("/api/histogram?{range}"),
         ),
         (
-            "histogram, 24 h, level = 'error' (line counts)",
+            "histogram, 24 h, level = 'error' (line counts)".into(),
             format!("/api/histogram?{range}{errors}"),
         ),
         (
-            "histogram, 24 h of event time, by level (line counts)",
+            "histogram, 24 h of event time, by level (line counts)".into(),
             format!("/api/histogram?{range}&time=event"),
         ),
         (
-            "histogram, 24 h of event time, not on whole minutes (line counts, table edges)",
+            "histogram, 24 h of event time, not on whole minutes (line counts, table edges)".into(),
             format!(
                 "/api/histogram?from={}&to={}&time=event",
                 format_utc(day + 30),
@@ -168,25 +190,48 @@ async fn bench_in(settings: &Settings, args: &ServeArgs) -> anyhow::Result<Vec<M
             ),
         ),
         (
-            "histogram, 24 h, host = one of 200 (table)",
+            "histogram, 24 h, host = one of 200 (table)".into(),
             format!(
                 "/api/histogram?{range}&where=host%20%3D%20%27web-007.eu-west-1.example.com%27"
             ),
         ),
         (
-            "histogram, 24 h, by service (table)",
+            "histogram, 24 h, by service (table)".into(),
             format!("/api/histogram?{range}&by=service"),
         ),
-        ("100 newest lines", format!("/api/rows?{range}&limit=100")),
         (
-            "100 newest lines, level = 'error'",
+            "100 newest lines".into(),
+            format!("/api/rows?{range}&limit=100"),
+        ),
+        (
+            "100 newest lines, level = 'error'".into(),
             format!("/api/rows?{range}&limit=100{errors}"),
         ),
         (
-            "100 lines behind a cursor mid-day",
+            "100 lines behind a cursor mid-day".into(),
             format!("/api/rows?{range}&limit=100&cursor={middle}"),
         ),
     ];
+    // A selective text (about 1,100 lines of 10 million hold it) and a common one (every
+    // line), through the text filter and as a scan.
+    let searches = [("selective", "orders/6878"), ("common", "user=")];
+    for (kind, text) in searches {
+        for (how, op, value) in [
+            ("contains", "contains", text.to_string()),
+            ("like (scan)", "like", format!("%{text}%")),
+        ] {
+            let filter = format!("message {op} '{value}'");
+            let filter: String = url::form_urlencoded::byte_serialize(filter.as_bytes()).collect();
+            requests.push((
+                format!("histogram, 24 h, {kind} search, {how}"),
+                format!("/api/histogram?{range}&where={filter}"),
+            ));
+            requests.push((
+                format!("100 newest lines, {kind} search, {how}"),
+                format!("/api/rows?{range}&limit=100&where={filter}"),
+            ));
+        }
+    }
     let mut results = Vec::new();
     for (what, path) in requests {
         // One untimed request warms the buffer pool for what is timed.

@@ -231,9 +231,23 @@ function askToken() {
 function baseParams() {
   const p = { from: iso(range.from), to: iso(range.to) };
   if (view.table) p.table = view.table;
-  if (view.where.trim()) p.where = view.where.trim();
+  if (view.where.trim()) p.where = filterOf(view.where.trim());
   if (timeKind() === "event") p.time = "event";
   return p;
+}
+
+// The filter box holds a filter (`column OP value ...`) or, when it does not start like one,
+// plain text to search for: the message (or the table's first text column) holding it in any
+// case, which the server answers from its text filter.
+function filterOf(text) {
+  const table = catalog.tables.find((t) => t.name === (view.table || catalog.tables[0].name));
+  const names = table.columns.map((c) => c.name.toLowerCase());
+  const start = /^([A-Za-z_][A-Za-z0-9_]*)\s*(=|!=|<|>|like\b|contains\b|icontains\b)/i.exec(text);
+  if (start && names.includes(start[1].toLowerCase())) return text;
+  const texts = table.columns.filter((c) => c.type === "string" || c.type === "text");
+  const column = texts.find((c) => c.name === "message") || texts[0];
+  if (!column) return text;
+  return `${column.name} icontains '${text.replace(/[\\']/g, (c) => "\\" + c)}'`;
 }
 
 // The histogram's parameters: counted by level, or by the table's first text column without one.

@@ -1,0 +1,315 @@
+//! The text filter's pure part: which n-grams a text holds, how they set bits of a blocked
+//! Bloom filter per bucket of ID time, and which bits a search for a text needs set.
+//!
+//! Like ClickHouse's `ngrambf_v1` skip index, every window of [`GRAM`] characters of a text
+//! column's value is a gram, so a substring search can use the needle's grams wherever they
+//! sit, including at its ends (a token index, `tokenbf_v1`, can use only the tokens the needle
+//! holds whole: `orders/6878` would give none). Each gram sets [`BITS_PER_GRAM`] bits in one
+//! block of [`BLOCK_BITS`] bits (a blocked Bloom filter), so the writer adds a batch to a
+//! bucket's filter with an integer `OR` per word of the blocks it touches, and a search reads
+//! one block row per distinct block of its grams, not the whole filter.
+//!
+//! A filter may say "may hold" for a text a bucket lacks (a false positive: the bucket is read
+//! and the exact condition drops its rows), never "does not hold" for one it has. For the
+//! case-insensitive search (MySQL's `LOWER`, one character for one), grams are folded before
+//! hashing: ASCII to lower case, and any other character by Unicode's lower case; only needle
+//! windows wholly of ASCII are used, since the only characters `LOWER` takes into ASCII are
+//! ASCII letters, U+0130 (to `i`) and U+212A (to `k`), which the fold maps alike.
+
+use std::collections::BTreeMap;
+
+use crate::id::Layout;
+use crate::mysql::{Ident, SqlValue};
+use crate::store::zone_plan::bucket_start;
+
+/// Characters per gram: short needles (of this many characters or more) still prune, and a
+/// gram of three is selective enough in log text.
+pub const GRAM: usize = 3;
+/// Blocks per bucket filter (a power of two).
+pub const BLOCKS: u64 = 128;
+/// 64-bit words per block.
+pub const WORDS: usize = 32;
+/// Bits per block.
+pub const BLOCK_BITS: u64 = 64 * WORDS as u64;
+/// Bits a gram sets in its block.
+pub const BITS_PER_GRAM: usize = 4;
+
+/// A table whose text columns (`string` and `text`) have a filter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextFilterPlan {
+    pub table: Ident,
+    /// The table's place: 0 for `store.table`, then `[[store.tables]]` in order.
+    pub table_index: usize,
+    /// Each text column's place among the table's values, and its name (hashed with its grams,
+    /// so a search on one column does not read buckets only another column matches).
+    pub columns: Vec<(usize, String)>,
+}
+
+/// A block's bits to set, or to find set.
+pub type Words = [u64; WORDS];
+
+/// One filter row: one block of one bucket's filter, per service ID (so workers never wait
+/// on each other's rows).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilterRow {
+    pub bucket_start: u64,
+    pub service_id: u32,
+    pub block: u64,
+    pub words: Words,
+}
+
+/// How a search compares text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fold {
+    /// Character for character (`contains`).
+    Exact,
+    /// After MySQL's `LOWER` on both sides (`icontains`).
+    IgnoreCase,
+}
+
+/// The fold applied to every character before hashing.
+fn fold(c: char) -> char {
+    if c.is_ascii() {
+        return c.to_ascii_lowercase();
+    }
+    if c == '\u{130}' {
+        return 'i';
+    }
+    c.to_lowercase().next().unwrap_or(c)
+}
+
+/// A 64-bit hash of a column's gram (FNV-1a, then a SplitMix64 finish so every bit mixes);
+/// fixed here, as filters written by one version are read by the next.
+fn hash(column: &str, gram: &[char]) -> u64 {
+    hash_from(column_state(column), gram)
+}
+
+/// The hash's state after the column's name: computed once per column, not per gram.
+fn column_state(column: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in column.bytes().chain([0xff]) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// [`hash`] from a column's state.
+fn hash_from(mut h: u64, gram: &[char]) -> u64 {
+    let mut add = |b: u8| {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    };
+    let mut buf = [0u8; 4];
+    for c in gram {
+        c.encode_utf8(&mut buf).bytes().for_each(&mut add);
+    }
+    let mut z = h.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The block a gram's hash falls in, and the bits it sets there.
+fn place(h: u64, words: &mut Words) -> u64 {
+    let block = h % BLOCKS;
+    let mut rest = h / BLOCKS;
+    for _ in 0..BITS_PER_GRAM {
+        let bit = rest % BLOCK_BITS;
+        rest /= BLOCK_BITS;
+        words[(bit / 64) as usize] |= 1 << (bit % 64);
+    }
+    block
+}
+
+/// Calls `each` with the hash of every gram of `text` (repeats included), from the column's
+/// hash state.
+fn text_grams(state: u64, text: &str, mut each: impl FnMut(u64)) {
+    let mut window = ['\0'; GRAM];
+    for (n, c) in text.chars().enumerate() {
+        window.rotate_left(1);
+        window[GRAM - 1] = fold(c);
+        if n + 1 >= GRAM {
+            each(hash_from(state, &window));
+        }
+    }
+}
+
+impl TextFilterPlan {
+    /// The filter rows `rows` (each an ID with the table's values) add, in key order (so every
+    /// writer locks filter rows in the same order). A NULL or non-text value adds nothing.
+    pub fn aggregate<'a>(
+        &self,
+        layout: &Layout,
+        rows: impl IntoIterator<Item = (u64, &'a [SqlValue])>,
+    ) -> Vec<FilterRow> {
+        // Each bucket and service's whole filter, set in place (a batch spans few of them).
+        let mut filters: BTreeMap<(u64, u32), Vec<Words>> = BTreeMap::new();
+        let states: Vec<(usize, u64)> = self
+            .columns
+            .iter()
+            .map(|(index, column)| (*index, column_state(column)))
+            .collect();
+        for (id, values) in rows {
+            let key = (bucket_start(id), layout.decode(id).service_id);
+            let filter = filters
+                .entry(key)
+                .or_insert_with(|| vec![[0; WORDS]; BLOCKS as usize]);
+            for (index, state) in &states {
+                let Some(SqlValue::Text(text)) = values.get(*index) else {
+                    continue;
+                };
+                text_grams(*state, text, |h| {
+                    let mut words = [0; WORDS];
+                    let block = place(h, &mut words);
+                    for (s, w) in filter[block as usize].iter_mut().zip(words) {
+                        *s |= w;
+                    }
+                });
+            }
+        }
+        let mut rows = Vec::new();
+        for ((bucket_start, service_id), filter) in filters {
+            for (block, words) in filter.into_iter().enumerate() {
+                if words.iter().any(|w| *w != 0) {
+                    rows.push(FilterRow {
+                        bucket_start,
+                        service_id,
+                        block: block as u64,
+                        words,
+                    });
+                }
+            }
+        }
+        rows
+    }
+}
+
+/// What a search needs of a bucket's filter: per block (in block order), the bits that must
+/// all be set. Empty when the needle gives no gram the filter can use (too short, or for
+/// [`Fold::IgnoreCase`] no window wholly of ASCII): then every bucket may hold it.
+pub fn probe<'a>(needles: impl IntoIterator<Item = (&'a str, &'a str, Fold)>) -> Vec<(u64, Words)> {
+    let mut blocks: BTreeMap<u64, Words> = BTreeMap::new();
+    for (column, needle, how) in needles {
+        let chars: Vec<char> = needle.chars().collect();
+        for window in chars.windows(GRAM) {
+            if how == Fold::IgnoreCase && !window.iter().all(char::is_ascii) {
+                continue;
+            }
+            let folded: Vec<char> = window.iter().map(|c| fold(*c)).collect();
+            let mut words = [0; WORDS];
+            let block = place(hash(column, &folded), &mut words);
+            let need = blocks.entry(block).or_insert([0; WORDS]);
+            for (n, w) in need.iter_mut().zip(words) {
+                *n |= w;
+            }
+        }
+    }
+    blocks.into_iter().collect()
+}
+
+/// Whether a block's stored words hold every bit needed.
+pub fn holds(stored: &Words, needed: &Words) -> bool {
+    stored.iter().zip(needed).all(|(s, n)| s & n == *n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn plan() -> TextFilterPlan {
+        TextFilterPlan {
+            table: Ident::new("logs").unwrap(),
+            table_index: 0,
+            columns: vec![(0, "message".into())],
+        }
+    }
+
+    /// Whether a filter of exactly `text` may hold `needle` (as a search decides).
+    fn may_hold(text: &str, needle: &str, how: Fold) -> bool {
+        let layout = Layout::new(10, 0).unwrap();
+        let values = [SqlValue::Text(text.into())];
+        let rows = plan().aggregate(&layout, [(5u64 << 32, &values[..])]);
+        probe([("message", needle, how)])
+            .iter()
+            .all(|(block, need)| {
+                rows.iter()
+                    .any(|r| r.block == *block && holds(&r.words, need))
+            })
+    }
+
+    #[test]
+    fn a_needle_in_the_text_is_always_found() {
+        let text = "GET /api/v1/orders/6878 200 in 12ms user=İstanbul \u{212A}elvin";
+        for needle in ["orders/6878", "ders/68", "GET", "78 2", "İstan", "ms user="] {
+            assert!(may_hold(text, needle, Fold::Exact), "{needle}");
+        }
+        for needle in ["ORDERS/6878", "get /API", "istanbul", "KELVIN", "İSTAN"] {
+            assert!(may_hold(text, needle, Fold::IgnoreCase), "{needle}");
+        }
+    }
+
+    #[test]
+    fn a_needle_not_in_the_text_is_mostly_refused() {
+        let text = "GET /api/v1/orders/6878 200 in 12ms";
+        assert!(!may_hold(text, "orders/9999", Fold::Exact));
+        assert!(!may_hold(text, "timeout", Fold::IgnoreCase));
+    }
+
+    #[test]
+    fn short_or_non_ascii_case_insensitive_needles_need_nothing() {
+        assert!(probe([("message", "ab", Fold::Exact)]).is_empty());
+        assert!(probe([("message", "日本語", Fold::IgnoreCase)]).is_empty());
+        assert!(!probe([("message", "日本語", Fold::Exact)]).is_empty());
+    }
+
+    #[test]
+    fn columns_have_their_own_grams() {
+        assert_ne!(
+            hash("message", &['a', 'b', 'c']),
+            hash("host", &['a', 'b', 'c'])
+        );
+    }
+
+    #[test]
+    fn rows_are_per_bucket_and_service_in_key_order() {
+        let layout = Layout::new(10, 0).unwrap();
+        let a = [SqlValue::Text("abcdef".into())];
+        let null = [SqlValue::Null];
+        let rows = plan().aggregate(
+            &layout,
+            [
+                ((200u64 << 32) | (1 << 22), &a[..]),
+                (5u64 << 32, &a[..]),
+                (6u64 << 32, &null[..]),
+            ],
+        );
+        let keys: Vec<(u64, u32)> = rows
+            .iter()
+            .map(|r| (r.bucket_start, r.service_id))
+            .collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+        assert!(keys.contains(&(0, 0)));
+        assert!(keys.contains(&(180 << 32, 1)));
+        assert_eq!(keys.iter().filter(|k| k.0 == 0).count(), rows.len() / 2);
+    }
+
+    proptest! {
+        #[test]
+        fn every_substring_is_found(text in "[a-zA-Z0-9 /=_%\\\\İ\u{212A}éÉß日]{0,40}", at in 0usize..40, len in 0usize..12) {
+            let chars: Vec<char> = text.chars().collect();
+            let start = at.min(chars.len());
+            let end = (start + len).min(chars.len());
+            let needle: String = chars[start..end].iter().collect();
+            prop_assert!(may_hold(&text, &needle, Fold::Exact));
+            // Lower case as MySQL's LOWER does for these characters.
+            let lower: String = needle.chars().map(|c| if c == 'İ' { 'i' } else { c.to_lowercase().next().unwrap() }).collect();
+            let upper = needle.to_ascii_uppercase();
+            prop_assert!(may_hold(&text, &lower, Fold::IgnoreCase));
+            prop_assert!(may_hold(&text, &upper, Fold::IgnoreCase));
+        }
+    }
+}
