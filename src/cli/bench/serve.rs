@@ -30,8 +30,8 @@ use logstamp::id::IdRange;
 use logstamp::mysql;
 use logstamp::serve::Server;
 use logstamp::store::line_count_plan;
-use logstamp::store::{line_counts, zone_map};
 use logstamp::store::text_search;
+use logstamp::store::{line_counts, zone_map};
 use logstamp::time::format_utc;
 
 use super::{in_scratch_database, median};
