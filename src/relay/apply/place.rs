@@ -137,6 +137,19 @@ pub(super) async fn apply_all(
                 }
                 continue;
             }
+            Item::Resumed { next_offset, run } => {
+                // Recorded, so that a topic whose last message is a resume message shows no
+                // applier behind, and a restart starts in the new run. Not while stopped: the
+                // transaction applying stopped at must be met again.
+                if stats.stopped.load(Ordering::Relaxed) {
+                    continue;
+                }
+                if let Some(done) = open.take() {
+                    applier.finish(conn, done, stats).await?;
+                }
+                record_resumed(conn, source_dc, next_offset, run).await?;
+                continue;
+            }
             Item::Unordered { why, commit_ts } => {
                 // Everything before it is applied; nothing after it is until the source's
                 // stream starts anew. The transaction waiting ages in the lag.

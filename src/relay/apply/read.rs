@@ -121,6 +121,12 @@ pub(super) enum Item<'a> {
     /// The source transaction whose parts were handed on stops short in the topic (capture
     /// restarted while publishing it and publishes it again whole): undo them.
     CutOff,
+    /// The source's capture started again at this message: what came before it is settled
+    /// (applied, or published again after it), so a restart may begin after it, in its run.
+    Resumed {
+        next_offset: i64,
+        run: Option<u64>,
+    },
     /// A transaction that cannot be placed after what was applied: applying stops.
     Unordered {
         why: String,
@@ -298,6 +304,13 @@ impl<'a> Reader<'a> {
                         && cut.handed_on
                         && self.ready.send(Item::CutOff).await.is_err()
                     {
+                        return Ok(());
+                    }
+                    let resumed = Item::Resumed {
+                        next_offset: consumed,
+                        run,
+                    };
+                    if self.ready.send(resumed).await.is_err() {
                         return Ok(());
                     }
                     continue;

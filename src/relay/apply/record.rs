@@ -30,6 +30,28 @@ pub(super) fn applied_update(
     sql
 }
 
+/// Records that the source's capture resumed at the message before `next_offset`: applying
+/// goes on after it, in `run`.
+pub(super) async fn record_resumed(
+    conn: &mut Conn,
+    source_dc: &str,
+    next_offset: i64,
+    run: Option<u64>,
+) -> Result<(), RelayError> {
+    conn.exec_drop(
+        format!(
+            "UPDATE `{APPLIED_TABLE}` SET next_offset = GREATEST(next_offset, ?), \
+             source_run = ? WHERE source_dc = ?"
+        ),
+        (next_offset, run, source_dc),
+    )
+    .await
+    .map_err(DbError::mysql(format!(
+        "recording in {APPLIED_TABLE} that the capture of {source_dc} resumed"
+    )))?;
+    Ok(())
+}
+
 /// Records that `source_dc` changed `tables` here (nothing to record when there are none), so
 /// that a snapshot of them taken here is refused (see [`crate::relay::snapshot`]).
 pub(super) fn applied_tables_update(
