@@ -255,7 +255,8 @@ async fn a_bad_message_stops_only_its_applier(bad: BadMessage) {
     let reason = match bad {
         BadMessage::Unparseable => {
             dcs[1].produce(b"{not a change".to_vec());
-            "offset 1"
+            // After b's capture's resume message (offset 0) and the insert (1).
+            "offset 2"
         }
         BadMessage::NoPrimaryKey => {
             let mut change: serde_json::Value =
