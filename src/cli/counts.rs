@@ -21,7 +21,7 @@ use logstamp::time::format_utc;
 use super::db::with_conn;
 use super::output::{Format, Output, aligned};
 use super::query::unix;
-use super::{TimeRangeArgs, UsageError, load_settings};
+use super::{TimeRangeArgs, UsageError, load_settings, rebuild};
 
 #[derive(Debug, Subcommand)]
 pub enum CountsCommand {
@@ -59,22 +59,12 @@ fn plans(
         .zip(&specs)
         .map(|(plan, spec)| (plan, spec.columns.iter().map(|c| c.name.clone()).collect()))
         .collect();
-    match table {
-        None => Ok(all),
-        Some(name) => {
-            let names: Vec<&str> = all.iter().map(|(p, _)| p.table.as_str()).collect();
-            let found = all.iter().find(|(p, _)| p.table.as_str() == name);
-            found.cloned().map(|p| vec![p]).ok_or_else(|| {
-                UsageError::new(
-                    "--table",
-                    format!(
-                        "{name} is not a table of the settings ({})",
-                        names.join(", ")
-                    ),
-                )
-            })
-        }
-    }
+    rebuild::named(
+        all,
+        table,
+        |(p, _)| p.table.as_str(),
+        "a table of the settings",
+    )
 }
 
 fn rebuild(args: RebuildArgs, sources: Sources) -> anyhow::Result<ExitCode> {
@@ -85,13 +75,8 @@ fn rebuild(args: RebuildArgs, sources: Sources) -> anyhow::Result<ExitCode> {
         (None, _) => None,
     };
     let layout = settings.id.layout;
-    let set = ShardSet::new(&settings.mysql.url, &settings.store);
-    let mut out = Output::new();
     // Each shard counts its own lines.
-    for (name, url) in &set.shards {
-        if set.sharded {
-            out.database(name, "shard").context("writing output")?;
-        }
+    rebuild::on_every_shard(&settings, |url, out| {
         for (plan, columns) in &plans {
             let report = with_conn(url, async |conn| {
                 let range = match asked {
@@ -124,9 +109,8 @@ fn rebuild(args: RebuildArgs, sources: Sources) -> anyhow::Result<ExitCode> {
             })?;
             out.json(&report).context("writing output")?;
         }
-    }
-    out.finish().context("writing output")?;
-    Ok(ExitCode::SUCCESS)
+        Ok(())
+    })
 }
 
 /// A bar for a person at a terminal; otherwise a log line per day.

@@ -16,6 +16,7 @@ mod output;
 mod partitions;
 mod plan;
 mod query;
+mod rebuild;
 mod relay;
 mod rollup;
 mod search;

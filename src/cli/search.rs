@@ -9,14 +9,12 @@ use clap::{Args, Subcommand};
 use logstamp::config::{Settings, Sources};
 use logstamp::id::IdRange;
 use logstamp::mysql::MysqlUrl;
-use logstamp::store::shards::ShardSet;
 use logstamp::store::text_filter::TextFilterPlan;
 use logstamp::store::text_search;
-use logstamp::time::{ceil_seconds, floor_seconds};
 
 use super::db::with_conn;
 use super::output::Output;
-use super::{TimeRangeArgs, UsageError, load_settings};
+use super::{TimeRangeArgs, UsageError, load_settings, rebuild};
 
 #[derive(Debug, Subcommand)]
 pub enum SearchCommand {
@@ -46,50 +44,24 @@ pub fn run(command: SearchCommand, sources: Sources) -> anyhow::Result<ExitCode>
 /// The filters named by --table, or all of them.
 fn plans(settings: &Settings, table: Option<&str>) -> Result<Vec<TextFilterPlan>, UsageError> {
     let all = text_search::plans(&settings.store);
-    let Some(name) = table else {
-        return Ok(all);
-    };
-    let names: Vec<&str> = all.iter().map(|p| p.table.as_str()).collect();
-    all.iter()
-        .find(|p| p.table.as_str() == name)
-        .cloned()
-        .map(|p| vec![p])
-        .ok_or_else(|| {
-            UsageError::new(
-                "--table",
-                format!(
-                    "{name} is not a table with a string or text column ({})",
-                    names.join(", ")
-                ),
-            )
-        })
+    rebuild::named(
+        all,
+        table,
+        |p| p.table.as_str(),
+        "a table with a string or text column",
+    )
 }
 
 fn rebuild(args: RebuildArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&sources)?;
     let plans = plans(&settings, args.table.as_deref())?;
-    let layout = settings.id.layout;
-    let asked = match args.time.parse_open()? {
-        (Some(from), to) => Some(
-            layout
-                .id_range(floor_seconds(from), ceil_seconds(to))
-                .map_err(|e| UsageError::new("--from/--to", e))?,
-        ),
-        (None, _) => None,
-    };
-    let set = ShardSet::new(&settings.mysql.url, &settings.store);
-    let mut out = Output::new();
-    // Each shard's filter covers its own rows.
-    for (name, url) in &set.shards {
-        if set.sharded {
-            out.database(name, "shard").context("writing output")?;
-        }
+    let asked = rebuild::asked_ids(&args.time, &settings.id.layout)?;
+    rebuild::on_every_shard(&settings, |url, out| {
         for plan in &plans {
-            rebuild_plan(&settings, plan, asked, url, &mut out)?;
+            rebuild_plan(&settings, plan, asked, url, out)?;
         }
-    }
-    out.finish().context("writing output")?;
-    Ok(ExitCode::SUCCESS)
+        Ok(())
+    })
 }
 
 /// Rebuilds one table's filter in the database at `url` over `asked` (default: its rows, and

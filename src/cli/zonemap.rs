@@ -11,14 +11,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 use logstamp::config::{Settings, Sources};
 use logstamp::id::IdRange;
 use logstamp::mysql::MysqlUrl;
-use logstamp::store::shards::ShardSet;
 use logstamp::store::zone_map;
 use logstamp::store::zone_plan::ZonePlan;
-use logstamp::time::{ceil_seconds, floor_seconds};
 
 use super::db::with_conn;
 use super::output::Output;
-use super::{TimeRangeArgs, UsageError, load_settings};
+use super::{TimeRangeArgs, UsageError, load_settings, rebuild};
 
 #[derive(Debug, Subcommand)]
 pub enum ZonemapCommand {
@@ -48,7 +46,6 @@ pub fn run(command: ZonemapCommand, sources: Sources) -> anyhow::Result<ExitCode
 /// The zone plans named by --table, or all of them.
 fn plans(settings: &Settings, table: Option<&str>) -> Result<Vec<ZonePlan>, UsageError> {
     let all = settings.store.zone_plans();
-    let names: Vec<&str> = all.iter().map(|p| p.table.as_str()).collect();
     if all.is_empty() {
         return Err(UsageError::new(
             "store.event_time",
@@ -56,50 +53,24 @@ fn plans(settings: &Settings, table: Option<&str>) -> Result<Vec<ZonePlan>, Usag
              [[store.tables]])",
         ));
     }
-    match table {
-        None => Ok(all),
-        Some(name) => all
-            .iter()
-            .find(|p| p.table.as_str() == name)
-            .cloned()
-            .map(|p| vec![p])
-            .ok_or_else(|| {
-                UsageError::new(
-                    "--table",
-                    format!(
-                        "{name} is not a table with an event time ({})",
-                        names.join(", ")
-                    ),
-                )
-            }),
-    }
+    rebuild::named(
+        all,
+        table,
+        |p| p.table.as_str(),
+        "a table with an event time",
+    )
 }
 
 fn rebuild(args: RebuildArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&sources)?;
     let plans = plans(&settings, args.table.as_deref())?;
-    let layout = settings.id.layout;
-    let asked = match args.time.parse_open()? {
-        (Some(from), to) => Some(
-            layout
-                .id_range(floor_seconds(from), ceil_seconds(to))
-                .map_err(|e| UsageError::new("--from/--to", e))?,
-        ),
-        (None, _) => None,
-    };
-    let set = ShardSet::new(&settings.mysql.url, &settings.store);
-    let mut out = Output::new();
-    // Each shard's zone map covers its own rows.
-    for (name, url) in &set.shards {
-        if set.sharded {
-            out.database(name, "shard").context("writing output")?;
-        }
+    let asked = rebuild::asked_ids(&args.time, &settings.id.layout)?;
+    rebuild::on_every_shard(&settings, |url, out| {
         for plan in &plans {
-            rebuild_plan(&settings, plan, asked, url, &mut out)?;
+            rebuild_plan(&settings, plan, asked, url, out)?;
         }
-    }
-    out.finish().context("writing output")?;
-    Ok(ExitCode::SUCCESS)
+        Ok(())
+    })
 }
 
 /// Rebuilds one table's zone map in the database at `url` over `asked` (default: its rows).
