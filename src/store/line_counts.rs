@@ -120,24 +120,6 @@ pub async fn histogram<Q: Queryable>(
         .collect()
 }
 
-/// Deletes `table`'s counts of minutes that end at or before `first_kept` (the Unix second of
-/// the lowest ID the table can still hold, after partitions were dropped). A minute straddling
-/// it is kept: it may still hold lines. Returns the rows deleted.
-pub async fn forget_below(conn: &mut Conn, table: &Ident, first_kept: u64) -> Result<u64, DbError> {
-    let Some(last_gone) = first_kept.checked_sub(MINUTE) else {
-        return Ok(0);
-    };
-    conn.exec_drop(
-        format!("DELETE FROM `{LINE_COUNTS_TABLE}` WHERE `table_name` = ? AND `minute` <= ?"),
-        (table.as_str(), last_gone),
-    )
-    .await
-    .map_err(DbError::mysql(format!(
-        "forgetting the line counts of {table}'s dropped partitions"
-    )))?;
-    Ok(conn.affected_rows())
-}
-
 /// The statements recomputing a table's counts of a range of ID minutes from its rows: delete
 /// them, then insert them again from a `GROUP BY` over the rows of the matching ID range,
 /// computed as [`CountPlan::aggregate`] does: event minutes as seconds from 1970 (not

@@ -12,15 +12,18 @@ use mysql_async::prelude::Queryable;
 use serde::Serialize;
 
 use super::compression;
-use super::line_counts;
+use super::line_count_plan::MINUTE;
+use super::line_counts::LINE_COUNTS_TABLE;
 use super::log_table::{TableSpec, check_record, read_partitioning, read_record};
 use super::partition_plan::{
     Maintenance, PartitionInfo, Partitioning, check_partitioning, describe, plan_maintenance,
 };
-use super::zone_map;
-use crate::mysql::DbError;
+use super::text_search::FILTER_TABLE;
+use super::zone_map::ZONE_MAP_TABLE;
+use super::zone_plan::BUCKET_IDS;
 use crate::mysql::current_database;
 use crate::mysql::lock::{table_lock, with_lock};
+use crate::mysql::{DbError, Ident};
 
 /// What `ensure` did, or why it did nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -51,14 +54,12 @@ pub async fn ensure(
         if !dry_run {
             run(conn, spec, &partitioning, &plan).await?;
             if let Some(first_kept) = plan.first_kept_id() {
-                let forgotten = zone_map::forget_below(conn, &spec.table, first_kept).await?;
-                tracing::info!(table = %spec.table, forgotten, "zone map rows of dropped partitions deleted");
                 let first_second = spec.scheme.layout.decode(first_kept).unix_seconds;
-                let forgotten = line_counts::forget_below(conn, &spec.table, first_second).await?;
-                tracing::info!(table = %spec.table, forgotten, "line counts of dropped partitions deleted");
-                let forgotten =
-                    super::text_search::forget_below(conn, &spec.table, first_kept).await?;
-                tracing::info!(table = %spec.table, forgotten, "text filter rows of dropped partitions deleted");
+                for kept in &KEPT_PER_BUCKET {
+                    let first = if kept.in_seconds { first_second } else { first_kept };
+                    let forgotten = forget_below(conn, kept, &spec.table, first).await?;
+                    tracing::info!(table = %spec.table, forgotten, "{} rows of dropped partitions deleted", kept.what);
+                }
             }
         }
         Ok(plan)
@@ -68,6 +69,69 @@ pub async fn ensure(
         Some(plan) => EnsureOutcome::Done(plan),
         None => EnsureOutcome::Busy { lock },
     })
+}
+
+/// A table where logstamp keeps something of each log table per bucket of its rows, keyed by
+/// `table_name` and the bucket's start: its rows of dropped partitions go with them.
+struct KeptPerBucket {
+    table: &'static str,
+    /// The column of the bucket's start, and the bucket's width in its unit.
+    bucket: &'static str,
+    width: u64,
+    /// Whether the column holds Unix seconds (otherwise IDs).
+    in_seconds: bool,
+    what: &'static str,
+}
+
+const KEPT_PER_BUCKET: [KeptPerBucket; 3] = [
+    KeptPerBucket {
+        table: ZONE_MAP_TABLE,
+        bucket: "bucket_start",
+        width: BUCKET_IDS,
+        in_seconds: false,
+        what: "zone map",
+    },
+    KeptPerBucket {
+        table: LINE_COUNTS_TABLE,
+        bucket: "minute",
+        width: MINUTE,
+        in_seconds: true,
+        what: "line count",
+    },
+    KeptPerBucket {
+        table: FILTER_TABLE,
+        bucket: "bucket_start",
+        width: BUCKET_IDS,
+        in_seconds: false,
+        what: "text filter",
+    },
+];
+
+/// Deletes `table`'s rows of `kept` whose buckets end at or below `first` (the first ID, or
+/// second, the table can still hold after partitions were dropped). A bucket straddling it is
+/// kept: it may still hold rows. Returns the rows deleted.
+async fn forget_below(
+    conn: &mut Conn,
+    kept: &KeptPerBucket,
+    table: &Ident,
+    first: u64,
+) -> Result<u64, DbError> {
+    let Some(last_gone) = first.checked_sub(kept.width) else {
+        return Ok(0);
+    };
+    conn.exec_drop(
+        format!(
+            "DELETE FROM `{}` WHERE `table_name` = ? AND `{}` <= ?",
+            kept.table, kept.bucket
+        ),
+        (table.as_str(), last_gone),
+    )
+    .await
+    .map_err(DbError::mysql(format!(
+        "forgetting the {} of {table}'s dropped partitions",
+        kept.what
+    )))?;
+    Ok(conn.affected_rows())
 }
 
 /// The table's partitions, after checking it is the table `migrate` recorded with these

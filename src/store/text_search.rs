@@ -18,7 +18,7 @@ use super::rebuild::in_steps;
 use super::schema::{ColumnSpec, ColumnType};
 use super::settings::StoreSettings;
 use super::text_filter::{Fold, TextFilterPlan, WORDS, Words, probe};
-use super::zone_plan::{BUCKET_IDS, bucket_end, bucket_start, id_ranges};
+use super::zone_plan::{bucket_end, bucket_start, id_ranges};
 use crate::id::{IdRange, Layout};
 use crate::mysql::retry::RetryPolicy;
 use crate::mysql::rows::{first, take};
@@ -288,23 +288,6 @@ async fn set_cover(conn: &mut Conn, table: &Ident, from_id: u64) -> Result<(), D
     .map_err(DbError::mysql(format!(
         "recording where the text filter of {table} starts"
     )))
-}
-
-/// Deletes `table`'s filter rows of buckets that end at or below `first_kept` (see
-/// [`super::zone_map::forget_below`]). Returns the rows deleted.
-pub async fn forget_below(conn: &mut Conn, table: &Ident, first_kept: u64) -> Result<u64, DbError> {
-    let Some(last_gone) = first_kept.checked_sub(BUCKET_IDS) else {
-        return Ok(0);
-    };
-    conn.exec_drop(
-        format!("DELETE FROM `{FILTER_TABLE}` WHERE `table_name` = ? AND `bucket_start` <= ?"),
-        (table.as_str(), last_gone),
-    )
-    .await
-    .map_err(DbError::mysql(format!(
-        "forgetting the text filter of {table}'s dropped partitions"
-    )))?;
-    Ok(conn.affected_rows())
 }
 
 /// What a text-filter rebuild did.

@@ -13,7 +13,7 @@ use mysql_async::{Conn, IsolationLevel, Row as MysqlRow, TxOpts, Value};
 use serde::Serialize;
 
 use super::rebuild::in_steps;
-use super::zone_plan::{BUCKET_IDS, ZonePlan, ZoneRow, bucket_start, id_ranges};
+use super::zone_plan::{ZonePlan, ZoneRow, bucket_start, id_ranges};
 use crate::id::{IdRange, Layout};
 use crate::mysql::encode::mysql_value;
 use crate::mysql::retry::RetryPolicy;
@@ -84,24 +84,6 @@ pub async fn ranges<Q: Queryable>(
         starts.push(take::<u64>(&mut row, 0, "logstamp_zone_map.bucket_start")?);
     }
     Ok(id_ranges(starts))
-}
-
-/// Deletes `table`'s zone rows of buckets that end at or below `first_kept` (the lowest ID the
-/// table can still hold, after partitions were dropped). A bucket straddling it is kept: it
-/// may still hold rows. Returns the rows deleted.
-pub async fn forget_below(conn: &mut Conn, table: &Ident, first_kept: u64) -> Result<u64, DbError> {
-    let Some(last_gone) = first_kept.checked_sub(BUCKET_IDS) else {
-        return Ok(0);
-    };
-    conn.exec_drop(
-        format!("DELETE FROM `{ZONE_MAP_TABLE}` WHERE `table_name` = ? AND `bucket_start` <= ?"),
-        (table.as_str(), last_gone),
-    )
-    .await
-    .map_err(DbError::mysql(format!(
-        "forgetting the zone map of {table}'s dropped partitions"
-    )))?;
-    Ok(conn.affected_rows())
 }
 
 /// The statements recomputing the zone rows of an ID range from the table: delete them, then
