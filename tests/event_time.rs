@@ -26,25 +26,12 @@ use logstamp::store::rollup_plan::{Bucket, BucketBy, RollupPlan, RollupSettings,
 use logstamp::store::settings::InsertMethod;
 use logstamp::store::{Batch, Writer, migrate, partitions};
 use logstamp::transform::Mapper;
-use support::TestDb;
+use support::{Lcg, TestDb};
 
 const BIN: &str = env!("CARGO_BIN_EXE_logstamp");
 
 fn at(text: &str) -> DateTime<Utc> {
     text.parse().unwrap()
-}
-
-/// A small deterministic generator, so a failure can be replayed.
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (self.0 >> 33) % n
-    }
 }
 
 /// One generated record.
