@@ -330,9 +330,13 @@ impl<'a> Layered<'a> {
         raw.telemetry.validate().map_err(invalid)?;
         raw.relay.validate().map_err(invalid)?;
         raw.serve.validate().map_err(invalid)?;
-        raw.relay
-            .refuse_bookkeeping(raw.mysql.url.database(), &bookkeeping_tables())
-            .map_err(invalid)?;
+        // With shards, each shard's database holds bookkeeping too (offsets, the relay's state).
+        let databases = std::iter::once(&raw.mysql.url).chain(&raw.store.shards);
+        for url in databases {
+            raw.relay
+                .refuse_bookkeeping(url.database(), &bookkeeping_tables())
+                .map_err(invalid)?;
+        }
         let rollup_plans = compile_rollups(&raw.store, &raw.rollups).map_err(invalid)?;
         let normalize =
             Normalizer::compile(raw.normalize).map_err(|e| self.invalid(&e.key(), e.reason))?;

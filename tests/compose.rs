@@ -721,7 +721,7 @@ fn topics_are_created_as_the_services_use_them() {
         let dcs = std::iter::once(relay_settings.dc.as_str())
             .chain(relay_settings.remotes.iter().map(|r| r.dc.as_str()));
         for dc in dcs {
-            let topic = relay_settings.topic(dc);
+            let topic = relay_settings.topic(dc, None);
             assert_eq!(
                 topics.get(&topic),
                 Some(&1),

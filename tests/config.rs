@@ -503,7 +503,7 @@ fn relay_settings() {
     assert_eq!(s.relay.loop_filter, LoopFilterMode::Marker);
     assert_eq!(s.relay.server_id, 0);
     assert!(s.relay.tables.is_empty() && s.relay.remotes.is_empty());
-    assert_eq!(s.relay.topic("dc1"), "logstamp-relay-dc1");
+    assert_eq!(s.relay.topic("dc1", None), "logstamp-relay-dc1");
     let s = load(
         None,
         &[
@@ -563,6 +563,23 @@ fn relay_tables_never_take_in_logstamps_own_tables() {
         &[],
     );
     assert_eq!(s.relay.tables.len(), 2);
+    // With shards, each shard's database holds offsets and the relay's state too.
+    let shards = (
+        "LOGSTAMP__STORE__SHARDS",
+        "mysql://root@10.0.0.1/shard,mysql://root@10.0.0.2/shard",
+    );
+    let e = load_err(
+        None,
+        &[url, shards, ("LOGSTAMP__RELAY__TABLES", "shard.*")],
+        &[],
+    );
+    assert!(e.to_string().contains("ingest_offsets"), "{e}");
+    let s = load(
+        None,
+        &[url, shards, ("LOGSTAMP__RELAY__TABLES", "shard.logs")],
+        &[],
+    );
+    assert_eq!(s.relay.tables.len(), 1);
 }
 
 #[test]

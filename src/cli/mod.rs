@@ -77,8 +77,7 @@ enum Command {
     #[command(subcommand)]
     Leases(leases::LeasesCommand),
     /// Keep the relayed tables in sync with other data centres through the binlog.
-    #[command(subcommand)]
-    Relay(relay::RelayCommand),
+    Relay(relay::RelayArgs),
     /// Rollup tables: rebuild a time range from the raw rows.
     #[command(subcommand)]
     Rollup(rollup::RollupCommand),
@@ -205,7 +204,7 @@ fn run(command: Command, sources: Sources) -> anyhow::Result<ExitCode> {
         Command::Migrate(args) => migrate::run(args, sources),
         Command::Query(args) => query::run(args, sources),
         Command::Leases(cmd) => leases::run(cmd, sources),
-        Command::Relay(cmd) => relay::run(cmd, sources),
+        Command::Relay(args) => relay::run(args, sources),
         Command::Rollup(cmd) => rollup::run(cmd, sources),
         Command::Zonemap(cmd) => zonemap::run(cmd, sources),
         Command::Counts(cmd) => counts::run(cmd, sources),

@@ -17,12 +17,24 @@ use logstamp::relay::snapshot::SnapshotStatus;
 use logstamp::relay::status::{self, ApplyStatus, CaptureStatus};
 use logstamp::relay::verify::{self, Diverged, Event, Shown, ShownRow, Summary, VerifyOptions};
 use logstamp::relay::{self, RelayContext, RelayError};
+use logstamp::store::shards::ShardSet;
 use logstamp::telemetry::exporter::Exporter;
 use logstamp::telemetry::server::{self, Source};
 
 use super::UsageError;
 use super::load_settings;
 use super::output::{Format, Output, aligned, ignore_closed_pipe};
+
+#[derive(Debug, Args)]
+pub struct RelayArgs {
+    /// With store.shards: the shard whose relay this is, by its position in store.shards
+    /// (from 0) or its name. Each shard runs a relay of its own; status and verify take every
+    /// shard in turn without it.
+    #[arg(long, global = true, value_name = "SHARD")]
+    shard: Option<String>,
+    #[command(subcommand)]
+    command: RelayCommand,
+}
 
 #[derive(Debug, Subcommand)]
 pub enum RelayCommand {
@@ -90,27 +102,27 @@ pub struct StatusArgs {
     format: Format,
 }
 
-pub fn run(command: RelayCommand, sources: Sources) -> anyhow::Result<ExitCode> {
-    match command {
-        RelayCommand::Run => run_relay(sources),
-        RelayCommand::Status(args) => show_status(args, sources),
-        RelayCommand::Reset => reset(sources),
-        RelayCommand::Verify(args) => verify_tables(args, sources),
-        RelayCommand::Snapshot(args) => snapshot(args, sources),
+pub fn run(args: RelayArgs, sources: Sources) -> anyhow::Result<ExitCode> {
+    let settings = load_settings(&sources)?;
+    let shard = args.shard.as_deref();
+    match args.command {
+        RelayCommand::Run => run_relay(&settings, one_relay(&settings, shard)?),
+        RelayCommand::Status(status) => show_status(status, every_relay(&settings, shard)?),
+        RelayCommand::Reset => reset(one_relay(&settings, shard)?),
+        RelayCommand::Verify(verify) => verify_tables(verify, every_relay(&settings, shard)?),
+        RelayCommand::Snapshot(snapshot) => take_snapshot(snapshot, one_relay(&settings, shard)?),
     }
 }
 
 /// How often `relay snapshot` looks at the copy's progress.
 const SNAPSHOT_POLL: Duration = Duration::from_millis(500);
 
-fn snapshot(args: SnapshotArgs, sources: Sources) -> anyhow::Result<ExitCode> {
-    let settings = load_settings(&sources)?;
+fn take_snapshot(args: SnapshotArgs, context: RelayContext) -> anyhow::Result<ExitCode> {
     let (schema, table) = args
         .table
         .split_once('.')
         .filter(|(s, t)| !s.is_empty() && !t.is_empty() && !t.contains(['.', '*']))
         .ok_or_else(|| UsageError::new("--table", "give it as schema.table"))?;
-    let context = relay_context(&settings);
     let done = runtime()?.block_on(async {
         relay::snapshot::request(&context, schema, table, args.chunk_rows).await?;
         let bar = if io::stderr().is_terminal() && !args.no_wait {
@@ -155,20 +167,21 @@ fn snapshot(args: SnapshotArgs, sources: Sources) -> anyhow::Result<ExitCode> {
 struct ResetLine {
     action: &'static str,
     dc: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shard: Option<usize>,
     epoch: u64,
     file: String,
     pos: u64,
     gtid: String,
 }
 
-fn reset(sources: Sources) -> anyhow::Result<ExitCode> {
-    let settings = load_settings(&sources)?;
-    let context = relay_context(&settings);
+fn reset(context: RelayContext) -> anyhow::Result<ExitCode> {
     let fresh = runtime()?.block_on(relay::resume::start_anew(&context))?;
     let mut out = Output::new();
     let written = out.json(&ResetLine {
         action: "stream_started_anew",
         dc: context.dc().to_string(),
+        shard: context.shard,
         epoch: fresh.epoch,
         file: fresh.file,
         pos: fresh.pos,
@@ -213,10 +226,8 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
-fn run_relay(sources: Sources) -> anyhow::Result<ExitCode> {
-    let settings = load_settings(&sources)?;
+fn run_relay(settings: &Settings, context: RelayContext) -> anyhow::Result<ExitCode> {
     return_freed_memory_at_once();
-    let context = relay_context(&settings);
     runtime()?.block_on(async {
         let (stop, shutdown) = watch::channel(false);
         tokio::spawn(async move {
@@ -267,79 +278,78 @@ enum StatusLine<'a> {
     Snapshot(&'a SnapshotStatus),
 }
 
-fn show_status(args: StatusArgs, sources: Sources) -> anyhow::Result<ExitCode> {
-    let settings = load_settings(&sources)?;
-    let context = relay_context(&settings);
+/// An output line with the shard it is of, when the store is sharded.
+#[derive(Serialize)]
+struct OfShard<T> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shard: Option<usize>,
+    #[serde(flatten)]
+    line: T,
+}
+
+/// What `relay status` shows of one relay.
+struct RelayStatus {
+    shard: Option<usize>,
+    capture: CaptureStatus,
+    appliers: Vec<ApplyStatus>,
+    snapshots: Vec<SnapshotStatus>,
+}
+
+fn show_status(args: StatusArgs, relays: Vec<RelayContext>) -> anyhow::Result<ExitCode> {
     let now = chrono::Utc::now();
-    let (capture, appliers, snapshots) = runtime()?.block_on(async {
-        let capture = status::capture(&context, now).await?;
-        let appliers = status::appliers(&context, now).await?;
-        let snapshots = relay::snapshot::status(&context, None).await?;
-        Ok::<_, relay::RelayError>((capture, appliers, snapshots))
+    let shown: Vec<RelayStatus> = runtime()?.block_on(async {
+        let mut shown = Vec::with_capacity(relays.len());
+        for context in &relays {
+            shown.push(RelayStatus {
+                shard: context.shard,
+                capture: status::capture(context, now).await?,
+                appliers: status::appliers(context, now).await?,
+                snapshots: relay::snapshot::status(context, None).await?,
+            });
+        }
+        Ok::<_, relay::RelayError>(shown)
     })?;
     let mut out = Output::new();
     let written = match args.format {
-        Format::Json => std::iter::once(StatusLine::Capture(&capture))
-            .chain(appliers.iter().map(StatusLine::Apply))
-            .chain(snapshots.iter().map(StatusLine::Snapshot))
-            .try_for_each(|line| out.json(&line)),
+        Format::Json => shown.iter().try_for_each(|relay| {
+            std::iter::once(StatusLine::Capture(&relay.capture))
+                .chain(relay.appliers.iter().map(StatusLine::Apply))
+                .chain(relay.snapshots.iter().map(StatusLine::Snapshot))
+                .try_for_each(|line| {
+                    out.json(&OfShard {
+                        shard: relay.shard,
+                        line,
+                    })
+                })
+        }),
         Format::Table => {
-            let shown = |v: Option<i64>| v.map_or("-".into(), |n| n.to_string());
-            let mut rows = vec![vec![
-                "capture".to_string(),
-                capture.dc.clone(),
-                capture
-                    .checkpoint
-                    .as_ref()
-                    .map_or("-".into(), |c| format!("{}:{}", c.file, c.pos)),
-                capture
-                    .behind_transactions
-                    .map_or("-".into(), |n| format!("{n} transactions")),
-                shown(capture.lag_seconds),
-                String::new(),
-                String::new(),
-            ]];
-            for a in &appliers {
-                rows.push(vec![
-                    "apply".to_string(),
-                    a.source_dc.clone(),
-                    format!("offset {}", a.next_offset),
-                    a.behind_messages
-                        .map_or("-".into(), |n| format!("{n} messages")),
-                    shown(a.lag_seconds),
-                    a.conflicts.to_string(),
-                    a.last_error.clone().unwrap_or_default(),
-                ]);
+            let sharded = shown.iter().any(|r| r.shard.is_some());
+            let mut header = vec![
+                "part",
+                "dc",
+                "position",
+                "behind",
+                "lag_seconds",
+                "conflicts",
+                "error",
+            ];
+            if sharded {
+                header.insert(0, "shard");
             }
-            for s in &snapshots {
-                rows.push(vec![
-                    "snapshot".to_string(),
-                    s.table.clone(),
-                    format!("{} {} chunks", s.state, s.chunks),
-                    format!(
-                        "~{} rows",
-                        s.estimated_rows
-                            .saturating_sub(s.copied_rows + s.dropped_rows)
-                    ),
-                    "-".into(),
-                    String::new(),
-                    s.last_error.clone().unwrap_or_default(),
-                ]);
-            }
-            aligned(
-                &[
-                    "part",
-                    "dc",
-                    "position",
-                    "behind",
-                    "lag_seconds",
-                    "conflicts",
-                    "error",
-                ],
-                &rows,
-            )
-            .iter()
-            .try_for_each(|line| out.line(line))
+            let rows: Vec<Vec<String>> = shown
+                .iter()
+                .flat_map(|relay| {
+                    status_rows(relay).into_iter().map(move |mut row| {
+                        if let Some(shard) = relay.shard {
+                            row.insert(0, shard.to_string());
+                        }
+                        row
+                    })
+                })
+                .collect();
+            aligned(&header, &rows)
+                .iter()
+                .try_for_each(|line| out.line(line))
         }
     };
     ignore_closed_pipe(written).context("writing output")?;
@@ -347,27 +357,87 @@ fn show_status(args: StatusArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn verify_tables(args: VerifyArgs, sources: Sources) -> anyhow::Result<ExitCode> {
-    let settings = load_settings(&sources)?;
+/// One relay's rows of `relay status --format table`.
+fn status_rows(relay: &RelayStatus) -> Vec<Vec<String>> {
+    let shown = |v: Option<i64>| v.map_or("-".into(), |n| n.to_string());
+    let capture = &relay.capture;
+    let mut rows = vec![vec![
+        "capture".to_string(),
+        capture.dc.clone(),
+        capture
+            .checkpoint
+            .as_ref()
+            .map_or("-".into(), |c| format!("{}:{}", c.file, c.pos)),
+        capture
+            .behind_transactions
+            .map_or("-".into(), |n| format!("{n} transactions")),
+        shown(capture.lag_seconds),
+        String::new(),
+        String::new(),
+    ]];
+    for a in &relay.appliers {
+        rows.push(vec![
+            "apply".to_string(),
+            a.source_dc.clone(),
+            format!("offset {}", a.next_offset),
+            a.behind_messages
+                .map_or("-".into(), |n| format!("{n} messages")),
+            shown(a.lag_seconds),
+            a.conflicts.to_string(),
+            a.last_error.clone().unwrap_or_default(),
+        ]);
+    }
+    for s in &relay.snapshots {
+        rows.push(vec![
+            "snapshot".to_string(),
+            s.table.clone(),
+            format!("{} {} chunks", s.state, s.chunks),
+            format!(
+                "~{} rows",
+                s.estimated_rows
+                    .saturating_sub(s.copied_rows + s.dropped_rows)
+            ),
+            "-".into(),
+            String::new(),
+            s.last_error.clone().unwrap_or_default(),
+        ]);
+    }
+    rows
+}
+
+fn verify_tables(args: VerifyArgs, relays: Vec<RelayContext>) -> anyhow::Result<ExitCode> {
     let only = args
         .table
         .as_deref()
         .map(TablePattern::parse)
         .transpose()
         .map_err(|e| UsageError::new("--table", e))?;
-    let context = relay_context(&settings);
-    let (remotes, unreachable): (Vec<_>, Vec<_>) =
-        context.relay.remotes.iter().partition(|r| r.url.is_some());
+    let sharded = relays.iter().any(|r| r.shard.is_some());
+    let Some(first) = relays.first() else {
+        return Err(UsageError("store.shards: no shard to compare".into()).into());
+    };
+    let (remotes, unreachable): (Vec<_>, Vec<_>) = first
+        .relay
+        .remotes
+        .iter()
+        .partition(|r| relays.iter().all(|c| r.url_for(c.shard).is_some()));
     for remote in unreachable {
+        let missing = if sharded {
+            "a url in its shards for every shard here"
+        } else {
+            "no url"
+        };
         tracing::warn!(
             dc = remote.dc,
-            "relay.remotes {} has no url: not compared",
+            "relay.remotes {} has {missing}: not compared",
             remote.dc
         );
     }
     if remotes.is_empty() {
         return Err(UsageError(
-            "relay.remotes: no entry has a url, so there is nothing to compare with".into(),
+            "relay.remotes: no entry has a url (with shards: shards), so there is nothing to \
+             compare with"
+                .into(),
         )
         .into());
     }
@@ -376,15 +446,18 @@ fn verify_tables(args: VerifyArgs, sources: Sources) -> anyhow::Result<ExitCode>
         lag_wait: Duration::from_secs(args.lag_wait_seconds),
         only,
     };
-    let mut report = Report::new(args.format);
+    let mut report = Report::new(args.format, sharded);
     let diverged = runtime()?.block_on(async {
         let mut diverged = 0;
-        for remote in remotes {
-            let summary = verify::verify(&context, remote, &options, |e| report.event(e))
-                .await
-                .map_err(CannotVerify)?;
-            diverged += summary.diverged_rows;
-            report.summary(&summary);
+        for context in &relays {
+            report.shard = context.shard;
+            for remote in &remotes {
+                let summary = verify::verify(context, remote, &options, |e| report.event(e))
+                    .await
+                    .map_err(CannotVerify)?;
+                diverged += summary.diverged_rows;
+                report.summary(&summary);
+            }
         }
         Ok::<_, CannotVerify>(diverged)
     })?;
@@ -400,6 +473,9 @@ fn verify_tables(args: VerifyArgs, sources: Sources) -> anyhow::Result<ExitCode>
 /// on stderr (a spinner at a terminal, log lines otherwise).
 struct Report {
     format: Format,
+    /// Whether lines name their shard (`shard`, set before each shard's comparison).
+    sharded: bool,
+    shard: Option<usize>,
     out: Output,
     bar: ProgressBar,
     /// The table's rows, for `--format table`.
@@ -411,7 +487,7 @@ impl Report {
     /// Chunks between two progress log lines.
     const LOG_EVERY: u64 = 100;
 
-    fn new(format: Format) -> Report {
+    fn new(format: Format, sharded: bool) -> Report {
         let bar = if io::stderr().is_terminal() {
             ProgressBar::new_spinner().with_style(
                 ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
@@ -422,6 +498,8 @@ impl Report {
         };
         Report {
             format,
+            sharded,
+            shard: None,
             out: Output::new(),
             bar,
             rows: Vec::new(),
@@ -491,9 +569,19 @@ impl Report {
     /// failure is kept).
     fn emit(&mut self, value: &impl Serialize, row: impl FnOnce() -> Vec<String>) {
         match self.format {
-            Format::Table => self.rows.push(row()),
+            Format::Table => {
+                let mut row = row();
+                if let Some(shard) = self.shard {
+                    row.insert(0, shard.to_string());
+                }
+                self.rows.push(row);
+            }
             Format::Json if self.written.is_ok() => {
-                self.written = ignore_closed_pipe(self.out.json(value));
+                let line = OfShard {
+                    shard: self.shard,
+                    line: value,
+                };
+                self.written = ignore_closed_pipe(self.out.json(&line));
             }
             Format::Json => {}
         }
@@ -503,7 +591,7 @@ impl Report {
         self.bar.finish_and_clear();
         self.written?;
         if self.format == Format::Table {
-            let header = [
+            let mut header = vec![
                 "status",
                 "remote_dc",
                 "table",
@@ -511,6 +599,9 @@ impl Report {
                 "missing_in",
                 "detail",
             ];
+            if self.sharded {
+                header.insert(0, "shard");
+            }
             let lines = aligned(&header, &self.rows);
             ignore_closed_pipe(lines.iter().try_for_each(|line| self.out.line(line)))?;
         }
@@ -546,11 +637,67 @@ fn differing_columns(row: &Diverged) -> String {
     }
 }
 
-/// The relay of these settings: the sections it reads.
-fn relay_context(settings: &Settings) -> RelayContext {
-    RelayContext::new(
-        settings.mysql.clone(),
-        settings.kafka.clone(),
-        settings.relay.clone(),
-    )
+/// The relay a command works on: this data centre's, or with shards the one of `--shard`,
+/// which each shard's relay must be given.
+fn one_relay(settings: &Settings, shard: Option<&str>) -> Result<RelayContext, UsageError> {
+    let set = ShardSet::new(&settings.mysql.url, &settings.store);
+    match (set.sharded, shard) {
+        (false, None) => Ok(RelayContext::new(
+            settings.mysql.clone(),
+            settings.kafka.clone(),
+            settings.relay.clone(),
+        )),
+        (true, None) => Err(UsageError::new(
+            "--shard",
+            format!(
+                "store.shards lists {} shards, and each runs a relay of its own: give the \
+                 shard's position (0 to {}) or name",
+                set.shards.len(),
+                set.shards.len() - 1
+            ),
+        )),
+        (_, Some(text)) => {
+            let index = shard_position(&set, text)?;
+            Ok(RelayContext::for_shard(
+                settings.mysql.clone(),
+                settings.kafka.clone(),
+                settings.relay.clone(),
+                index,
+                set.shards[index].1.clone(),
+            ))
+        }
+    }
+}
+
+/// The relays `status` and `verify` look at: the one of `--shard`, else every shard's.
+fn every_relay(settings: &Settings, shard: Option<&str>) -> Result<Vec<RelayContext>, UsageError> {
+    let set = ShardSet::new(&settings.mysql.url, &settings.store);
+    if shard.is_some() || !set.sharded {
+        return one_relay(settings, shard).map(|context| vec![context]);
+    }
+    Ok(set
+        .shards
+        .iter()
+        .enumerate()
+        .map(|(index, (_, url))| {
+            RelayContext::for_shard(
+                settings.mysql.clone(),
+                settings.kafka.clone(),
+                settings.relay.clone(),
+                index,
+                url.clone(),
+            )
+        })
+        .collect())
+}
+
+/// `--shard`'s position in `store.shards`.
+fn shard_position(set: &ShardSet, text: &str) -> Result<usize, UsageError> {
+    if !set.sharded {
+        return Err(UsageError::new(
+            "--shard",
+            "store.shards is empty: this data centre has one database and one relay",
+        ));
+    }
+    set.find(text).map_err(|e| UsageError::new("--shard", e))
 }

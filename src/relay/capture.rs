@@ -165,7 +165,7 @@ pub async fn run_once(
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| RelayError::Refused("the server reports no server_id".into()))?;
     let charsets = collations(&mut state).await?;
-    let topic = relay.topic(&dc);
+    let topic = context.topic(&dc);
     ensure_topic(context, &topic).await?;
     let producer = producer(context)?;
     let found = checkpoint::load(&mut state, &dc).await?;

@@ -95,6 +95,10 @@ pub struct RelayContext {
     pub state_database: String,
     /// What capture and the appliers count, read by the metrics.
     pub stats: Arc<RelayStats>,
+    /// With shards: the position in `store.shards` of the shard this relay serves. Its
+    /// capture follows that shard's binary log, and its appliers apply the same position's
+    /// stream of each remote data centre.
+    pub shard: Option<usize>,
 }
 
 impl RelayContext {
@@ -109,7 +113,38 @@ impl RelayContext {
             relay: Arc::new(relay),
             kafka: Arc::new(kafka),
             mysql: Arc::new(mysql),
+            shard: None,
         }
+    }
+
+    /// The relay of shard `shard` (its position in `store.shards`), whose database is `url`:
+    /// the shard holds the relay tables of its own stream and of what is applied to it.
+    pub fn for_shard(
+        mut mysql: MysqlSettings,
+        kafka: KafkaSettings,
+        relay: RelaySettings,
+        shard: usize,
+        url: MysqlUrl,
+    ) -> RelayContext {
+        mysql.url = url;
+        RelayContext {
+            shard: Some(shard),
+            ..RelayContext::new(mysql, kafka, relay)
+        }
+    }
+
+    /// This relay's name towards Kafka (client and group IDs): its data centre's, and with
+    /// shards its shard's after a dot, which no data centre name has.
+    pub fn client_name(&self) -> String {
+        match self.shard {
+            None => format!("logstamp-relay-{}", self.dc()),
+            Some(shard) => format!("logstamp-relay-{}.{shard}", self.dc()),
+        }
+    }
+
+    /// The topic `dc`'s capture publishes to for this relay's shard.
+    pub fn topic(&self, dc: &str) -> String {
+        self.relay.topic(dc, self.shard)
     }
 
     pub fn dc(&self) -> &str {
@@ -134,7 +169,7 @@ impl RelayContext {
         let mut config = self.kafka.properties.client_config();
         config
             .set("bootstrap.servers", brokers)
-            .set("client.id", format!("logstamp-relay-{}", self.dc()));
+            .set("client.id", self.client_name());
         config
     }
 }

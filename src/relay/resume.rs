@@ -178,7 +178,7 @@ pub fn reset_advice() -> &'static str {
 /// every applier takes the new epoch up where it starts. Refused while a capture runs.
 pub async fn start_anew(context: &RelayContext) -> Result<Checkpoint, RelayError> {
     let dc = context.dc();
-    let topic = context.relay.topic(dc);
+    let topic = context.topic(dc);
     let mut conn = mysql::connect(context.url()).await?;
     checkpoint::unlogged(&mut conn).await?;
     let lock = capture_lock(context);
@@ -257,7 +257,7 @@ async fn end_offset(context: &RelayContext, topic: &str) -> Result<i64, RelayErr
 fn tail_consumer(context: &RelayContext) -> Result<BaseConsumer, RelayError> {
     context
         .kafka_config(&context.kafka.brokers)
-        .set("group.id", format!("logstamp-relay-{}-tail", context.dc()))
+        .set("group.id", format!("{}-tail", context.client_name()))
         .set("enable.auto.commit", "false")
         .create_redacted()
         .map_err(RelayError::kafka("creating a Kafka consumer"))

@@ -53,9 +53,13 @@ pub struct RelaySettings {
 }
 
 impl RelaySettings {
-    /// The topic a data centre's capture publishes to.
-    pub fn topic(&self, dc: &str) -> String {
-        format!("{}{dc}", self.topic_prefix)
+    /// The topic a data centre's capture publishes to: the prefix and its name, and with
+    /// shards, the shard's position in `store.shards` after a dot (names take no dots).
+    pub fn topic(&self, dc: &str, shard: Option<usize>) -> String {
+        match shard {
+            None => format!("{}{dc}", self.topic_prefix),
+            Some(shard) => format!("{}{dc}.{shard}", self.topic_prefix),
+        }
     }
 }
 
@@ -83,11 +87,12 @@ impl RelaySettings {
             .topic_prefix
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-            && self.topic_prefix.len() <= 249 - 64;
+            // Room for a data centre's name (64) and a shard's position (`.` and 4 digits).
+            && self.topic_prefix.len() <= 249 - 64 - 5;
         if !topic_ok {
             return Err(SettingError::new(
                 "relay.topic_prefix",
-                "use ASCII letters, digits, ., _ and -, at most 185 characters",
+                "use ASCII letters, digits, ., _ and -, at most 180 characters",
             ));
         }
         at_most_a_year("relay.checkpoint_interval", self.checkpoint_interval)?;
@@ -190,9 +195,22 @@ pub struct RemoteDc {
     /// password.
     #[serde(default)]
     pub url: Option<MysqlUrl>,
+    /// With shards: that data centre's `store.shards`, in its order, for `relay verify` of
+    /// each shard against the one at the same position there.
+    #[serde(default)]
+    pub shards: Vec<MysqlUrl>,
 }
 
 impl RemoteDc {
+    /// That data centre's database to compare with this one's shard `shard` (or with this
+    /// data centre's database when unsharded).
+    pub fn url_for(&self, shard: Option<usize>) -> Option<&MysqlUrl> {
+        match shard {
+            None => self.url.as_ref(),
+            Some(shard) => self.shards.get(shard),
+        }
+    }
+
     /// Where that data centre's topic is read: its own brokers, else `local` (`kafka.brokers`).
     pub fn brokers_or<'a>(&'a self, local: &'a str) -> &'a str {
         if self.brokers.trim().is_empty() {
@@ -341,6 +359,40 @@ mod tests {
         }
         let without: RemoteDc = serde_json::from_str(r#"{"dc": "b"}"#).unwrap();
         assert!(without.url.is_none());
+    }
+
+    #[test]
+    fn each_shard_has_a_topic_of_its_own() {
+        let relay: super::RelaySettings = toml::from_str(
+            r#"dc = "dc1"
+            server_id = 1
+            tables = []
+            topic_prefix = "relay-"
+            loop_filter = "marker"
+            checkpoint_interval = "1s"
+            apply_batch = 1
+            max_message_bytes = 1048576
+            apply_memory_bytes = 16777216
+            on_conflict = "apply"
+            on_bad_message = "stop"
+            snapshot = "off"
+            remotes = []"#,
+        )
+        .unwrap();
+        assert_eq!(relay.topic("dc2", None), "relay-dc2");
+        assert_eq!(relay.topic("dc2", Some(0)), "relay-dc2.0");
+        assert_eq!(relay.topic("dc2", Some(12)), "relay-dc2.12");
+    }
+
+    #[test]
+    fn a_remote_names_its_shards_for_verify() {
+        let remote: RemoteDc = serde_json::from_str(
+            r#"{"dc": "b", "url": "mysql://root@b/c", "shards": ["mysql://root@b1/s", "mysql://root@b2/s"]}"#,
+        )
+        .unwrap();
+        assert_eq!(remote.url_for(None).map(|u| u.host()), Some("b"));
+        assert_eq!(remote.url_for(Some(1)).map(|u| u.host()), Some("b2"));
+        assert!(remote.url_for(Some(2)).is_none());
     }
 
     #[test]

@@ -99,7 +99,7 @@ pub async fn capture(
         .and_then(|c| lag(c.commit_ts, behind_transactions.map(|b| b > 0), now));
     Ok(CaptureStatus {
         dc: dc.to_string(),
-        topic: context.relay.topic(dc),
+        topic: context.topic(dc),
         checkpoint: found.as_ref().map(location),
         published_transactions: found.as_ref().map_or(0, |c| c.published_transactions),
         published_changes: found.as_ref().map_or(0, |c| c.published_changes),

@@ -371,11 +371,18 @@ pub async fn verify(
     options: &VerifyOptions,
     mut on: impl FnMut(Event<'_>),
 ) -> Result<Summary, RelayError> {
-    let remote_url = remote.url.clone().ok_or_else(|| {
-        RelayError::Refused(format!(
-            "relay.remotes {}: no url, so its database cannot be compared",
-            remote.dc
-        ))
+    let remote_url = remote.url_for(context.shard).cloned().ok_or_else(|| {
+        RelayError::Refused(match context.shard {
+            None => format!(
+                "relay.remotes {}: no url, so its database cannot be compared",
+                remote.dc
+            ),
+            Some(shard) => format!(
+                "relay.remotes {}: its shards list no shard {shard}, so that shard cannot be \
+                 compared",
+                remote.dc
+            ),
+        })
     })?;
     let local_brokers = context.kafka.brokers.clone();
     let sides = [
@@ -762,7 +769,7 @@ async fn drain(
     if !captured {
         return Ok(false);
     }
-    let Some(end) = end_offset(context, &from.brokers, &context.relay.topic(&from.dc)).await else {
+    let Some(end) = end_offset(context, &from.brokers, &context.topic(&from.dc)).await else {
         return Ok(false);
     };
     let mut target = mysql::connect(&to.url).await?;

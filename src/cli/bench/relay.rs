@@ -240,6 +240,7 @@ async fn bench_in(
                 dc: "a".into(),
                 brokers: brokers.clone(),
                 url: None,
+                shards: Vec::new(),
             }],
             ..settings.relay.clone()
         };

@@ -182,6 +182,7 @@ async fn bench_in(
                 dc: remote.into(),
                 brokers: brokers.clone(),
                 url: None,
+                shards: Vec::new(),
             }],
             ..settings.relay.clone()
         };

@@ -129,7 +129,7 @@ pub async fn run_once(
     remote: &RemoteDc,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), RelayError> {
-    let topic = context.relay.topic(&remote.dc);
+    let topic = context.topic(&remote.dc);
     let stats = context
         .stats
         .applier(&remote.dc)

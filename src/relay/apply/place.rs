@@ -336,7 +336,7 @@ impl Applier<'_> {
             Some(conn) => conn,
             None => strays.insert(mysql::connect(self.context.url()).await?),
         };
-        let topic = self.context.relay.topic(self.source_dc);
+        let topic = self.context.topic(self.source_dc);
         tracing::warn!(
             source = self.source_dc,
             topic,

@@ -156,7 +156,7 @@ pub(super) fn consumer(
         .kafka_config(brokers)
         .set(
             "group.id",
-            format!("logstamp-relay-{}-from-{}", context.dc(), remote.dc),
+            format!("{}-from-{}", context.client_name(), remote.dc),
         )
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
