@@ -231,6 +231,15 @@ async fn two_data_centres_of_two_shards_stay_identical_through_a_move_and_a_rela
             dc.start_relay(shard);
         }
     }
+    // A capture's first start begins at its server's position then: what is written before
+    // it would be for a snapshot to copy.
+    for dc in [&a, &b] {
+        for relay in dc.relays.iter().flatten() {
+            relay
+                .wait_for_log("capture started", Duration::from_secs(60))
+                .await;
+        }
+    }
 
     // Each data centre's worker ingests its own messages (sequence numbers apart).
     let mut workers = Vec::new();

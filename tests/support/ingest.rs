@@ -552,6 +552,15 @@ impl Process {
     }
 }
 
+/// A process still running when its test ends, as when the test fails, is killed with it,
+/// not left writing to servers that are gone.
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A worker running as a task.
 pub struct Worker {
     stop: Option<oneshot::Sender<()>>,
