@@ -41,6 +41,10 @@ pub struct RelaySettings {
     /// What an applier holds of the changes it read ahead and of the SQL it prepared, in bytes;
     /// also caps each statement it sends (with the server's `max_allowed_packet`).
     pub apply_memory_bytes: usize,
+    /// How long an applier waits on its database for any one thing (a statement, a round trip
+    /// of statements, the commit): past it the database is taken as hung.
+    #[serde(with = "duration_text")]
+    pub apply_timeout: Duration,
     /// What an applier does when an UPDATE or DELETE does not find its before image here.
     pub on_conflict: OnConflict,
     /// What an applier does with a message it cannot apply.
@@ -91,6 +95,13 @@ impl RelaySettings {
             ));
         }
         at_most_a_year("relay.checkpoint_interval", self.checkpoint_interval)?;
+        at_most_a_year("relay.apply_timeout", self.apply_timeout)?;
+        if self.apply_timeout < Duration::from_millis(100) {
+            return Err(SettingError::new(
+                "relay.apply_timeout",
+                "must be at least 100ms",
+            ));
+        }
         // It sizes a buffer.
         at_most("relay.apply_batch", self.apply_batch, 100_000)?;
         if self.checkpoint_interval.is_zero() {
