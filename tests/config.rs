@@ -486,6 +486,7 @@ fn other_invalid_values() {
         ("relay.dc", "dc 1", "\"dc 1\""),
         ("relay.loop_filter", "telepathy", "\"telepathy\""),
         ("relay.checkpoint_interval", "often", "\"often\""),
+        ("relay.apply_timeout", "10ms", "\"10ms\""),
         ("relay.topic_prefix", "relay/", "\"relay/\""),
         ("relay.server_id", "-1", "-1"),
         ("relay.apply_batch", "0", "0"),
@@ -1078,6 +1079,12 @@ fn sizes_counts_and_durations_have_upper_bounds() {
         ("id.mark_window", "365days", "366days", "at most 365 days"),
         (
             "relay.checkpoint_interval",
+            "365days",
+            "366days",
+            "at most 365 days",
+        ),
+        (
+            "relay.apply_timeout",
             "365days",
             "366days",
             "at most 365 days",

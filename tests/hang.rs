@@ -2,6 +2,7 @@
 //! answers nothing, which is what a stalled disk, a saturated host or a path dropping packets
 //! look like from outside. Each is a failed server within its bound: seen, reported, and
 //! survived with every message stored once after SIGCONT. (A hung shard: `tests/shards.rs`.)
+//! The relay's database too: it is both its capture's source and its appliers' target.
 
 mod support;
 
@@ -9,17 +10,32 @@ use std::time::{Duration, Instant};
 
 use logstamp::id::IdError;
 use logstamp::mysql;
+use logstamp::relay::settings::LoopFilterMode;
 use logstamp::store::lease::HeldLease;
 use logstamp::store::migrate;
+use mysql_async::prelude::Queryable;
 use support::TestDb;
+use support::http::readiness_becomes;
 use support::ingest::{COUNT_ALL, Process, SUM_OFFSETS, Setup};
 use support::mariadb::MariaDb;
+use support::relay::{
+    ITEMS, assert_exactly_once, start_relays_with, two_dcs, wait_in_sync, writer,
+};
 
 /// The worker's bound on a write (`store.write_timeout`).
 const WRITE_BOUND: Duration = Duration::from_secs(2);
 
 /// The bound of the readiness check's Kafka metadata request.
 const KAFKA_BOUND: Duration = Duration::from_secs(2);
+
+/// The relay's bound on an applier's wait (`relay.apply_timeout`), as set here.
+const APPLY_BOUND: Duration = Duration::from_secs(2);
+
+/// A lease claim's bound on each wait (connecting, a statement).
+const CLAIM_BOUND: Duration = Duration::from_secs(10);
+
+/// Capture's bound: this long without a binlog event or a heartbeat (one a second).
+const CAPTURE_BOUND: Duration = Duration::from_secs(10);
 
 /// The worker's single database hangs for several times its write bound while messages keep
 /// coming: the worker is not ready within the bound, saying MySQL does not answer, and logs
@@ -76,6 +92,13 @@ async fn a_hung_database_makes_the_worker_not_ready_and_loses_nothing() {
         )
         .await;
     let written_off = paused_at.elapsed();
+    // The one database is the worker's one shard in the metric too.
+    let (shard, up) = database_up(&address).await;
+    assert_eq!(up, 0.0, "{shard} is up while it hangs");
+    assert!(
+        shard.contains(&format!(":{}/lst_db_hang_", server.port)),
+        "{shard}"
+    );
     let stored_while_hung = stored_total(&address).await;
     while paused_at.elapsed() < 4 * WRITE_BOUND {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -93,6 +116,7 @@ async fn a_hung_database_makes_the_worker_not_ready_and_loses_nothing() {
     );
 
     setup.wait_for(COUNT_ALL, n, Duration::from_secs(90)).await;
+    assert_eq!(database_up(&address).await.1, 1.0, "down after SIGCONT");
     let log = worker.log.clone();
     let status = worker.terminate(Duration::from_secs(60));
     let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -185,8 +209,9 @@ async fn a_hung_broker_makes_the_worker_not_ready_and_loses_nothing() {
 
 /// The coordination database hangs while a process holds a service-ID lease: the renewal
 /// gets no answer, and the holder stops stamping before its lease could expire, so no other
-/// holder can stamp under that ID while it still does. After SIGCONT another holder claims the
-/// ID and stamps above every ID the first issued.
+/// holder can stamp under that ID while it still does. A process starting meanwhile fails its
+/// claim within the start's bound, saying the database does not answer. After SIGCONT another
+/// holder claims the ID and stamps above every ID the first issued.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_coordination_database_stops_stamping_before_the_lease_expires() {
     let server = MariaDb::start(82, &[]).await;
@@ -220,8 +245,28 @@ async fn a_hung_coordination_database_stops_stamping_before_the_lease_expires() 
         lease.generator().next_id(),
         Err(IdError::LeaseLost { service_id: 5 })
     );
+    let asked = Instant::now();
+    let starting = tokio::time::timeout(
+        CLAIM_BOUND + Duration::from_secs(10),
+        HeldLease::acquire(&settings.mysql.url, &settings.id),
+    )
+    .await
+    .expect("a claim on a hung database ends within its bound");
+    let refused_after = asked.elapsed();
+    let Err(error) = starting else {
+        panic!("a lease claimed on a hung database");
+    };
+    let error = error.to_string();
+    assert!(
+        error.contains("service-ID lease") && error.contains("no answer within 10s"),
+        "{error}"
+    );
+    assert!(refused_after >= CLAIM_BOUND, "{refused_after:?}: {error}");
     server.resume();
-    eprintln!("hung coordination database: stamping stopped {lost_after:?} after the pause");
+    eprintln!(
+        "hung coordination database: stamping stopped {lost_after:?} after the pause; a claim \
+         failed after {refused_after:?}: {error}"
+    );
 
     let successor = HeldLease::acquire(&settings.mysql.url, &settings.id)
         .await
@@ -273,6 +318,134 @@ async fn a_hung_database_gets_serve_answers_in_bounded_time() {
     server.resume();
 }
 
+/// Data centre a's database, which its relay captures and applies b's changes to, hangs for
+/// longer than both bounds while both data centres write (a's writer blocks on it, its writes
+/// pending). a's applier notices within `relay.apply_timeout` and capture within 10 s, each
+/// by metric, readiness naming it and one log line; b's capture publishes meanwhile. After
+/// SIGCONT both go on from what they recorded: every transaction is published once and applied
+/// once (a commit whose answer never came is settled by `relay_applied`), and the tables are
+/// identical.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hung_relay_database_stops_its_capture_and_applier_only_and_loses_nothing() {
+    let mut dcs = two_dcs(ITEMS).await;
+    let setting = format!("apply_timeout = \"{}s\"\n", APPLY_BOUND.as_secs());
+    start_relays_with(&mut dcs, LoopFilterMode::Marker, "100ms", &setting).await;
+    let (a, b) = (&dcs[0], &dcs[1]);
+    let (at_a, at_b) = (a.telemetry().await, b.telemetry().await);
+    readiness_becomes(&at_a, 200).await;
+    readiness_becomes(&at_b, 200).await;
+    // Paced, so both go on through the pause.
+    let writers: Vec<_> = dcs
+        .iter()
+        .enumerate()
+        .map(|(i, dc)| {
+            let pace = Some(Duration::from_millis(20));
+            tokio::spawn(writer(
+                dc.server.url("app"),
+                i as u32 + 1,
+                900,
+                5 + i as u64,
+                pace,
+            ))
+        })
+        .collect();
+    a.wait_applied("b", 50).await;
+    b.wait_applied("a", 50).await;
+    let published_by_b = "logstamp_relay_published_transactions_total{dc=\"b\"}";
+    let b_before = metric(&at_b, published_by_b).await;
+
+    a.server.pause();
+    let paused_at = Instant::now();
+    let target_up = "logstamp_relay_apply_target_up{dc=\"a\",remote=\"b\"}";
+    metric_becomes(&at_a, target_up, 0.0, APPLY_BOUND + Duration::from_secs(10)).await;
+    let applier_detected = paused_at.elapsed();
+    let (status, ready) = get(&at_a, "/health/ready").await;
+    assert_eq!(status, 503, "{ready}");
+    assert!(
+        ready.contains("does not answer the applier of b"),
+        "{ready}"
+    );
+    let source_up = "logstamp_relay_capture_source_up{dc=\"a\"}";
+    metric_becomes(
+        &at_a,
+        source_up,
+        0.0,
+        CAPTURE_BOUND + Duration::from_secs(10),
+    )
+    .await;
+    let capture_detected = paused_at.elapsed();
+    let (status, ready) = get(&at_a, "/health/ready").await;
+    assert_eq!(status, 503, "{ready}");
+    assert!(ready.contains("does not answer capture"), "{ready}");
+    // Several retries of each while it still hangs: said once all the same.
+    while paused_at.elapsed() < capture_detected + Duration::from_secs(4) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let b_during = metric(&at_b, published_by_b).await - b_before;
+    assert!(b_during > 0.0, "b's capture published nothing meanwhile");
+    assert_eq!(get(&at_b, "/health/ready").await.0, 200, "b is not ready");
+    let hung_for = paused_at.elapsed();
+    a.server.resume();
+    eprintln!(
+        "hung relay database: applier not answered after {applier_detected:?}, capture after \
+         {capture_detected:?}; b published {b_during} transactions meanwhile; resumed after \
+         {hung_for:?}"
+    );
+
+    let mut local = Vec::new();
+    for w in writers {
+        local.push(w.await.unwrap());
+    }
+    wait_in_sync(&dcs, &local, "app.items").await;
+    let resumed = paused_at.elapsed() - hung_for;
+    eprintln!("hung relay database: in sync {resumed:?} after SIGCONT");
+    assert_exactly_once(&dcs, &local).await;
+    let mut sums = Vec::new();
+    for dc in &dcs {
+        let mut conn = dc.conn().await;
+        let sum: Option<(String, Option<u64>)> = conn
+            .query_first("CHECKSUM TABLE app.items EXTENDED")
+            .await
+            .unwrap();
+        sums.push(sum.unwrap().1);
+    }
+    assert_eq!(sums[0], sums[1], "app.items differs");
+    readiness_becomes(&at_a, 200).await;
+    assert_eq!(metric(&at_a, target_up).await, 1.0);
+    assert_eq!(metric(&at_a, source_up).await, 1.0);
+    let log = a.log();
+    for (said, times) in [
+        ("the database stopped answering the applier of b", 1),
+        ("the database answers the applier of b again", 1),
+        ("the database stopped answering capture", 1),
+        ("the database answers capture again", 1),
+    ] {
+        assert_eq!(log.matches(said).count(), times, "{said}: {log}");
+    }
+}
+
+/// A sample of `address`'s metrics (0 when absent).
+async fn metric(address: &str, name: &str) -> f64 {
+    let (_, metrics) = get(address, "/metrics").await;
+    support::http::sample(&metrics, name).unwrap_or(0.0)
+}
+
+/// Polls a sample of `address`'s metrics until it is `value`, within `within`.
+async fn metric_becomes(address: &str, name: &str, value: f64, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let got = metric(address, name).await;
+        if got == value {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} is {got}, not {value}, after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn served_address(worker: &Process) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -293,6 +466,18 @@ async fn get(address: &str, path: &'static str) -> (u16, String) {
     tokio::task::spawn_blocking(move || support::http::get(&address, path))
         .await
         .unwrap()
+}
+
+/// The worker's one `logstamp_store_shard_up` sample: its name with labels, and its value.
+async fn database_up(address: &str) -> (String, f64) {
+    let (_, metrics) = get(address, "/metrics").await;
+    let samples: Vec<(&str, &str)> = metrics
+        .lines()
+        .filter(|line| line.starts_with("logstamp_store_shard_up{"))
+        .filter_map(|line| line.rsplit_once(' '))
+        .collect();
+    assert_eq!(samples.len(), 1, "{metrics}");
+    (samples[0].0.to_string(), samples[0].1.parse().unwrap())
 }
 
 /// The worker's `logstamp_ingest_records_stored_total`.

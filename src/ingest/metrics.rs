@@ -110,7 +110,7 @@ impl Source for IngestSource {
         let shards = worker.stats.shard_health();
         if !shards.is_empty() {
             text.push_str(
-                "# HELP logstamp_store_shard_up 1 while the shard (store.shards) takes this worker's writes, 0 while they fail and its partitions wait.\n\
+                "# HELP logstamp_store_shard_up 1 while the database (each of store.shards, or mysql.url without shards) takes this worker's writes, 0 while they fail and its partitions wait.\n\
                  # TYPE logstamp_store_shard_up gauge\n",
             );
         }
@@ -152,7 +152,7 @@ impl Source for IngestSource {
             .find(|(_, failing)| failing.is_some())
         {
             return Err(format!(
-                "shard {shard} does not take writes (its partitions wait): {reason}"
+                "the database {shard} does not take writes (its partitions wait): {reason}"
             ));
         }
         self.kafka

@@ -111,7 +111,8 @@ pub struct IngestStats {
     /// Per assigned partition, from librdkafka's statistics; replaced whole at each report, so
     /// revoked partitions drop out.
     consumer_lag: std::sync::Mutex<Vec<PartitionLag>>,
-    /// With `store.shards`: which shards answer, as the writer finds them.
+    /// Which databases answer, as the writer finds them: each of `store.shards`, or the one of
+    /// `mysql.url` without shards.
     shards: std::sync::OnceLock<Arc<ShardHealth>>,
 }
 
@@ -192,8 +193,8 @@ impl IngestStats {
             .clone()
     }
 
-    /// With `store.shards`, once the worker writes: each shard with why it is failing (`None`:
-    /// it answers). Empty without shards.
+    /// Once the worker writes: each database written to (each shard, or the single database)
+    /// with why it is failing (`None`: it answers). Empty before.
     pub fn shard_health(&self) -> Vec<(ShardName, Option<String>)> {
         self.shards.get().map(|h| h.snapshot()).unwrap_or_default()
     }
@@ -323,10 +324,8 @@ pub async fn run(
         &settings.rollups,
         generator.layout(),
     )?;
-    if writer.shards().sharded {
-        // Set once, by the one run of this worker.
-        let _ = stats.shards.set(writer.health());
-    }
+    // Set once, by the one run of this worker.
+    let _ = stats.shards.set(writer.health());
     let dead_letter_topic =
         kafka::DeadLetterTopic::new(&settings.kafka, &settings.ingest.dead_letter_topic)?;
 

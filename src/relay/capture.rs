@@ -134,8 +134,47 @@ struct Pending {
     ends_transaction: bool,
 }
 
-/// Runs capture until `shutdown` is set; returns on the first error.
+/// Runs capture until `shutdown` is set; returns on the first error. A server that stops
+/// answering (a statement, or the stream's heartbeats) is reported once, and once more when it
+/// answers again.
 pub async fn run_once(
+    context: &RelayContext,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<(), RelayError> {
+    let result = capture(context, shutdown).await;
+    if let Err(e) = &result
+        && e.is_hang()
+        && context.stats.capture.source_hung.hung()
+    {
+        tracing::error!(
+            dc = context.dc(),
+            database = %context.url().redacted(),
+            "the database stopped answering capture: {e}; it starts again until the database \
+             answers"
+        );
+    }
+    result
+}
+
+/// How long capture waits on its server for one statement while it starts.
+const STATEMENT_LIMIT: Duration = SILENCE_LIMIT;
+
+/// One wait of capture's start on its server, within [`STATEMENT_LIMIT`].
+async fn bounded<T, E: Into<RelayError>>(
+    what: &str,
+    work: impl Future<Output = Result<T, E>>,
+) -> Result<T, RelayError> {
+    match tokio::time::timeout(STATEMENT_LIMIT, work).await {
+        Ok(done) => done.map_err(Into::into),
+        Err(_) => Err(DbError::TimedOut {
+            context: what.to_string(),
+            after: STATEMENT_LIMIT,
+        }
+        .into()),
+    }
+}
+
+async fn capture(
     context: &RelayContext,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), RelayError> {
@@ -149,26 +188,37 @@ pub async fn run_once(
         ));
     }
     let mut state = mysql::connect(context.url()).await?;
-    checkpoint::unlogged(&mut state).await?;
+    bounded("setting up the session", checkpoint::unlogged(&mut state)).await?;
     // One capture per data centre and database; the lock lives as long as this connection,
-    // which records the checkpoints.
+    // which records the checkpoints. One this capture dropped (its server hung) may hold it
+    // until the server is done with it: waited for.
     let lock = resume::capture_lock(context);
-    if !try_lock(&mut state, &lock, 0).await? {
+    let lock_wait = u32::try_from(STATEMENT_LIMIT.as_secs() / 2).unwrap_or(u32::MAX);
+    let locked = bounded(
+        &format!("taking lock {lock}"),
+        try_lock(&mut state, &lock, lock_wait),
+    )
+    .await?;
+    if !locked {
         return Err(RelayError::Busy(format!(
             "another relay captures {dc} (it holds lock {lock})"
         )));
     }
-    let vars = source_variables(&mut state).await?;
+    let vars = bounded(
+        "reading the server's variables",
+        source_variables(&mut state),
+    )
+    .await?;
     let checksums = check_source(&vars, relay.server_id)?;
     let source_server_id: u32 = vars
         .get("server_id")
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| RelayError::Refused("the server reports no server_id".into()))?;
-    let charsets = collations(&mut state).await?;
+    let charsets = bounded("reading the server's collations", collations(&mut state)).await?;
     let topic = context.topic(&dc);
     ensure_topic(context, &topic).await?;
     let producer = producer(context)?;
-    let found = checkpoint::load(&mut state, &dc).await?;
+    let found = bounded("reading the checkpoint", checkpoint::load(&mut state, &dc)).await?;
     // What an earlier capture still had on its way lands before this, or is passed over.
     let run = resume::fence(context, &topic, source_server_id).await?;
     let tail = resume::read_tail(context, &topic, run).await?;
@@ -178,7 +228,13 @@ pub async fn run_once(
             checkpoint
         }
         // First start: from now on. Rows already there must be copied by other means.
-        Start::Here => checkpoint::start_here(&mut state, &dc, 0, None).await?,
+        Start::Here => {
+            bounded(
+                "recording the starting checkpoint",
+                checkpoint::start_here(&mut state, &dc, 0, None),
+            )
+            .await?
+        }
     };
 
     let mut binlog = mysql::connect(context.url()).await?;
@@ -196,23 +252,16 @@ pub async fn run_once(
         setup.push(format!("SET @slave_connect_state = '{}'", start.gtid_state));
     }
     for statement in &setup {
-        binlog
-            .query_drop(statement)
-            .await
-            .map_err(DbError::mysql(format!(
-                "preparing the binlog connection: {statement}"
-            )))?;
+        let what = format!("preparing the binlog connection: {statement}");
+        let sent = binlog.query_drop(statement);
+        bounded(&what, async { sent.await.map_err(DbError::mysql(&what)) }).await?;
     }
     let request = BinlogStreamRequest::new(relay.server_id)
         .with_filename(start.file.as_bytes())
         .with_pos(start.pos);
-    let mut stream = binlog
-        .get_binlog_stream(request)
-        .await
-        .map_err(DbError::mysql(format!(
-            "starting the binlog stream at {}:{}",
-            start.file, start.pos
-        )))?;
+    let what = format!("starting the binlog stream at {}:{}", start.file, start.pos);
+    let asked = binlog.get_binlog_stream(request);
+    let mut stream = bounded(&what, async { asked.await.map_err(DbError::mysql(&what)) }).await?;
     tracing::info!(
         dc,
         file = start.file,
@@ -224,6 +273,9 @@ pub async fn run_once(
     );
     let stats = &context.stats.capture;
     let _connected = Running::mark(&stats.connected);
+    if stats.source_hung.answered() {
+        tracing::info!(dc, "the database answers capture again");
+    }
     let start_at = start.clone();
 
     let mut handler = EventHandler::new(
@@ -267,9 +319,11 @@ pub async fn run_once(
             };
             let event = match next {
                 Err(_) => {
-                    return Err(DbError::Mysql {
-                        context: format!("no binlog event or heartbeat for {SILENCE_LIMIT:?}"),
-                        source: mysql_async::DriverError::ConnectionClosed.into(),
+                    // A hung server: its heartbeats stopped too.
+                    return Err(DbError::TimedOut {
+                        context: "reading the binlog (the server sends a heartbeat every second)"
+                            .into(),
+                        after: SILENCE_LIMIT,
                     }
                     .into());
                 }

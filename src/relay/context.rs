@@ -63,6 +63,12 @@ impl RelayError {
         move |source| RelayError::Kafka { context, source }
     }
 
+    /// The server gave no answer within the bound set for the wait: it may be hung. The part
+    /// that met it reports it once; its retries until the server answers are no news.
+    pub fn is_hang(&self) -> bool {
+        matches!(self, RelayError::Store(DbError::TimedOut { .. }))
+    }
+
     /// Whether starting the work again from its durable state may succeed.
     pub fn is_transient(&self) -> bool {
         match self {

@@ -16,6 +16,7 @@ pub struct RelaySource {
     dc: String,
     stats: Arc<RelayStats>,
     mysql: MysqlUrl,
+    apply_timeout: std::time::Duration,
     /// Where capture publishes.
     kafka: KafkaProbe,
     /// Where each applier reads, by source data centre.
@@ -28,6 +29,7 @@ impl RelaySource {
             dc: context.dc().to_string(),
             stats: context.stats.clone(),
             mysql: context.url().clone(),
+            apply_timeout: context.relay.apply_timeout,
             kafka: KafkaProbe::new(&context.kafka_config(&context.kafka.brokers)),
             remotes: context
                 .relay
@@ -101,6 +103,14 @@ impl Source for RelaySource {
             capture.lag_seconds() as f64,
         );
         gauge("logstamp_relay_capture_connected", flag(&capture.connected));
+        gauge(
+            "logstamp_relay_capture_source_up",
+            if capture.source_hung.is_hung() {
+                0.0
+            } else {
+                1.0
+            },
+        );
         let snapshot = &self.stats.snapshot;
         counter(
             "logstamp_relay_snapshot_rows_total",
@@ -132,6 +142,13 @@ impl Source for RelaySource {
             metrics::gauge!("logstamp_relay_apply_schema_mismatch", &labels)
                 .set(flag(&apply.schema_mismatch));
             metrics::gauge!("logstamp_relay_apply_running", &labels).set(flag(&apply.running));
+            metrics::gauge!("logstamp_relay_apply_target_up", &labels).set(
+                if apply.target_hung.is_hung() {
+                    0.0
+                } else {
+                    1.0
+                },
+            );
             metrics::counter!("logstamp_relay_apply_skipped_transactions_total", &labels)
                 .absolute(count(&apply.skipped_transactions));
             metrics::counter!("logstamp_relay_apply_superseded_messages_total", &labels)
@@ -150,10 +167,26 @@ impl Source for RelaySource {
     }
 
     async fn ready(&self) -> Result<(), String> {
+        if self.stats.capture.source_hung.is_hung() {
+            return Err(format!(
+                "MySQL at {} does not answer capture (no binlog event or heartbeat, or no \
+                 answer to a statement, within 10s)",
+                self.mysql.redacted()
+            ));
+        }
         if !self.stats.capture.connected.load(Ordering::Relaxed) {
             return Err("capture is not reading the binlog (the log says why)".into());
         }
         for (remote, apply) in self.stats.appliers() {
+            // Before `running`: an applier waiting on a hung database still runs.
+            if apply.target_hung.is_hung() {
+                return Err(format!(
+                    "MySQL at {} does not answer the applier of {remote} within \
+                     relay.apply_timeout ({:?})",
+                    self.mysql.redacted(),
+                    self.apply_timeout
+                ));
+            }
             if !apply.running.load(Ordering::Relaxed) {
                 return Err(format!(
                     "the applier of {remote} is not running (the log says why)"
@@ -226,6 +259,10 @@ fn describe() {
         "logstamp_relay_capture_connected",
         "1 while capture reads the binlog."
     );
+    describe_gauge!(
+        "logstamp_relay_capture_source_up",
+        "0 from capture's first wait on its server that got no answer (no binlog event or heartbeat for 10 s, or no answer to a statement) until it answers again; 1 otherwise."
+    );
     describe_counter!(
         "logstamp_relay_snapshot_rows_total",
         "Rows of existing tables the snapshot published (rows/s: its rate)."
@@ -269,6 +306,10 @@ fn describe() {
     describe_gauge!(
         "logstamp_relay_apply_running",
         "1 while the applier is connected to MySQL and reads its topic."
+    );
+    describe_gauge!(
+        "logstamp_relay_apply_target_up",
+        "0 from the applier's first wait on this data centre's database that got no answer within relay.apply_timeout until it answers again; 1 otherwise."
     );
     describe_counter!(
         "logstamp_relay_apply_skipped_transactions_total",

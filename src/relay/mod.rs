@@ -39,6 +39,7 @@ use tokio::sync::watch;
 pub use context::{RelayContext, RelayError};
 pub use settings::TablePattern;
 
+use crate::mysql::bound::within;
 use crate::mysql::retry::RetryPolicy;
 use crate::mysql::{self, DbError};
 use context::{
@@ -129,7 +130,12 @@ where
                     waits = RetryPolicy::FOREVER.waits();
                 }
                 let wait = waits.next().unwrap_or(RetryPolicy::FOREVER.longest_wait);
-                tracing::warn!(part = name, retry_in = ?wait, "relay {name} failed, starting again: {e}");
+                if e.is_hang() {
+                    // The part said so once when the server stopped answering.
+                    tracing::debug!(part = name, retry_in = ?wait, "relay {name} failed, starting again: {e}");
+                } else {
+                    tracing::warn!(part = name, retry_in = ?wait, "relay {name} failed, starting again: {e}");
+                }
                 wait
             }
             Err(e) => {
@@ -165,16 +171,23 @@ async fn check_migrated(context: &RelayContext) -> Result<(), RelayError> {
         .map(mysql_async::Value::from)
         .collect();
     // Rows, not strings: a name is counted whatever form the server sends it in.
-    let found: Vec<mysql_async::Row> = conn
-        .exec(
-            format!(
-                "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? \
-                 AND TABLE_NAME IN ({marks})"
-            ),
-            params,
-        )
-        .await
-        .map_err(DbError::mysql("looking for the relay tables"))?;
+    let query = conn.exec(
+        format!(
+            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? \
+             AND TABLE_NAME IN ({marks})"
+        ),
+        params,
+    );
+    let found: Vec<mysql_async::Row> = within(
+        context.relay.apply_timeout,
+        || "looking for the relay tables".into(),
+        async {
+            query
+                .await
+                .map_err(DbError::mysql("looking for the relay tables"))
+        },
+    )
+    .await?;
     let _ = conn.disconnect().await;
     if found.len() == tables.len() {
         Ok(())

@@ -41,6 +41,10 @@ pub struct RelaySettings {
     /// What an applier holds of the changes it read ahead and of the SQL it prepared, in bytes;
     /// also caps each statement it sends (with the server's `max_allowed_packet`).
     pub apply_memory_bytes: usize,
+    /// How long an applier waits on its database for any one thing (a statement, a round trip
+    /// of statements, the commit): past it the database is taken as hung.
+    #[serde(with = "duration_text")]
+    pub apply_timeout: Duration,
     /// What an applier does when an UPDATE or DELETE does not find its before image here.
     pub on_conflict: OnConflict,
     /// What an applier does with a message it cannot apply.
@@ -96,6 +100,13 @@ impl RelaySettings {
             ));
         }
         at_most_a_year("relay.checkpoint_interval", self.checkpoint_interval)?;
+        at_most_a_year("relay.apply_timeout", self.apply_timeout)?;
+        if self.apply_timeout < Duration::from_millis(100) {
+            return Err(SettingError::new(
+                "relay.apply_timeout",
+                "must be at least 100ms",
+            ));
+        }
         // It sizes a buffer.
         at_most("relay.apply_batch", self.apply_batch, 100_000)?;
         if self.checkpoint_interval.is_zero() {
@@ -363,25 +374,11 @@ mod tests {
 
     #[test]
     fn each_shard_has_a_topic_of_its_own() {
-        let relay: super::RelaySettings = toml::from_str(
-            r#"dc = "dc1"
-            server_id = 1
-            tables = []
-            topic_prefix = "relay-"
-            loop_filter = "marker"
-            checkpoint_interval = "1s"
-            apply_batch = 1
-            max_message_bytes = 1048576
-            apply_memory_bytes = 16777216
-            on_conflict = "apply"
-            on_bad_message = "stop"
-            snapshot = "off"
-            remotes = []"#,
-        )
-        .unwrap();
-        assert_eq!(relay.topic("dc2", None), "relay-dc2");
-        assert_eq!(relay.topic("dc2", Some(0)), "relay-dc2.0");
-        assert_eq!(relay.topic("dc2", Some(12)), "relay-dc2.12");
+        let relay = crate::config::Settings::defaults().unwrap().relay;
+        assert_eq!(relay.topic_prefix, "logstamp-relay-");
+        assert_eq!(relay.topic("dc2", None), "logstamp-relay-dc2");
+        assert_eq!(relay.topic("dc2", Some(0)), "logstamp-relay-dc2.0");
+        assert_eq!(relay.topic("dc2", Some(12)), "logstamp-relay-dc2.12");
     }
 
     #[test]

@@ -64,6 +64,9 @@ pub struct CaptureStats {
     pub checkpoint_pos: AtomicU64,
     /// Capture reads the binlog now.
     pub connected: AtomicBool,
+    /// The server gave no answer (no event, no heartbeat, no statement's) within capture's
+    /// bound, and has not answered since.
+    pub source_hung: Hung,
     /// Behind in reading the binlog: since the last transaction read, until a heartbeat says
     /// the server has sent all it wrote.
     pub read_lag: Lag,
@@ -121,6 +124,9 @@ pub struct ApplyStats {
     /// Bytes of prepared parts the applier holds, waiting or being applied (at most half of
     /// `relay.apply_memory_bytes`).
     pub held_bytes: AtomicU64,
+    /// The database applied to gave no answer within `relay.apply_timeout`, and has not
+    /// answered since.
+    pub target_hung: Hung,
     pub lag: Lag,
 }
 
@@ -219,6 +225,29 @@ impl Lag {
     }
 }
 
+/// Whether a server a part waits on stopped answering within its bound: set at the first wait
+/// that timed out, cleared at the next answer. Each change is reported once, not once per
+/// retry.
+#[derive(Debug, Default)]
+pub struct Hung(AtomicBool);
+
+impl Hung {
+    /// Records a wait that got no answer; true if the server answered until now (the caller
+    /// says so).
+    pub fn hung(&self) -> bool {
+        !self.0.swap(true, Ordering::Relaxed)
+    }
+
+    /// Records an answer; true if the server was hung until now.
+    pub fn answered(&self) -> bool {
+        self.0.swap(false, Ordering::Relaxed)
+    }
+
+    pub fn is_hung(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 /// Sets a flag for as long as it lives: a part that returns, by error or not, clears it.
 #[derive(Debug)]
 pub struct Running<'a>(&'a AtomicBool);
@@ -250,6 +279,19 @@ mod tests {
         assert_eq!(lag.seconds_at(980), 0);
         lag.caught_up();
         assert_eq!(lag.seconds_at(1_000), 0);
+    }
+
+    #[test]
+    fn a_hung_server_is_reported_once_each_way() {
+        let hung = Hung::default();
+        assert!(!hung.is_hung());
+        assert!(!hung.answered(), "answering is news only after a hang");
+        assert!(hung.hung());
+        assert!(!hung.hung(), "a retry that times out again is no news");
+        assert!(hung.is_hung());
+        assert!(hung.answered());
+        assert!(!hung.answered());
+        assert!(!hung.is_hung());
     }
 
     #[test]

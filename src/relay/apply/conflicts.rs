@@ -33,25 +33,24 @@ impl Conflicts<'_> {
         let table = format!("{}.{}", change.row.schema, change.row.table);
         let source_dc = self.source_dc;
         let failed = || format!("applying a change of {table} from {source_dc}");
-        conn.query_drop(&statement.sql)
-            .await
-            .map_err(DbError::mysql(failed()))?;
+        let limit = self.context.relay.apply_timeout;
+        on_target(limit, failed, conn.query_drop(&statement.sql)).await?;
         if !statement.finds_row || conn.affected_rows() == 1 {
             return Ok(None);
         }
-        let found: Option<String> = conn
-            .query_first(self.sql(sql::found_row(&change.row))?)
-            .await
-            .map_err(DbError::mysql(failed()))?;
+        let found: Option<String> = on_target(
+            limit,
+            failed,
+            conn.query_first(self.sql(sql::found_row(&change.row))?),
+        )
+        .await?;
         let stop = self.context.relay.on_conflict == OnConflict::Stop;
         if stop && *self.waiting_at == Some(change.txn) {
             return Ok(Some(self.waiting_reason(change, &table)));
         }
         if stop {
             // Recorded outside the transaction, which is rolled back.
-            conn.query_drop("ROLLBACK")
-                .await
-                .map_err(DbError::mysql(failed()))?;
+            on_target(limit, failed, conn.query_drop("ROLLBACK")).await?;
         }
         self.record(conn, change, found.as_deref(), stop).await?;
         if stop {
@@ -63,9 +62,7 @@ impl Conflicts<'_> {
         self.drop_key(CacheKey::of(&change.row));
         for forced in sql::forced(&change.row) {
             if let Some(statement) = self.statement(&forced)? {
-                conn.query_drop(&statement.sql)
-                    .await
-                    .map_err(DbError::mysql(failed()))?;
+                on_target(limit, failed, conn.query_drop(&statement.sql)).await?;
                 // Only a row written reaches the binlog, so only its key is recorded.
                 if conn.affected_rows() > 0 {
                     self.keep_key(CacheKey::of(&forced));
@@ -131,7 +128,7 @@ impl Conflicts<'_> {
         let row = &change.row;
         let json =
             |r: &Row| serde_json::Value::Object(row_to_json(r).into_iter().collect()).to_string();
-        conn.exec_drop(
+        let insert = conn.exec_drop(
             format!(
                 "INSERT INTO `{CONFLICTS_TABLE}` (source_dc, source_gtid, table_schema, \
                  table_name, change_type, row_key, expected, found, change_message, resolution) \
@@ -149,12 +146,18 @@ impl Conflicts<'_> {
                 String::from_utf8_lossy(&change.to_json()).into_owned(),
                 if stopped { "stopped" } else { "applied" },
             ),
+        );
+        on_target(
+            self.context.relay.apply_timeout,
+            || {
+                format!(
+                    "recording a conflict of {}.{} from {}",
+                    row.schema, row.table, self.source_dc
+                )
+            },
+            insert,
         )
-        .await
-        .map_err(DbError::mysql(format!(
-            "recording a conflict of {}.{} from {}",
-            row.schema, row.table, self.source_dc
-        )))?;
+        .await?;
         Ok(())
     }
 }

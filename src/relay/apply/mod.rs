@@ -26,6 +26,13 @@
 //! parts with their SQL, held within the memory budget), `place` (parts into local
 //! transactions, once their tables match), `conflicts` (a part applied change by change),
 //! `schema` (the schema cache), `record` (the applied position and stops).
+//!
+//! Every wait on the local database is bounded by `relay.apply_timeout`: a server that hangs
+//! keeps the connection open and answers nothing, so past the bound the applier drops the
+//! connection and starts again from `relay_applied`. A commit whose answer never came is
+//! settled there: the applier's named lock goes with the old connection only once the server
+//! has finished with it (the commit done or rolled back), and the new one waits for it before
+//! reading where to resume.
 
 mod conflicts;
 mod place;
@@ -34,6 +41,7 @@ mod record;
 mod schema;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::future::Future;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -48,6 +56,7 @@ use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::kafka::CreateRedacted;
+use crate::mysql::bound::within;
 use crate::mysql::encode::push_sql_string;
 use crate::mysql::lock::{lock_name, try_lock};
 use crate::mysql::rows::take;
@@ -104,6 +113,8 @@ const MOST_FETCH_BYTES: usize = 52_428_800;
 const FETCH_EXPANSION: usize = 16;
 /// `max_allowed_packet` less this is what a statement may take (the packet's own framing).
 const PACKET_OVERHEAD: usize = 1024;
+/// How long past its own wait `GET_LOCK` may take to answer.
+const LOCK_ANSWER: Duration = Duration::from_secs(5);
 /// The savepoint before each source transaction in a local transaction: a transaction cut off
 /// in the topic is undone to it.
 const SOURCE_SAVEPOINT: &str = "SAVEPOINT relay_source";
@@ -122,41 +133,95 @@ struct Applied {
     run: Option<u64>,
 }
 
+/// One wait on the target database within `limit` (`relay.apply_timeout`): past it, a
+/// transient [`DbError::TimedOut`], and the applier starts again on a new connection (the
+/// driver discards one whose command was dropped part-way).
+pub(super) async fn on_target<T>(
+    limit: Duration,
+    what: impl Fn() -> String,
+    work: impl Future<Output = Result<T, mysql_async::Error>>,
+) -> Result<T, DbError> {
+    within(limit, &what, async {
+        work.await.map_err(|source| DbError::Mysql {
+            context: what(),
+            source,
+        })
+    })
+    .await
+}
+
 /// Runs the applier of one remote data centre until `shutdown` is set; returns on the first
-/// error.
+/// error. A target database that stops answering is reported once (the log, the applier's
+/// `target_hung`), and once more when it answers again.
 pub async fn run_once(
     context: &RelayContext,
     remote: &RemoteDc,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), RelayError> {
-    let topic = context.topic(&remote.dc);
     let stats = context
         .stats
         .applier(&remote.dc)
         .ok_or_else(|| RelayError::Refused(format!("{} is not one of relay.remotes", remote.dc)))?;
+    let result = apply(context, remote, stats, shutdown).await;
+    if let Err(e) = &result
+        && e.is_hang()
+        && stats.target_hung.hung()
+    {
+        tracing::error!(
+            source = remote.dc,
+            database = %context.url().redacted(),
+            "the database stopped answering the applier of {}: {e}; it starts again until the \
+             database answers",
+            remote.dc
+        );
+    }
+    result
+}
+
+async fn apply(
+    context: &RelayContext,
+    remote: &RemoteDc,
+    stats: &ApplyStats,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<(), RelayError> {
+    let topic = context.topic(&remote.dc);
+    let wait = context.relay.apply_timeout;
     let mut conn = mysql::connect(context.url()).await?;
     let mut setup: Vec<&str> = SESSION_SETUP.to_vec();
     if context.loop_filter() == LoopFilterMode::SkipReplication {
         setup.push("SET SESSION skip_replication = 1");
     }
     for statement in setup {
-        conn.query_drop(statement)
-            .await
-            .map_err(DbError::mysql(format!(
-                "setting up the applier's session: {statement}"
-            )))?;
+        let what = || format!("setting up the applier's session: {statement}");
+        on_target(wait, what, conn.query_drop(statement)).await?;
     }
     // One applier per source and database: the lock goes with the connection, also when the
-    // process dies.
+    // process dies. A connection this applier dropped (its server hung) may hold it until the
+    // server is done with it: waited for, within the bound.
     let lock = lock_name(&["relay-apply", &context.state_database, &remote.dc]);
-    if !try_lock(&mut conn, &lock, 0).await? {
+    let lock_wait = u32::try_from(wait.as_secs()).unwrap_or(u32::MAX);
+    let locked = within(
+        wait + LOCK_ANSWER,
+        || format!("taking lock {lock}"),
+        try_lock(&mut conn, &lock, lock_wait),
+    )
+    .await?;
+    if !locked {
         return Err(RelayError::Busy(format!(
             "another relay applies {} here (it holds lock {lock})",
             remote.dc
         )));
     }
     let limits = Limits::new(context, &mut conn).await?;
-    let applied = load_applied(&mut conn, &remote.dc, &topic).await?;
+    let applied = load_applied(&mut conn, wait, &remote.dc, &topic).await?;
+    if stats.target_hung.answered() {
+        tracing::info!(
+            source = remote.dc,
+            database = %context.url().redacted(),
+            "the database answers the applier of {} again",
+            remote.dc
+        );
+    }
     let consumer = consumer(context, remote, &topic, applied.next_offset)?;
     stats
         .next_offset
@@ -195,7 +260,12 @@ pub async fn run_once(
             &mut stop_applying
         ),
     )?;
-    let _ = conn.disconnect().await;
+    let _ = within(wait, || "disconnecting".into(), async {
+        conn.disconnect()
+            .await
+            .map_err(DbError::mysql("disconnecting"))
+    })
+    .await;
     Ok(())
 }
 
@@ -211,23 +281,28 @@ struct Limits {
     statement_bytes: usize,
     /// Bytes of any one statement (one row's).
     packet_bytes: usize,
+    /// How long any one wait on the database may take (`relay.apply_timeout`).
+    wait: Duration,
     /// Recorded keys per row of `relay_loop_keys`: 64 hex digits each, half a statement.
     keys_per_chunk: usize,
 }
 
 impl Limits {
     async fn new(context: &RelayContext, conn: &mut Conn) -> Result<Limits, RelayError> {
-        let packet: Option<u64> = conn
-            .query_first("SELECT @@max_allowed_packet")
-            .await
-            .map_err(DbError::mysql("reading max_allowed_packet"))?;
+        let wait = context.relay.apply_timeout;
+        let packet: Option<u64> = on_target(
+            wait,
+            || "reading max_allowed_packet".into(),
+            conn.query_first("SELECT @@max_allowed_packet"),
+        )
+        .await?;
         let packet = packet
             .and_then(|p| usize::try_from(p).ok())
             .unwrap_or(usize::MAX);
-        Ok(Limits::of(context.relay.apply_memory_bytes, packet))
+        Ok(Limits::of(context.relay.apply_memory_bytes, packet, wait))
     }
 
-    fn of(memory: usize, max_allowed_packet: usize) -> Limits {
+    fn of(memory: usize, max_allowed_packet: usize, wait: Duration) -> Limits {
         let packet_bytes = max_allowed_packet.saturating_sub(PACKET_OVERHEAD);
         // A 64th for the messages of the part being gathered (decoded, they take several
         // times their bytes), half for the parts waiting, an eighth for the consumer's fetch
@@ -239,6 +314,7 @@ impl Limits {
             statement_bytes,
             packet_bytes,
             keys_per_chunk: (statement_bytes / 128).max(1),
+            wait,
         }
     }
 }
@@ -251,14 +327,14 @@ mod tests {
     fn limits_divide_the_memory_setting() {
         let settings = crate::config::Settings::defaults().unwrap();
         let memory = settings.relay.apply_memory_bytes;
-        let limits = Limits::of(memory, 16 << 20);
+        let limits = Limits::of(memory, 16 << 20, settings.relay.apply_timeout);
         assert_eq!(limits.part_bytes, memory / 64);
         assert_eq!(limits.held_bytes, memory / 2);
         assert_eq!(limits.statement_bytes, STATEMENT_BUDGET);
         // A row of recorded keys, in hex, takes at most half a statement.
         assert_eq!(limits.keys_per_chunk, STATEMENT_BUDGET / 128);
         // A small max_allowed_packet caps statements.
-        let small = Limits::of(memory, 64 << 10);
+        let small = Limits::of(memory, 64 << 10, settings.relay.apply_timeout);
         assert_eq!(small.statement_bytes, (64 << 10) - PACKET_OVERHEAD);
         assert_eq!(small.packet_bytes, (64 << 10) - PACKET_OVERHEAD);
         assert_eq!(small.keys_per_chunk, small.statement_bytes / 128);

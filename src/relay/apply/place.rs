@@ -147,7 +147,7 @@ pub(super) async fn apply_all(
                 if let Some(done) = open.take() {
                     applier.finish(conn, done, stats).await?;
                 }
-                record_resumed(conn, source_dc, next_offset, run).await?;
+                record_resumed(conn, limits.wait, source_dc, next_offset, run).await?;
                 continue;
             }
             Item::Unordered { why, commit_ts } => {
@@ -157,7 +157,7 @@ pub(super) async fn apply_all(
                     applier.finish(conn, done, stats).await?;
                 }
                 stats.lag.behind_since(commit_ts);
-                stop_visibly(conn, &stats.stopped, source_dc, &why).await?;
+                stop_visibly(conn, limits.wait, &stats.stopped, source_dc, &why).await?;
                 continue;
             }
         };
@@ -188,7 +188,7 @@ pub(super) async fn apply_all(
             // own, to tell.
             Err(e) if !stats.sends_each_part(part.next_offset) => {
                 open.take();
-                rollback(conn, source_dc).await?;
+                rollback(conn, limits.wait, source_dc).await?;
                 stats.send_each_part_until(part.next_offset);
                 return Err(RelayError::Interrupted(format!(
                     "{e}; applying again part by part to find the transaction that failed"
@@ -235,9 +235,9 @@ impl Applier<'_> {
         stats: &ApplyStats,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<bool, RelayError> {
-        let source_dc = self.source_dc;
+        let (source_dc, limit) = (self.source_dc, self.limits.wait);
         loop {
-            match check_schemas(conn, schemas, self.context, part, source_dc).await {
+            match check_schemas(conn, limit, schemas, self.context, part, source_dc).await {
                 Ok(()) => {
                     stats.schema_mismatch.store(false, Ordering::Relaxed);
                     return Ok(true);
@@ -249,12 +249,12 @@ impl Applier<'_> {
                         if part.starts {
                             self.finish(conn, before, stats).await?;
                         } else {
-                            rollback(conn, source_dc).await?;
-                            record_error(conn, source_dc, &message).await?;
+                            rollback(conn, limit, source_dc).await?;
+                            record_error(conn, limit, source_dc, &message).await?;
                             return Err(RelayError::Interrupted(message));
                         }
                     }
-                    record_error(conn, source_dc, &message).await?;
+                    record_error(conn, limit, source_dc, &message).await?;
                     tokio::select! {
                         _ = shutdown.changed() => return Ok(false),
                         _ = tokio::time::sleep(MISMATCH_RETRY) => {}
@@ -310,7 +310,7 @@ impl Applier<'_> {
         why: &str,
     ) -> Result<(), RelayError> {
         open.take();
-        rollback(conn, self.source_dc).await?;
+        rollback(conn, self.limits.wait, self.source_dc).await?;
         let gtid = txn.gtid.as_deref().unwrap_or("none");
         let restart = format!(
             "transaction {} ({gtid}) from {} cannot be applied; it goes to \
@@ -336,6 +336,7 @@ impl Applier<'_> {
             Some(conn) => conn,
             None => strays.insert(mysql::connect(self.context.url()).await?),
         };
+        let limit = self.limits.wait;
         let topic = self.context.topic(self.source_dc);
         tracing::warn!(
             source = self.source_dc,
@@ -344,17 +345,27 @@ impl Applier<'_> {
             "a message that is no change of {}'s goes to {DEAD_LETTERS_TABLE}: {why}",
             self.source_dc
         );
-        conn.exec_drop(
+        let insert = conn.exec_drop(
             format!(
                 "INSERT INTO `{DEAD_LETTERS_TABLE}` (topic, kafka_offset, source_dc, message, \
                  reason) VALUES (?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE kafka_offset = kafka_offset"
             ),
             (&topic, offset, self.source_dc, payload, why),
+        );
+        let recorded = on_target(
+            limit,
+            || format!("recording {topic} offset {offset} in {DEAD_LETTERS_TABLE}"),
+            insert,
         )
-        .await
-        .map_err(DbError::mysql(format!(
-            "recording {topic} offset {offset} in {DEAD_LETTERS_TABLE}"
-        )))?;
+        .await;
+        if recorded.is_err() {
+            // Not reused after a wait that failed: the next stray opens another.
+            strays.take();
+        }
+        recorded?;
+        let Some(conn) = strays else {
+            return Ok(());
+        };
         // 0 rows: recorded before (read again after a restart).
         if conn.affected_rows() == 1 {
             stats.dead_letters.fetch_add(1, Ordering::Relaxed);
@@ -374,8 +385,9 @@ impl Applier<'_> {
     ) -> Result<(), RelayError> {
         // Also when a failed commit took it already.
         open.take();
-        rollback(conn, self.source_dc).await?;
-        stop_visibly(conn, stopped, self.source_dc, why).await
+        let limit = self.limits.wait;
+        rollback(conn, limit, self.source_dc).await?;
+        stop_visibly(conn, limit, stopped, self.source_dc, why).await
     }
 
     /// Applies a part in the open local transaction, starting it (with the loop marker first)
@@ -437,13 +449,10 @@ impl Applier<'_> {
                 .iter()
                 .map(|s| (s.sql.as_str(), s.finds_row)),
         );
-        let all_found = run_batches(conn, statements, self.limits.statement_bytes)
-            .await
-            .map_err(DbError::mysql(what()))?;
+        let limit = self.limits.wait;
+        let all_found = run_batches(conn, statements, self.limits, what).await?;
         if !all_found {
-            conn.query_drop(UNDO_PART)
-                .await
-                .map_err(DbError::mysql(what()))?;
+            on_target(limit, what, conn.query_drop(UNDO_PART)).await?;
             open.restore(before);
             if let Some(why) = self.apply_one_by_one(conn, open, part, stats).await? {
                 return Ok(Outcome::WaitingAt(why));
@@ -497,9 +506,7 @@ impl Applier<'_> {
         let mut waits = None;
         for statement in &part.statements {
             if !statement.finds_row {
-                conn.query_drop(&statement.sql)
-                    .await
-                    .map_err(DbError::mysql(what()))?;
+                on_target(self.limits.wait, what, conn.query_drop(&statement.sql)).await?;
                 continue;
             }
             let Some(change) = finders.next() else {
@@ -549,7 +556,7 @@ impl Applier<'_> {
     ) -> Result<(), RelayError> {
         let Some((end, followed)) = open.end.clone() else {
             // Only parts that were undone: nothing to record.
-            return rollback(conn, self.source_dc).await;
+            return rollback(conn, self.limits.wait, self.source_dc).await;
         };
         let new_tables: Vec<(String, String)> = {
             let recorded = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
@@ -637,26 +644,28 @@ impl Applier<'_> {
         what: impl Fn() -> String,
     ) -> Result<(), RelayError> {
         let statements = statements.map(|sql| (sql.as_str(), false));
-        run_batches(conn, statements, self.limits.statement_bytes)
-            .await
-            .map_err(DbError::mysql(what()))?;
+        run_batches(conn, statements, self.limits, what).await?;
         Ok(())
     }
 }
 
-/// Sends `statements` in batches of at most `budget` bytes (a single statement may be longer);
-/// whether each that must find its row changed exactly one.
+/// Sends `statements` in batches of at most the statement limit (a single statement may be
+/// longer), each round trip within the applier's wait limit; whether each that must find its
+/// row changed exactly one.
 pub(super) async fn run_batches<'a>(
     conn: &mut Conn,
     statements: impl Iterator<Item = (&'a str, bool)>,
-    budget: usize,
-) -> Result<bool, mysql_async::Error> {
+    limits: &Limits,
+    what: impl Fn() -> String,
+) -> Result<bool, DbError> {
+    let budget = limits.statement_bytes;
     let mut all_found = true;
     let mut batch = String::new();
     let mut finds = Vec::new();
     for (sql, finds_row) in statements {
         if !batch.is_empty() && batch.len() + sql.len() > budget {
-            all_found &= run_batch(conn, std::mem::take(&mut batch), &finds).await?;
+            let sent = run_batch(conn, std::mem::take(&mut batch), &finds);
+            all_found &= on_target(limits.wait, &what, sent).await?;
             finds.clear();
         }
         if !batch.is_empty() {
@@ -666,7 +675,7 @@ pub(super) async fn run_batches<'a>(
         finds.push(finds_row);
     }
     if !batch.is_empty() {
-        all_found &= run_batch(conn, batch, &finds).await?;
+        all_found &= on_target(limits.wait, &what, run_batch(conn, batch, &finds)).await?;
     }
     Ok(all_found)
 }

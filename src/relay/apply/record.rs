@@ -34,21 +34,24 @@ pub(super) fn applied_update(
 /// goes on after it, in `run`.
 pub(super) async fn record_resumed(
     conn: &mut Conn,
+    limit: Duration,
     source_dc: &str,
     next_offset: i64,
     run: Option<u64>,
 ) -> Result<(), RelayError> {
-    conn.exec_drop(
-        format!(
-            "UPDATE `{APPLIED_TABLE}` SET next_offset = GREATEST(next_offset, ?), \
-             source_run = ? WHERE source_dc = ?"
+    // GREATEST: a retry after an answer that never came records nothing twice.
+    on_target(
+        limit,
+        || format!("recording in {APPLIED_TABLE} that the capture of {source_dc} resumed"),
+        conn.exec_drop(
+            format!(
+                "UPDATE `{APPLIED_TABLE}` SET next_offset = GREATEST(next_offset, ?), \
+                 source_run = ? WHERE source_dc = ?"
+            ),
+            (next_offset, run, source_dc),
         ),
-        (next_offset, run, source_dc),
     )
-    .await
-    .map_err(DbError::mysql(format!(
-        "recording in {APPLIED_TABLE} that the capture of {source_dc} resumed"
-    )))?;
+    .await?;
     Ok(())
 }
 
@@ -90,29 +93,36 @@ pub(super) fn gtids_update(source_dc: &str, followed: &Followed) -> String {
 
 pub(super) async fn load_applied(
     conn: &mut Conn,
+    limit: Duration,
     source_dc: &str,
     topic: &str,
 ) -> Result<Applied, RelayError> {
     let context = || format!("reading the applied offset of {source_dc}");
-    conn.exec_drop(
-        format!(
-            "INSERT IGNORE INTO `{APPLIED_TABLE}` (source_dc, topic, next_offset) VALUES (?, ?, 0)"
+    on_target(
+        limit,
+        context,
+        conn.exec_drop(
+            format!(
+                "INSERT IGNORE INTO `{APPLIED_TABLE}` (source_dc, topic, next_offset) \
+                 VALUES (?, ?, 0)"
+            ),
+            (source_dc, topic),
         ),
-        (source_dc, topic),
     )
-    .await
-    .map_err(DbError::mysql(context()))?;
-    let row: Option<mysql_async::Row> = conn
-        .exec_first(
+    .await?;
+    let row: Option<mysql_async::Row> = on_target(
+        limit,
+        context,
+        conn.exec_first(
             format!(
                 "SELECT a.next_offset, g.epoch, g.applied, a.topic, a.source_run \
                  FROM `{APPLIED_TABLE}` a LEFT JOIN `{APPLIED_GTIDS_TABLE}` g ON g.source_dc = a.source_dc \
                  WHERE a.source_dc = ?"
             ),
             (source_dc,),
-        )
-        .await
-        .map_err(DbError::mysql(context()))?;
+        ),
+    )
+    .await?;
     let mut row = row.ok_or_else(|| RelayError::Refused(format!("{}: no row", context())))?;
     let stored_topic: String = take(&mut row, 3, "relay_applied.topic")?;
     if stored_topic != topic {
@@ -141,6 +151,7 @@ pub(super) async fn load_applied(
 /// metric and readiness that show `stopped`.
 pub(super) async fn stop_visibly(
     conn: &mut Conn,
+    limit: Duration,
     stopped: &AtomicBool,
     source_dc: &str,
     why: &str,
@@ -150,32 +161,39 @@ pub(super) async fn stop_visibly(
         source = source_dc,
         "applying from {source_dc} stopped: {why}"
     );
-    record_error(conn, source_dc, why).await
+    record_error(conn, limit, source_dc, why).await
 }
 
 /// Ends the local transaction a failed or cut-short apply left open.
-pub(super) async fn rollback(conn: &mut Conn, source_dc: &str) -> Result<(), RelayError> {
-    conn.query_drop("ROLLBACK")
-        .await
-        .map_err(DbError::mysql(format!(
-            "rolling back a transaction from {source_dc} not applied whole"
-        )))?;
+pub(super) async fn rollback(
+    conn: &mut Conn,
+    limit: Duration,
+    source_dc: &str,
+) -> Result<(), RelayError> {
+    on_target(
+        limit,
+        || format!("rolling back a transaction from {source_dc} not applied whole"),
+        conn.query_drop("ROLLBACK"),
+    )
+    .await?;
     Ok(())
 }
 
 /// Stores why applying is stuck, for `relay status`.
 pub(super) async fn record_error(
     conn: &mut Conn,
+    limit: Duration,
     source_dc: &str,
     message: &str,
 ) -> Result<(), RelayError> {
-    conn.exec_drop(
-        format!("UPDATE `{APPLIED_TABLE}` SET last_error = ? WHERE source_dc = ?"),
-        (message, source_dc),
+    on_target(
+        limit,
+        || format!("recording the error of {source_dc}"),
+        conn.exec_drop(
+            format!("UPDATE `{APPLIED_TABLE}` SET last_error = ? WHERE source_dc = ?"),
+            (message, source_dc),
+        ),
     )
-    .await
-    .map_err(DbError::mysql(format!(
-        "recording the error of {source_dc}"
-    )))?;
+    .await?;
     Ok(())
 }

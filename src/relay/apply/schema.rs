@@ -23,14 +23,15 @@ pub(super) struct Definition {
 /// without one (a capture from before the contract), in its columns' names and kinds.
 pub(super) async fn check_schemas(
     conn: &mut Conn,
+    limit: Duration,
     cache: &mut SchemaCache,
     context: &RelayContext,
     part: &Part<'_>,
     source_dc: &str,
 ) -> Result<(), RelayError> {
     for table in &part.tables {
-        let name = (table.schema.clone(), table.table.clone());
-        if let Some((at, checked)) = cache.checked.get(&name)
+        let key = (table.schema.clone(), table.table.clone());
+        if let Some((at, checked)) = cache.checked.get(&key)
             && at.elapsed() < SCHEMA_RECHECK
             && *checked == table.definition
         {
@@ -43,10 +44,21 @@ pub(super) async fn check_schemas(
                 table.schema, table.table, part.seq, part.position.file, part.position.pos
             )));
         }
-        let local = local_columns(conn, &table.schema, &table.table).await?;
+        let (schema, name) = (&table.schema, &table.table);
+        let local = within(
+            limit,
+            || format!("reading the columns of {schema}.{name}"),
+            local_columns(conn, schema, name),
+        )
+        .await?;
         let differences = match &table.definition.contract {
             Some(source) => {
-                let key = local_key(conn, &table.schema, &table.table).await?;
+                let key = within(
+                    limit,
+                    || format!("reading the primary key of {schema}.{name}"),
+                    local_key(conn, schema, name),
+                )
+                .await?;
                 contract::differences(source, &contract::local_contract(&local, key), source_dc)
             }
             None => sql::column_differences(&table.definition.kinds, &local, source_dc),
@@ -60,9 +72,10 @@ pub(super) async fn check_schemas(
                 differences.join("; ")
             )));
         }
-        cache
-            .checked
-            .insert(name, (Instant::now(), table.definition.clone()));
+        cache.checked.insert(
+            (schema.clone(), name.clone()),
+            (Instant::now(), table.definition.clone()),
+        );
     }
     Ok(())
 }

@@ -19,6 +19,7 @@
 mod rules;
 mod sql;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,6 +49,27 @@ const WAIT_MARGIN: Duration = Duration::from_secs(2);
 
 /// How often a waiting fixed claim says it is still waiting.
 const WAIT_PROGRESS: Duration = Duration::from_secs(10);
+
+/// How long claiming a lease (and recording the telemetry address) waits on the coordination
+/// database for any one thing: a connection, handshake included, or a statement. A server that
+/// hangs answers nothing: the start fails with an error saying so rather than waiting for ever.
+const STATEMENT_BOUND: Duration = Duration::from_secs(10);
+
+/// `work` within [`STATEMENT_BOUND`]; `what` names it in the error.
+async fn bounded<T, E: From<DbError>>(
+    what: impl FnOnce() -> String,
+    work: impl Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    tokio::time::timeout(STATEMENT_BOUND, work)
+        .await
+        .unwrap_or_else(|_| {
+            Err(DbError::TimedOut {
+                context: what(),
+                after: STATEMENT_BOUND,
+            }
+            .into())
+        })
+}
 
 /// Why a lease could not be had.
 #[derive(Debug, thiserror::Error)]
@@ -143,10 +165,11 @@ impl<C: Clock + 'static> HeldLease<C> {
         let timing = Timing::new(id.lease_ttl, id.mark_window);
         let holder = Holder::this_process();
         let pool = mysql::pool(url, POOL_CONNECTIONS)?;
-        let mut conn = pool.get_conn().await.map_err(DbError::mysql(format!(
-            "connecting to {} for the service-ID lease",
-            url.redacted()
-        )))?;
+        let connecting = || format!("connecting to {} for the service-ID lease", url.redacted());
+        let mut conn = bounded(connecting, async {
+            pool.get_conn().await.map_err(DbError::mysql(connecting()))
+        })
+        .await?;
         // The renewal clock starts before the claim was sent: the database's expiry is later.
         let (service_id, claimed_at) = match id.service_id {
             ServiceIdSetting::Fixed(service_id) => {
@@ -158,9 +181,12 @@ impl<C: Clock + 'static> HeldLease<C> {
                 (service_id, claimed_at)
             }
         };
-        let mark_at_claim = sql::claimed_mark(&mut conn, service_id, &holder)
-            .await?
-            .ok_or(LeaseError::LostAtStart { service_id })?;
+        let mark_at_claim = bounded(
+            || format!("reading the high-water mark of service ID {service_id}"),
+            sql::claimed_mark(&mut conn, service_id, &holder),
+        )
+        .await?
+        .ok_or(LeaseError::LostAtStart { service_id })?;
         let mut generator = IdGenerator::with_clock(id.layout, service_id, clock)?
             .with_max_borrow_seconds(id.max_borrow_seconds);
         if let Some(floor) = rules::floor_after(mark_at_claim) {
@@ -169,7 +195,12 @@ impl<C: Clock + 'static> HeldLease<C> {
         let host_now = generator.clock().unix_seconds();
         let ceiling =
             rules::ceiling_for(host_now, generator.frontier_unix_seconds(), timing.window);
-        if !sql::renew(&mut conn, service_id, &holder, timing.ttl, ceiling).await? {
+        let renewed = bounded(
+            || format!("renewing the lease of service ID {service_id} as it starts"),
+            sql::renew(&mut conn, service_id, &holder, timing.ttl, ceiling),
+        )
+        .await?;
+        if !renewed {
             return Err(LeaseError::LostAtStart { service_id });
         }
         let generator = Arc::new(generator.with_ceiling(ceiling));
@@ -219,12 +250,16 @@ impl<C: Clock + 'static> HeldLease<C> {
     /// `leases list` and Prometheus' discovery of the fleet.
     pub async fn advertise(&self, address: &str) -> Result<(), LeaseError> {
         let keeper = &self.keeper;
-        let mut conn = keeper
-            .pool
-            .get_conn()
-            .await
-            .map_err(DbError::mysql("connecting to record the telemetry address"))?;
-        sql::advertise(&mut conn, keeper.service_id, &keeper.holder, address).await?;
+        let what = || "recording the telemetry address".to_string();
+        let mut conn = bounded(what, async {
+            keeper.pool.get_conn().await.map_err(DbError::mysql(what()))
+        })
+        .await?;
+        bounded(
+            what,
+            sql::advertise(&mut conn, keeper.service_id, &keeper.holder, address),
+        )
+        .await?;
         Ok(())
     }
 
@@ -418,12 +453,26 @@ async fn claim_fixed(
     let mut unsettled = 0;
     loop {
         let sent = Instant::now();
-        if sql::try_claim(conn, Candidate::New(service_id), holder, ttl).await?
-            || sql::try_claim(conn, Candidate::Expired(service_id), holder, ttl).await?
+        let claiming = || format!("claiming service ID {service_id}");
+        if bounded(
+            claiming,
+            sql::try_claim(conn, Candidate::New(service_id), holder, ttl),
+        )
+        .await?
+            || bounded(
+                claiming,
+                sql::try_claim(conn, Candidate::Expired(service_id), holder, ttl),
+            )
+            .await?
         {
             return Ok((service_id, sent));
         }
-        let Some(row) = sql::read(conn, service_id).await?.filter(|row| row.live) else {
+        let read = bounded(
+            || format!("reading the lease of service ID {service_id}"),
+            sql::read(conn, service_id),
+        )
+        .await?;
+        let Some(row) = read.filter(|row| row.live) else {
             unsettled += 1;
             if unsettled == CLAIM_ROUNDS {
                 return Err(LeaseError::Contended {
@@ -489,13 +538,22 @@ async fn claim_auto(
 ) -> Result<u32, LeaseError> {
     let (first, last) = (*range.start(), *range.end());
     for _ in 0..CLAIM_ROUNDS {
-        let seen = sql::seen(conn, first, last).await?;
+        let seen = bounded(
+            || format!("reading the leases of id.auto_range {first}-{last}"),
+            sql::seen(conn, first, last),
+        )
+        .await?;
         let candidates = rules::candidates(range.clone(), &seen);
         if candidates.is_empty() {
             return Err(LeaseError::NoFreeId { first, last });
         }
         for candidate in candidates {
-            if sql::try_claim(conn, candidate, holder, ttl).await? {
+            let claimed = bounded(
+                || format!("claiming service ID {}", candidate.service_id()),
+                sql::try_claim(conn, candidate, holder, ttl),
+            )
+            .await?;
+            if claimed {
                 return Ok(candidate.service_id());
             }
         }
