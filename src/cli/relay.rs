@@ -15,8 +15,10 @@ use logstamp::relay::metrics::RelaySource;
 use logstamp::relay::settings::TablePattern;
 use logstamp::relay::snapshot::SnapshotStatus;
 use logstamp::relay::status::{self, ApplyStatus, CaptureStatus};
+use logstamp::relay::text_filter::RelayedTextFilters;
 use logstamp::relay::verify::{self, Diverged, Event, Shown, ShownRow, Summary, VerifyOptions};
 use logstamp::relay::{self, RelayContext, RelayError};
+use logstamp::store::text_search;
 use logstamp::telemetry::exporter::Exporter;
 use logstamp::telemetry::server::{self, Source};
 
@@ -553,4 +555,8 @@ fn relay_context(settings: &Settings) -> RelayContext {
         settings.kafka.clone(),
         settings.relay.clone(),
     )
+    .with_text_filters(RelayedTextFilters {
+        plans: text_search::plans(&settings.store),
+        layout: settings.id.layout,
+    })
 }

@@ -11,6 +11,7 @@ use crate::kafka::KafkaSettings;
 use crate::mysql::{DbError, MysqlSettings, MysqlUrl};
 
 use super::stats::RelayStats;
+use super::text_filter::RelayedTextFilters;
 
 /// The table the appliers record their progress in; in `marker` mode it is also the marker.
 pub const APPLIED_TABLE: &str = "relay_applied";
@@ -95,6 +96,8 @@ pub struct RelayContext {
     pub state_database: String,
     /// What capture and the appliers count, read by the metrics.
     pub stats: Arc<RelayStats>,
+    /// The text filters the appliers keep of the log tables they write into.
+    pub text_filters: Option<Arc<RelayedTextFilters>>,
 }
 
 impl RelayContext {
@@ -109,7 +112,14 @@ impl RelayContext {
             relay: Arc::new(relay),
             kafka: Arc::new(kafka),
             mysql: Arc::new(mysql),
+            text_filters: None,
         }
+    }
+
+    /// The same relay, its appliers keeping the text filters of `filters`' log tables.
+    pub fn with_text_filters(mut self, filters: RelayedTextFilters) -> RelayContext {
+        self.text_filters = Some(Arc::new(filters));
+        self
     }
 
     pub fn dc(&self) -> &str {
