@@ -156,7 +156,12 @@ mod tests {
     fn rows_of_filtered_tables_add_their_grams_under_the_relayed_bit() {
         let id = (100u64 << 32) | (3 << 22);
         let rows = [
-            change("logs", ChangeKind::Insert, Some(Value::Uint(id)), "GET /orders/6878"),
+            change(
+                "logs",
+                ChangeKind::Insert,
+                Some(Value::Uint(id)),
+                "GET /orders/6878",
+            ),
             change("items", ChangeKind::Insert, None, "not a log table"),
             change("logs", ChangeKind::Delete, None, "deleted rows add nothing"),
         ];
@@ -166,17 +171,41 @@ mod tests {
         let sql = &statements[0].sql;
         assert!(sql.starts_with(&format!("INSERT INTO `{FILTER_TABLE}`")));
         let service = 3 | RELAYED;
-        assert!(sql.contains(&format!("('logs', {}, {service}, ", 60u64 << 32)), "{sql}");
-        assert!(sql.ends_with(&format!("`w{}` = `w{}` | VALUES(`w{}`)", WORDS - 1, WORDS - 1, WORDS - 1)));
+        assert!(
+            sql.contains(&format!("('logs', {}, {service}, ", 60u64 << 32)),
+            "{sql}"
+        );
+        assert!(sql.ends_with(&format!(
+            "`w{}` = `w{}` | VALUES(`w{}`)",
+            WORDS - 1,
+            WORDS - 1,
+            WORDS - 1
+        )));
         // Another database's table of the same name is not this one.
-        assert!(filters().statements("other", &refs, 1 << 20).unwrap().is_empty());
+        assert!(
+            filters()
+                .statements("other", &refs, 1 << 20)
+                .unwrap()
+                .is_empty()
+        );
         // A small budget splits the rows into several statements.
-        assert!(filters().statements("logstamp", &refs, 1_000).unwrap().len() > 1);
+        assert!(
+            filters()
+                .statements("logstamp", &refs, 1_000)
+                .unwrap()
+                .len()
+                > 1
+        );
     }
 
     #[test]
     fn a_row_without_an_unsigned_id_is_refused() {
-        let rows = [change("logs", ChangeKind::Insert, Some(Value::Int(5)), "text")];
+        let rows = [change(
+            "logs",
+            ChangeKind::Insert,
+            Some(Value::Int(5)),
+            "text",
+        )];
         let refs: Vec<&RowChange> = rows.iter().collect();
         assert!(filters().statements("logstamp", &refs, 1 << 20).is_err());
     }
