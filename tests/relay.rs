@@ -913,7 +913,14 @@ async fn relayed_lines_are_found_by_text_search() {
         .unwrap();
     assert!(relayed_filter_rows.unwrap() > 0);
     let config = dcs[1].dir.path().join("relay.toml");
-    for needle in ["orders/6878", "ORDERS/687", "İstanbul", "timeout after", "#2", "db-3"] {
+    for needle in [
+        "orders/6878",
+        "ORDERS/687",
+        "İstanbul",
+        "timeout after",
+        "#2",
+        "db-3",
+    ] {
         for ignore_case in [false, true] {
             let sql = if ignore_case {
                 "SELECT id FROM logstamp.logs WHERE LOWER(message) LIKE LOWER(?) ORDER BY id"

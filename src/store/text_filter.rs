@@ -152,10 +152,7 @@ fn text_grams(state: u64, text: &str, mut each: impl FnMut(u64)) {
         if bytes.len() < GRAM {
             return;
         }
-        let (mut a, mut b) = (
-            bytes[0].to_ascii_lowercase(),
-            bytes[1].to_ascii_lowercase(),
-        );
+        let (mut a, mut b) = (bytes[0].to_ascii_lowercase(), bytes[1].to_ascii_lowercase());
         // The state after the first two bytes of each window is recomputed per window (FNV
         // cannot drop a byte), but from the column's state: three multiplications a gram.
         for c in &bytes[GRAM - 1..] {
@@ -345,14 +342,17 @@ mod tests {
     #[test]
     fn ascii_text_hashes_as_its_characters_do() {
         let state = column_state("message");
-        for text in ["GET /API/v1/Orders/6878 200", "ab", "abc", "", "A\tB\u{7f}c"] {
+        for text in [
+            "GET /API/v1/Orders/6878 200",
+            "ab",
+            "abc",
+            "",
+            "A\tB\u{7f}c",
+        ] {
             let mut fast = Vec::new();
             text_grams(state, text, |h| fast.push(h));
             let chars: Vec<char> = text.chars().map(fold).collect();
-            let slow: Vec<u64> = chars
-                .windows(GRAM)
-                .map(|w| hash("message", w))
-                .collect();
+            let slow: Vec<u64> = chars.windows(GRAM).map(|w| hash("message", w)).collect();
             assert_eq!(fast, slow, "{text:?}");
         }
     }
