@@ -836,3 +836,130 @@ async fn an_applier_that_cannot_place_a_transaction_stops_visibly() {
         dc.stop_relay().await;
     }
 }
+
+/// Lines written into a data centre's log table are found by `contains` and `icontains` in the
+/// other, as a plain LIKE over its table finds them: the applier adds them to the text filter
+/// there with the rows, so no `search rebuild` is needed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relayed_lines_are_found_by_text_search() {
+    let mut dcs = two_dcs(ITEMS).await;
+    let all: Vec<(String, String)> = dcs
+        .iter()
+        .map(|d| (d.name.clone(), d.brokers.clone()))
+        .collect();
+    for dc in dcs.iter_mut() {
+        let remotes: Vec<(&str, String)> = all
+            .iter()
+            .filter(|(name, _)| *name != dc.name)
+            .map(|(name, brokers)| (name.as_str(), brokers.clone()))
+            .collect();
+        dc.configure(&remotes, LoopFilterMode::Marker, "100ms");
+        let path = dc.dir.path().join("relay.toml");
+        let text = std::fs::read_to_string(&path).unwrap().replace(
+            "tables = [\"app.*\"]",
+            "tables = [\"app.*\", \"logstamp.logs\"]",
+        );
+        std::fs::write(&path, text).unwrap();
+        // The log table with its partitions and its text filter's cover, as `migrate` makes it.
+        let out = Command::new(env!("CARGO_BIN_EXE_logstamp"))
+            .arg("--config")
+            .arg(&path)
+            .arg("migrate")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        dc.start_relay();
+    }
+    for dc in &dcs {
+        dc.wait_capture_started().await;
+    }
+    let layout = logstamp::config::Settings::defaults().unwrap().id.layout;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let lines = [
+        "GET /api/v1/orders/6878 200 in 12ms",
+        "GET /api/v1/orders/6879 404",
+        "disk full on /var, user=İstanbul",
+        "TimeOut after 30s talking to db-2",
+    ];
+    let mut a = dcs[0].conn().await;
+    // Over three minutes, in three transactions.
+    for round in 0..3u32 {
+        let mut tx = a.start_transaction(Default::default()).await.unwrap();
+        for (n, line) in lines.iter().enumerate() {
+            let id = layout
+                .encode(now - 150 + 60 * u64::from(round), 1, n as u32)
+                .unwrap();
+            tx.exec_drop(
+                "INSERT INTO logstamp.logs (id, level, host, service, message) \
+                 VALUES (?, 'info', 'h', 's', ?)",
+                (id, format!("{line} #{round}")),
+            )
+            .await
+            .unwrap();
+        }
+        tx.commit().await.unwrap();
+    }
+    wait_same_rows(&dcs[0], &dcs[1], "logstamp.logs").await;
+    let mut b = dcs[1].conn().await;
+    let relayed_filter_rows: Option<u64> = b
+        .query_first(
+            "SELECT COUNT(*) FROM logstamp.logstamp_text_filter \
+             WHERE table_name = 'logs' AND service_id >= 2147483648",
+        )
+        .await
+        .unwrap();
+    assert!(relayed_filter_rows.unwrap() > 0);
+    let config = dcs[1].dir.path().join("relay.toml");
+    for needle in [
+        "orders/6878",
+        "ORDERS/687",
+        "İstanbul",
+        "timeout after",
+        "#2",
+        "db-3",
+    ] {
+        for ignore_case in [false, true] {
+            let sql = if ignore_case {
+                "SELECT id FROM logstamp.logs WHERE LOWER(message) LIKE LOWER(?) ORDER BY id"
+            } else {
+                "SELECT id FROM logstamp.logs WHERE message LIKE ? ORDER BY id"
+            };
+            let expected: Vec<u64> = b.exec(sql, (format!("%{needle}%"),)).await.unwrap();
+            let mut search = Command::new(env!("CARGO_BIN_EXE_logstamp"));
+            search
+                .arg("--config")
+                .arg(&config)
+                .args(["query", "--since", "1h", "--grep", needle]);
+            if ignore_case {
+                search.arg("-i");
+            }
+            let out = search.output().unwrap();
+            assert!(out.status.success(), "{out:?}");
+            let mut got: Vec<u64> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(|line| {
+                    let row: serde_json::Value = serde_json::from_str(line).unwrap();
+                    match &row["id"] {
+                        serde_json::Value::String(id) => id.parse().unwrap(),
+                        id => id.as_u64().unwrap(),
+                    }
+                })
+                .collect();
+            got.sort_unstable();
+            assert_eq!(got, expected, "{needle:?} (ignore case: {ignore_case})");
+        }
+    }
+    assert_eq!(
+        b.exec::<u64, _, _>(
+            "SELECT id FROM logstamp.logs WHERE message LIKE '%orders/6878%'",
+            ()
+        )
+        .await
+        .unwrap()
+        .len(),
+        3
+    );
+}

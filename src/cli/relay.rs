@@ -11,13 +11,16 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use logstamp::config::{Settings, Sources};
+use logstamp::mysql::MysqlUrl;
 use logstamp::relay::metrics::RelaySource;
 use logstamp::relay::settings::TablePattern;
 use logstamp::relay::snapshot::SnapshotStatus;
 use logstamp::relay::status::{self, ApplyStatus, CaptureStatus};
+use logstamp::relay::text_filter::RelayedTextFilters;
 use logstamp::relay::verify::{self, Diverged, Event, Shown, ShownRow, Summary, VerifyOptions};
 use logstamp::relay::{self, RelayContext, RelayError};
 use logstamp::store::shards::ShardSet;
+use logstamp::store::text_search;
 use logstamp::telemetry::exporter::Exporter;
 use logstamp::telemetry::server::{self, Source};
 
@@ -642,11 +645,7 @@ fn differing_columns(row: &Diverged) -> String {
 fn one_relay(settings: &Settings, shard: Option<&str>) -> Result<RelayContext, UsageError> {
     let set = ShardSet::new(&settings.mysql.url, &settings.store);
     match (set.sharded, shard) {
-        (false, None) => Ok(RelayContext::new(
-            settings.mysql.clone(),
-            settings.kafka.clone(),
-            settings.relay.clone(),
-        )),
+        (false, None) => Ok(relay_of(settings, None)),
         (true, None) => Err(UsageError::new(
             "--shard",
             format!(
@@ -658,13 +657,7 @@ fn one_relay(settings: &Settings, shard: Option<&str>) -> Result<RelayContext, U
         )),
         (_, Some(text)) => {
             let index = shard_position(&set, text)?;
-            Ok(RelayContext::for_shard(
-                settings.mysql.clone(),
-                settings.kafka.clone(),
-                settings.relay.clone(),
-                index,
-                set.shards[index].1.clone(),
-            ))
+            Ok(relay_of(settings, Some((index, &set.shards[index].1))))
         }
     }
 }
@@ -679,15 +672,7 @@ fn every_relay(settings: &Settings, shard: Option<&str>) -> Result<Vec<RelayCont
         .shards
         .iter()
         .enumerate()
-        .map(|(index, (_, url))| {
-            RelayContext::for_shard(
-                settings.mysql.clone(),
-                settings.kafka.clone(),
-                settings.relay.clone(),
-                index,
-                url.clone(),
-            )
-        })
+        .map(|(index, (_, url))| relay_of(settings, Some((index, url))))
         .collect())
 }
 
@@ -700,4 +685,22 @@ fn shard_position(set: &ShardSet, text: &str) -> Result<usize, UsageError> {
         ));
     }
     set.find(text).map_err(|e| UsageError::new("--shard", e))
+}
+
+/// The relay of these settings, or of shard `(position, database)` of them; its appliers keep
+/// the text filters of the log tables they write into.
+fn relay_of(settings: &Settings, shard: Option<(usize, &MysqlUrl)>) -> RelayContext {
+    let (mysql, kafka, relay) = (
+        settings.mysql.clone(),
+        settings.kafka.clone(),
+        settings.relay.clone(),
+    );
+    match shard {
+        None => RelayContext::new(mysql, kafka, relay),
+        Some((index, url)) => RelayContext::for_shard(mysql, kafka, relay, index, url.clone()),
+    }
+    .with_text_filters(RelayedTextFilters {
+        plans: text_search::plans(&settings.store),
+        layout: settings.id.layout,
+    })
 }

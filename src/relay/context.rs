@@ -11,6 +11,7 @@ use crate::kafka::KafkaSettings;
 use crate::mysql::{DbError, MysqlSettings, MysqlUrl};
 
 use super::stats::RelayStats;
+use super::text_filter::RelayedTextFilters;
 
 /// The table the appliers record their progress in; in `marker` mode it is also the marker.
 pub const APPLIED_TABLE: &str = "relay_applied";
@@ -105,6 +106,8 @@ pub struct RelayContext {
     /// capture follows that shard's binary log, and its appliers apply the same position's
     /// stream of each remote data centre.
     pub shard: Option<usize>,
+    /// The text filters the appliers keep of the log tables they write into.
+    pub text_filters: Option<Arc<RelayedTextFilters>>,
 }
 
 impl RelayContext {
@@ -120,6 +123,7 @@ impl RelayContext {
             kafka: Arc::new(kafka),
             mysql: Arc::new(mysql),
             shard: None,
+            text_filters: None,
         }
     }
 
@@ -151,6 +155,12 @@ impl RelayContext {
     /// The topic `dc`'s capture publishes to for this relay's shard.
     pub fn topic(&self, dc: &str) -> String {
         self.relay.topic(dc, self.shard)
+    }
+
+    /// The same relay, its appliers keeping the text filters of `filters`' log tables.
+    pub fn with_text_filters(mut self, filters: RelayedTextFilters) -> RelayContext {
+        self.text_filters = Some(Arc::new(filters));
+        self
     }
 
     pub fn dc(&self) -> &str {

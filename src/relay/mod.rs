@@ -28,6 +28,7 @@ pub mod sql;
 pub mod stats;
 pub mod status;
 pub mod table;
+pub mod text_filter;
 pub mod verify;
 
 use std::future::Future;

@@ -852,10 +852,48 @@ pub async fn run_in_order(
     run_merged(std::slice::from_mut(conn), spec, query, order, each).await
 }
 
+/// A search with a limit reads its range in windows from the end it reads first, each
+/// window's text filter and then its rows before the next window's: it stops reading the
+/// filter (and the table) once it has its rows. The first window is this many IDs (an hour of
+/// ID time); each next one is [`WINDOW_GROWTH`] times longer, so a search that finds few rows
+/// reads the range in a few windows.
+const FIRST_WINDOW_IDS: u64 = 3_600 << 32;
+const WINDOW_GROWTH: u64 = 4;
+
+/// The windows of `range` a query reads in turn (disjoint, in the query's order): the whole
+/// range, or, `stepped`, windows from the end read first (see [`FIRST_WINDOW_IDS`]).
+fn windows(range: IdRange, order: Order, stepped: bool) -> Vec<IdRange> {
+    if !stepped || range.start >= range.end {
+        return vec![range];
+    }
+    let mut windows = Vec::new();
+    let mut size = FIRST_WINDOW_IDS;
+    let (mut start, mut end) = (range.start, range.end);
+    while start < end {
+        let window = match order {
+            Order::NewestFirst => IdRange {
+                start: end.saturating_sub(size).max(start),
+                end,
+            },
+            Order::OldestFirst => IdRange {
+                start,
+                end: start.saturating_add(size).min(end),
+            },
+        };
+        match order {
+            Order::NewestFirst => end = window.start,
+            Order::OldestFirst => start = window.end,
+        }
+        windows.push(window);
+        size = size.saturating_mul(WINDOW_GROWTH);
+    }
+    windows
+}
+
 /// [`run_in_order`] over several databases that hold disjoint rows of one table (the shards of
 /// a store): the statement goes to every one at once, and their rows, each stream in ID order,
 /// are merged by ID as they arrive; the limit applies to the merged rows. One connection reads
-/// like [`run_in_order`].
+/// like [`run_in_order`]. A search with a limit reads window by window (see [`windows`]).
 pub async fn run_merged(
     conns: &mut [Conn],
     spec: &TableSpec,
@@ -863,16 +901,44 @@ pub async fn run_merged(
     order: Order,
     mut each: impl FnMut(Record) -> ControlFlow<()>,
 ) -> Result<u64, DbError> {
+    let stepped = query.limit.is_some() && text_search::narrows(&query.filter);
+    let mut count = 0;
+    for window in windows(query.range, order, stepped) {
+        let limit = match query.limit {
+            Some(limit) if count >= limit => break,
+            Some(limit) => Some(limit - count),
+            None => None,
+        };
+        let (read, broke) =
+            run_window(conns, spec, query, (window, limit), order, &mut each).await?;
+        count += read;
+        if broke {
+            break;
+        }
+    }
+    Ok(count)
+}
+
+/// [`run_merged`] over one window of its range with a limit of its own; the rows handed over,
+/// and whether `each` broke.
+async fn run_window(
+    conns: &mut [Conn],
+    spec: &TableSpec,
+    query: &TimeQuery,
+    (window, limit): (IdRange, Option<u64>),
+    order: Order,
+    each: &mut impl FnMut(Record) -> ControlFlow<()>,
+) -> Result<(u64, bool), DbError> {
     let context = || format!("querying table {}", spec.table);
     // Each database's text filter covers its own rows.
     let mut statements = Vec::with_capacity(conns.len());
     for conn in conns.iter_mut() {
-        let ranges = ranges_to_read(conn, spec, query.range, &query.filter).await?;
+        let ranges = ranges_to_read(conn, spec, window, &query.filter).await?;
         statements.push(select_ranges_sql(
             spec,
             &ranges,
             &query.filter,
-            query.limit,
+            limit,
             order,
         ));
     }
@@ -906,7 +972,10 @@ pub async fn run_merged(
             continue;
         };
         count += 1;
-        if each(taken).is_break() || query.limit.is_some_and(|limit| count >= limit) {
+        if each(taken).is_break() {
+            return Ok((count, true));
+        }
+        if limit.is_some_and(|limit| count >= limit) {
             break;
         }
         if let Some(row) = streams[i].next().await {
@@ -915,7 +984,7 @@ pub async fn run_merged(
             heads[i] = Some(next);
         }
     }
-    Ok(count)
+    Ok((count, false))
 }
 
 /// The partitions MySQL reads for the query, from its `EXPLAIN` (see [`explain`]).
@@ -1080,6 +1149,35 @@ mod tests {
         // MySQL 8 refuses `EXPLAIN PARTITIONS`; MariaDB's plain EXPLAIN has no partitions.
         assert_eq!(explain(Flavor::MariaDb), "EXPLAIN PARTITIONS");
         assert_eq!(explain(Flavor::MySql), "EXPLAIN");
+    }
+
+    #[test]
+    fn a_search_with_a_limit_reads_growing_windows_from_its_first_end() {
+        let hour = FIRST_WINDOW_IDS;
+        let day = IdRange {
+            start: 7,
+            end: 7 + 24 * hour,
+        };
+        assert_eq!(windows(day, Order::NewestFirst, false), vec![day]);
+        let newest = windows(day, Order::NewestFirst, true);
+        let r = |start, end| IdRange { start, end };
+        assert_eq!(
+            newest,
+            vec![
+                r(day.end - hour, day.end),
+                r(day.end - 5 * hour, day.end - hour),
+                r(day.end - 21 * hour, day.end - 5 * hour),
+                r(day.start, day.end - 21 * hour),
+            ]
+        );
+        let oldest = windows(day, Order::OldestFirst, true);
+        assert_eq!(oldest[0], r(day.start, day.start + hour));
+        assert_eq!(oldest.last().unwrap().end, day.end);
+        for w in oldest.windows(2) {
+            assert_eq!(w[0].end, w[1].start);
+        }
+        let empty = r(5, 5);
+        assert_eq!(windows(empty, Order::NewestFirst, true), vec![empty]);
     }
 
     #[test]

@@ -33,6 +33,11 @@ pub const WORDS: usize = 32;
 pub const BLOCK_BITS: u64 = 64 * WORDS as u64;
 /// Bits a gram sets in its block.
 pub const BITS_PER_GRAM: usize = 4;
+/// Set in the `service_id` of filter rows the relay's applier writes (rows from another data
+/// centre): their own rows, so an applier never waits on a local worker's filter rows of the
+/// same minute and service ID. A search tests each (minute, `service_id`) row set on its own,
+/// so which set a row's grams go to never changes an answer.
+pub const RELAYED: u32 = 1 << 31;
 
 /// A table whose text columns (`string` and `text`) have a filter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,15 +100,26 @@ fn column_state(column: &str) -> u64 {
 }
 
 /// [`hash`] from a column's state.
-fn hash_from(mut h: u64, gram: &[char]) -> u64 {
-    let mut add = |b: u8| {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    };
+fn hash_from(h: u64, gram: &[char]) -> u64 {
     let mut buf = [0u8; 4];
+    let mut h = h;
     for c in gram {
-        c.encode_utf8(&mut buf).bytes().for_each(&mut add);
+        h = fnv_bytes(h, c.encode_utf8(&mut buf).as_bytes());
     }
+    finish(h)
+}
+
+/// FNV-1a over `bytes`, from `h`.
+fn fnv_bytes(mut h: u64, bytes: &[u8]) -> u64 {
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// The SplitMix64 finish, so every bit of the hash mixes.
+fn finish(h: u64) -> u64 {
     let mut z = h.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -112,19 +128,40 @@ fn hash_from(mut h: u64, gram: &[char]) -> u64 {
 
 /// The block a gram's hash falls in, and the bits it sets there.
 fn place(h: u64, words: &mut Words) -> u64 {
-    let block = h % BLOCKS;
+    set_in_block(h, words);
+    h % BLOCKS
+}
+
+/// Sets the bits a gram's hash sets in its block.
+fn set_in_block(h: u64, block: &mut Words) {
     let mut rest = h / BLOCKS;
     for _ in 0..BITS_PER_GRAM {
         let bit = rest % BLOCK_BITS;
         rest /= BLOCK_BITS;
-        words[(bit / 64) as usize] |= 1 << (bit % 64);
+        block[(bit / 64) as usize] |= 1 << (bit % 64);
     }
-    block
 }
 
 /// Calls `each` with the hash of every gram of `text` (repeats included), from the column's
-/// hash state.
+/// hash state. Text wholly of ASCII (most log text) is hashed byte by byte, in one pass and
+/// without decoding characters: an ASCII character's UTF-8 is its one byte, so the hashes are
+/// those of the character path below.
 fn text_grams(state: u64, text: &str, mut each: impl FnMut(u64)) {
+    let bytes = text.as_bytes();
+    if bytes.is_ascii() {
+        if bytes.len() < GRAM {
+            return;
+        }
+        let (mut a, mut b) = (bytes[0].to_ascii_lowercase(), bytes[1].to_ascii_lowercase());
+        // The state after the first two bytes of each window is recomputed per window (FNV
+        // cannot drop a byte), but from the column's state: three multiplications a gram.
+        for c in &bytes[GRAM - 1..] {
+            let c = c.to_ascii_lowercase();
+            each(finish(fnv_bytes(state, &[a, b, c])));
+            (a, b) = (b, c);
+        }
+        return;
+    }
     let mut window = ['\0'; GRAM];
     for (n, c) in text.chars().enumerate() {
         window.rotate_left(1);
@@ -135,53 +172,91 @@ fn text_grams(state: u64, text: &str, mut each: impl FnMut(u64)) {
     }
 }
 
-impl TextFilterPlan {
-    /// The filter rows `rows` (each an ID with the table's values) add, in key order (so every
-    /// writer locks filter rows in the same order). A NULL or non-text value adds nothing.
-    pub fn aggregate<'a>(
-        &self,
-        layout: &Layout,
-        rows: impl IntoIterator<Item = (u64, &'a [SqlValue])>,
-    ) -> Vec<FilterRow> {
-        // Each bucket and service's whole filter, set in place (a batch spans few of them).
-        let mut filters: BTreeMap<(u64, u32), Vec<Words>> = BTreeMap::new();
-        let states: Vec<(usize, u64)> = self
-            .columns
-            .iter()
-            .map(|(index, column)| (*index, column_state(column)))
-            .collect();
-        for (id, values) in rows {
-            let key = (bucket_start(id), layout.decode(id).service_id);
-            let filter = filters
-                .entry(key)
-                .or_insert_with(|| vec![[0; WORDS]; BLOCKS as usize]);
-            for (index, state) in &states {
-                let Some(SqlValue::Text(text)) = values.get(*index) else {
-                    continue;
-                };
-                text_grams(*state, text, |h| {
-                    let mut words = [0; WORDS];
-                    let block = place(h, &mut words);
-                    for (s, w) in filter[block as usize].iter_mut().zip(words) {
-                        *s |= w;
-                    }
-                });
-            }
-        }
+/// Whole filters of buckets and services, set in place as texts are added.
+pub struct FilterBuilder {
+    /// Each of the plan's columns' hash state, computed once.
+    states: Vec<u64>,
+    /// ORed into every service ID ([`RELAYED`] for the applier's rows).
+    service_bits: u32,
+    filters: BTreeMap<(u64, u32), Box<[Words]>>,
+}
+
+impl FilterBuilder {
+    /// Adds the grams of the text of the plan's `nth` column in the row of `id`.
+    pub fn add(&mut self, layout: &Layout, id: u64, nth: usize, text: &str) {
+        let Some(state) = self.states.get(nth).copied() else {
+            return;
+        };
+        let key = (
+            bucket_start(id),
+            layout.decode(id).service_id | self.service_bits,
+        );
+        let filter = self
+            .filters
+            .entry(key)
+            .or_insert_with(|| vec![[0; WORDS]; BLOCKS as usize].into_boxed_slice());
+        text_grams(state, text, |h| set(filter, h));
+    }
+
+    /// The filter rows set, in key order (so every writer locks filter rows in the same
+    /// order): a block with no bit set adds nothing.
+    pub fn rows(self) -> Vec<FilterRow> {
         let mut rows = Vec::new();
-        for ((bucket_start, service_id), filter) in filters {
-            for (block, words) in filter.into_iter().enumerate() {
+        for ((bucket_start, service_id), filter) in self.filters {
+            for (block, words) in filter.iter().enumerate() {
                 if words.iter().any(|w| *w != 0) {
                     rows.push(FilterRow {
                         bucket_start,
                         service_id,
                         block: block as u64,
-                        words,
+                        words: *words,
                     });
                 }
             }
         }
         rows
+    }
+}
+
+/// Sets a gram's bits in a whole filter, in place (no block of bits made per gram).
+fn set(filter: &mut [Words], h: u64) {
+    set_in_block(h, &mut filter[(h % BLOCKS) as usize]);
+}
+
+impl TextFilterPlan {
+    /// A builder of this table's filters.
+    pub fn builder(&self) -> FilterBuilder {
+        FilterBuilder {
+            states: self.columns.iter().map(|(_, c)| column_state(c)).collect(),
+            service_bits: 0,
+            filters: BTreeMap::new(),
+        }
+    }
+
+    /// A builder of the filter rows of rows the relay applies (see [`RELAYED`]).
+    pub fn relayed_builder(&self) -> FilterBuilder {
+        FilterBuilder {
+            service_bits: RELAYED,
+            ..self.builder()
+        }
+    }
+
+    /// The filter rows `rows` (each an ID with the table's values) add, in key order. A NULL
+    /// or non-text value adds nothing.
+    pub fn aggregate<'a>(
+        &self,
+        layout: &Layout,
+        rows: impl IntoIterator<Item = (u64, &'a [SqlValue])>,
+    ) -> Vec<FilterRow> {
+        let mut builder = self.builder();
+        for (id, values) in rows {
+            for (nth, (index, _)) in self.columns.iter().enumerate() {
+                if let Some(SqlValue::Text(text)) = values.get(*index) {
+                    builder.add(layout, id, nth, text);
+                }
+            }
+        }
+        builder.rows()
     }
 }
 
@@ -262,6 +337,24 @@ mod tests {
         assert!(probe([("message", "ab", Fold::Exact)]).is_empty());
         assert!(probe([("message", "日本語", Fold::IgnoreCase)]).is_empty());
         assert!(!probe([("message", "日本語", Fold::Exact)]).is_empty());
+    }
+
+    #[test]
+    fn ascii_text_hashes_as_its_characters_do() {
+        let state = column_state("message");
+        for text in [
+            "GET /API/v1/Orders/6878 200",
+            "ab",
+            "abc",
+            "",
+            "A\tB\u{7f}c",
+        ] {
+            let mut fast = Vec::new();
+            text_grams(state, text, |h| fast.push(h));
+            let chars: Vec<char> = text.chars().map(fold).collect();
+            let slow: Vec<u64> = chars.windows(GRAM).map(|w| hash("message", w)).collect();
+            assert_eq!(fast, slow, "{text:?}");
+        }
     }
 
     #[test]

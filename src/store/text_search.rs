@@ -18,7 +18,7 @@ use super::rebuild::in_steps;
 use super::schema::{ColumnSpec, ColumnType};
 use super::settings::StoreSettings;
 use super::text_filter::{Fold, TextFilterPlan, WORDS, Words, probe};
-use super::zone_plan::{bucket_end, bucket_start, id_ranges};
+use super::zone_plan::{BUCKET_IDS, bucket_end, bucket_start, id_ranges};
 use crate::id::{IdRange, Layout};
 use crate::mysql::retry::RetryPolicy;
 use crate::mysql::rows::{first, take};
@@ -115,18 +115,16 @@ fn needles(filter: &[Condition]) -> Vec<(&str, &str, Fold)> {
         .collect()
 }
 
-/// The statement finding the buckets (and service IDs) whose filter holds every bit of
-/// `probe`, in a range of bucket starts; its parameters.
+/// The statement telling, per bucket and service ID in a range of bucket starts, how many of
+/// `probe`'s blocks hold all their bits (a bucket may hold the needle when one of its service
+/// IDs' filters holds them all); its parameters. Only the probed blocks are tested, and every
+/// bucket the filter has is answered, so the caller knows how many buckets there are.
 fn candidates_sql(
     table: &Ident,
     (from, to): (u64, u64),
     probe: &[(u64, Words)],
 ) -> (String, Vec<Value>) {
-    let mut params = vec![
-        Value::Bytes(table.as_str().as_bytes().to_vec()),
-        Value::UInt(from),
-        Value::UInt(to),
-    ];
+    let mut params = Vec::new();
     let mut blocks = Vec::with_capacity(probe.len());
     for (block, words) in probe {
         let mut test = vec!["`block` = ?".to_string()];
@@ -138,19 +136,97 @@ fn candidates_sql(
         }
         blocks.push(format!("({})", test.join(" AND ")));
     }
-    params.push(Value::UInt(probe.len() as u64));
+    params.push(Value::Bytes(table.as_str().as_bytes().to_vec()));
+    params.push(Value::UInt(from));
+    params.push(Value::UInt(to));
+    params.extend(probe.iter().map(|(block, _)| Value::UInt(*block)));
     let sql = format!(
-        "SELECT `bucket_start` FROM `{FILTER_TABLE}` WHERE `table_name` = ? \
-         AND `bucket_start` >= ? AND `bucket_start` < ? AND ({}) \
-         GROUP BY `bucket_start`, `service_id` HAVING COUNT(*) = ?",
-        blocks.join(" OR ")
+        "SELECT `bucket_start`, SUM({}) FROM `{FILTER_TABLE}` WHERE `table_name` = ? \
+         AND `bucket_start` >= ? AND `bucket_start` < ? AND `block` IN ({}) \
+         GROUP BY `bucket_start`, `service_id`",
+        blocks.join(" OR "),
+        vec!["?"; probe.len()].join(", ")
     );
     (sql, params)
 }
 
+/// Of the buckets a filter has in a span, those that may hold the needle, and how many there
+/// are in all.
+struct Candidates {
+    may_hold: Vec<u64>,
+    buckets: usize,
+}
+
+impl Candidates {
+    /// From `(bucket start, blocks holding all their bits)` per bucket and service ID.
+    fn of(groups: impl IntoIterator<Item = (u64, u64)>, probed: usize) -> Candidates {
+        let mut all = Vec::new();
+        let mut may_hold = Vec::new();
+        for (start, hits) in groups {
+            all.push(start);
+            if hits == probed as u64 {
+                may_hold.push(start);
+            }
+        }
+        all.sort_unstable();
+        all.dedup();
+        may_hold.sort_unstable();
+        may_hold.dedup();
+        Candidates {
+            may_hold,
+            buckets: all.len(),
+        }
+    }
+}
+
+/// Whether so many of a span's buckets may hold the needle that one scan of the whole span
+/// costs about what reading only those would (and no more of the filter need be read).
+fn mostly(may_hold: usize, buckets: usize) -> bool {
+    buckets > 0 && may_hold * SCAN_SHARE.1 >= buckets * SCAN_SHARE.0
+}
+
+/// When at least this share (numerator, denominator) of a span's buckets may hold the needle,
+/// the span is scanned whole: the few buckets skipped would save less than the filter's read
+/// and the split ranges' conditions cost.
+const SCAN_SHARE: (usize, usize) = (3, 4);
+
+/// The filter of the newest buckets of a span is read first, this many IDs of them (an hour):
+/// when most of them may hold the needle (a common word), the whole span is scanned without
+/// reading the rest of the filter, so such a search costs a scan and an hour of the filter.
+const SAMPLE_IDS: u64 = 3_600 << 32;
+
+async fn candidates<Q: Queryable>(
+    conn: &mut Q,
+    table: &Ident,
+    span: (u64, u64),
+    probe: &[(u64, Words)],
+) -> Result<Candidates, DbError> {
+    let (sql, params) = candidates_sql(table, span, probe);
+    let rows: Vec<MysqlRow> = conn
+        .exec(sql, params)
+        .await
+        .map_err(DbError::mysql(format!(
+            "reading the text filter of {table}"
+        )))?;
+    let mut groups = Vec::with_capacity(rows.len());
+    for mut row in rows {
+        let start: u64 = take(&mut row, 0, "logstamp_text_filter.bucket_start")?;
+        let hits: Option<u64> = take(&mut row, 1, "the blocks holding the needle's bits")?;
+        groups.push((start, hits.unwrap_or(0)));
+    }
+    Ok(Candidates::of(groups, probe.len()))
+}
+
+/// Whether the text filter can narrow what a query with `filter` reads: it has a `contains`
+/// or `icontains` condition with a needle of at least a gram.
+pub fn narrows(filter: &[Condition]) -> bool {
+    !probe(needles(filter)).is_empty()
+}
+
 /// The ID ranges within `range` (in ID order, disjoint) that may hold a row meeting `filter`'s
 /// `contains` and `icontains` conditions: `[range]` when the filter has none the text filter
-/// can use, or the table has no cover. The rest of the filter is the reader's to apply.
+/// can use, the table has no cover, or most of the range may hold the text (then a scan of it
+/// is no slower). The rest of the filter is the reader's to apply.
 pub async fn ranges<Q: Queryable>(
     conn: &mut Q,
     table: &Ident,
@@ -186,21 +262,24 @@ pub async fn ranges<Q: Queryable>(
         });
     }
     if covered.start < covered.end {
-        let (sql, params) =
-            candidates_sql(table, (bucket_start(covered.start), covered.end), &probe);
-        let rows: Vec<MysqlRow> = conn
-            .exec(sql, params)
-            .await
-            .map_err(DbError::mysql(context()))?;
-        let mut starts = Vec::with_capacity(rows.len());
-        for mut row in rows {
-            starts.push(take::<u64>(
-                &mut row,
-                0,
-                "logstamp_text_filter.bucket_start",
-            )?);
+        let first = bucket_start(covered.start);
+        let sample_from = bucket_start(covered.end - 1)
+            .saturating_sub(SAMPLE_IDS - BUCKET_IDS)
+            .max(first);
+        let newest = candidates(conn, table, (sample_from, covered.end), &probe).await?;
+        if mostly(newest.may_hold.len(), newest.buckets) {
+            return Ok(vec![range]);
         }
-        read.extend(id_ranges(starts).into_iter().filter_map(|r| {
+        let (mut may_hold, mut buckets) = (newest.may_hold, newest.buckets);
+        if first < sample_from {
+            let older = candidates(conn, table, (first, sample_from), &probe).await?;
+            buckets += older.buckets;
+            may_hold.extend(older.may_hold);
+            if mostly(may_hold.len(), buckets) {
+                return Ok(vec![range]);
+            }
+        }
+        read.extend(id_ranges(may_hold).into_iter().filter_map(|r| {
             let start = r.start.max(covered.start);
             let end = r.end.min(covered.end);
             (start < end).then_some(IdRange { start, end })
@@ -490,6 +569,17 @@ mod tests {
         let b = [r(5, 25), r(28, 40)];
         assert_eq!(intersect(&a, &b), vec![r(5, 10), r(20, 25), r(28, 30)]);
         assert!(intersect(&a, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_bucket_may_hold_the_needle_when_one_service_holds_every_block() {
+        let minute = 60u64 << 32;
+        let found = Candidates::of([(0, 2), (minute, 1), (minute, 2), (2 * minute, 1)], 2);
+        assert_eq!(found.may_hold, vec![0, minute]);
+        assert_eq!(found.buckets, 3);
+        assert!(!mostly(2, 3));
+        assert!(mostly(3, 4));
+        assert!(!mostly(0, 0));
     }
 
     #[test]

@@ -46,6 +46,9 @@ pub struct ServeArgs {
     /// Times each request is made; the summary gives the median.
     #[arg(long, default_value_t = 11)]
     runs: usize,
+    /// Only the requests whose description holds this text (for example `search`).
+    #[arg(long, value_name = "TEXT")]
+    only: Option<String>,
 }
 
 /// Rows per `INSERT ... SELECT`.
@@ -231,6 +234,9 @@ async fn bench_in(settings: &Settings, args: &ServeArgs) -> anyhow::Result<Vec<M
                 format!("/api/rows?{range}&limit=100&where={filter}"),
             ));
         }
+    }
+    if let Some(only) = &args.only {
+        requests.retain(|(what, _)| what.contains(only.as_str()));
     }
     let mut results = Vec::new();
     for (what, path) in requests {

@@ -78,6 +78,7 @@ use super::loop_filter::CacheKey;
 use super::order::{Followed, Verdict, order};
 use super::sql;
 use super::stats::{ApplyStats, DeadLettering, Running};
+use super::text_filter::RelayedTextFilters;
 
 use conflicts::*;
 use place::*;
@@ -246,6 +247,8 @@ async fn apply(
         cache: context.loop_filter() == LoopFilterMode::Cache,
         dead_letter: context.relay.on_bad_message == OnBadMessage::DeadLetter,
         held: Arc::new(Semaphore::new(limits.held_bytes)),
+        text_filters: context.text_filters.as_deref(),
+        database: &context.state_database,
         ready: ready_tx,
     };
     tokio::try_join!(

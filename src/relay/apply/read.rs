@@ -236,6 +236,9 @@ pub(super) struct Reader<'a> {
     pub(super) dead_letter: bool,
     /// What parts waiting to be applied may hold.
     pub(super) held: Arc<Semaphore>,
+    /// The text filters of the log tables in `database` (the relay's), kept with their rows.
+    pub(super) text_filters: Option<&'a RelayedTextFilters>,
+    pub(super) database: &'a str,
     pub(super) ready: mpsc::Sender<Item<'a>>,
 }
 
@@ -529,7 +532,12 @@ impl<'a> Reader<'a> {
             ))
         };
         let rows: Vec<&RowChange> = changes.iter().map(|c| &c.row).collect();
-        let statements = sql::statements(&rows, self.limits.statement_bytes).map_err(refused)?;
+        let mut statements =
+            sql::statements(&rows, self.limits.statement_bytes).map_err(refused)?;
+        if let Some(filters) = self.text_filters {
+            let adds = filters.statements(self.database, &rows, self.limits.statement_bytes);
+            statements.extend(adds.map_err(refused)?);
+        }
         if let Some(large) = statements
             .iter()
             .find(|s| s.sql.len() > self.limits.packet_bytes)
