@@ -328,9 +328,11 @@ impl<'a> Layered<'a> {
         raw.batch.validate().map_err(invalid)?;
         raw.ingest.validate().map_err(invalid)?;
         raw.telemetry.validate().map_err(invalid)?;
-        raw.relay.validate().map_err(invalid)?;
+        let mut relay = raw.relay;
+        crate::relay::keys::read_secret_files(&mut relay.keys).map_err(invalid)?;
+        relay.validate().map_err(invalid)?;
         raw.serve.validate().map_err(invalid)?;
-        raw.relay
+        relay
             .refuse_bookkeeping(raw.mysql.url.database(), &bookkeeping_tables())
             .map_err(invalid)?;
         let rollup_plans = compile_rollups(&raw.store, &raw.rollups).map_err(invalid)?;
@@ -345,7 +347,7 @@ impl<'a> Layered<'a> {
             batch: raw.batch,
             ingest: raw.ingest,
             telemetry: raw.telemetry,
-            relay: raw.relay,
+            relay,
             serve: raw.serve,
             rollups: raw.rollups,
             rollup_plans,

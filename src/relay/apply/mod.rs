@@ -45,6 +45,8 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use std::sync::Arc;
+
+use chrono::Utc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::kafka::CreateRedacted;
@@ -67,6 +69,7 @@ use super::context::{
 use super::contract::{self, Contract, LocalColumn};
 use super::loop_filter::CacheKey;
 use super::order::{Followed, Verdict, order};
+use super::signing::{Covered, Refusal, Verifier, claimed_dc};
 use super::sql;
 use super::stats::{ApplyStats, DeadLettering, Running};
 
@@ -156,6 +159,14 @@ pub async fn run_once(
         )));
     }
     let limits = Limits::new(context, &mut conn).await?;
+    let verifier = Verifier::of(&context.relay.keys, &remote.dc);
+    if verifier.is_none() {
+        tracing::info!(
+            source = remote.dc,
+            "relay.keys has no key of {}: its messages are applied without checking a signature",
+            remote.dc
+        );
+    }
     let applied = load_applied(&mut conn, &remote.dc, &topic).await?;
     let consumer = consumer(context, remote, &topic, applied.next_offset)?;
     stats
@@ -180,6 +191,7 @@ pub async fn run_once(
         limits: &limits,
         cache: context.loop_filter() == LoopFilterMode::Cache,
         dead_letter: context.relay.on_bad_message == OnBadMessage::DeadLetter,
+        verifier,
         held: Arc::new(Semaphore::new(limits.held_bytes)),
         ready: ready_tx,
     };
