@@ -1,4 +1,4 @@
-"""kafka-python as someone who can write to a relay topic, and as a check of the relay's signatures.
+"""kafka-python as someone who can write to a relay topic, and Python's hmac as a check of the relay's signatures.
 
 Usage:
   relay_forge.py produce BOOTSTRAP TOPIC MESSAGES
@@ -6,10 +6,10 @@ Usage:
       "sign": {"dc": DC, "id": KEY_ID, "secret": SECRET}} or {"value": TEXT} (unsigned).
       Produces each to partition 0 of TOPIC, in order, with the header logstamp-signature as
       given or computed here; prints the offsets as a JSON list.
-  relay_forge.py read BOOTSTRAP TOPIC DC SECRET
-      Reads every message of TOPIC and prints a JSON list of {"offset", "value", "signature",
-      "expected"}: expected is the signature this script computes with SECRET (data centre DC)
-      under the key id the message names, as the README's "Signed relay messages" describes.
+  relay_forge.py sign TOPIC DC KEY_ID SECRET VALUES
+      Prints, as a JSON list, the signature header of each of VALUES (a JSON list of texts) as
+      capture publishes it to TOPIC (no key, no other header), computed here as the README's
+      "Signed messages" describes.
 
 Any failure raises.
 """
@@ -19,9 +19,8 @@ import hmac
 import json
 import struct
 import sys
-import time
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaProducer
 
 HEADER = "logstamp-signature"
 DEADLINE_SECONDS = 60
@@ -62,45 +61,15 @@ def produce(bootstrap, topic, messages):
     print(json.dumps(offsets))
 
 
-def read(bootstrap, topic, dc, secret):
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
-    )
-    partition = TopicPartition(topic, 0)
-    consumer.assign([partition])
-    consumer.seek_to_beginning(partition)
-    end = consumer.end_offsets([partition])[partition]
-    found = []
-    deadline = time.monotonic() + DEADLINE_SECONDS
-    while len(found) < end:
-        if time.monotonic() > deadline:
-            raise TimeoutError("read %d of %d messages of %s" % (len(found), end, topic))
-        for records in consumer.poll(timeout_ms=500).values():
-            for r in records:
-                headers = [(name, value) for name, value in r.headers]
-                signatures = [value.decode() for name, value in headers if name == HEADER]
-                signature = signatures[0] if len(signatures) == 1 else None
-                expected = None
-                if signature is not None:
-                    key_id = signature.split(":", 1)[0]
-                    expected = sign(dc, key_id, secret, topic, r.value, r.key, headers)
-                found.append(
-                    {
-                        "offset": r.offset,
-                        "value": r.value.decode(),
-                        "signature": signature,
-                        "expected": expected,
-                    }
-                )
-    consumer.close()
-    print(json.dumps(found))
+def signatures(topic, dc, key_id, secret, values):
+    print(json.dumps([sign(dc, key_id, secret, topic, v.encode()) for v in values]))
 
 
 if __name__ == "__main__":
     command, args = sys.argv[1], sys.argv[2:]
     if command == "produce":
         produce(args[0], args[1], json.loads(args[2]))
-    elif command == "read":
-        read(*args)
+    elif command == "sign":
+        signatures(args[0], args[1], args[2], args[3], json.loads(args[4]))
     else:
         raise SystemExit("unknown command %r" % command)
