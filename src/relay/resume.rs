@@ -440,6 +440,9 @@ fn tail_of(
     }
 }
 
+/// A message read at its offset; `None` for one whose signature is refused.
+type Read = (i64, Option<Vec<u8>>);
+
 /// The messages of `topic` from offset `from` up to `to`, with their offsets; `None` for one
 /// whose signature `verifier` refuses.
 fn read_range(
@@ -449,7 +452,7 @@ fn read_range(
     to: i64,
     deadline: Instant,
     verifier: Option<&Verifier>,
-) -> Result<Vec<(i64, Option<Vec<u8>>)>, RelayError> {
+) -> Result<Vec<Read>, RelayError> {
     let mut assignment = TopicPartitionList::new();
     assignment
         .add_partition_offset(topic, 0, Offset::Offset(from))
