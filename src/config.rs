@@ -328,12 +328,14 @@ impl<'a> Layered<'a> {
         raw.batch.validate().map_err(invalid)?;
         raw.ingest.validate().map_err(invalid)?;
         raw.telemetry.validate().map_err(invalid)?;
-        raw.relay.validate().map_err(invalid)?;
+        let mut relay = raw.relay;
+        crate::relay::keys::read_secret_files(&mut relay.keys).map_err(invalid)?;
+        relay.validate().map_err(invalid)?;
         raw.serve.validate().map_err(invalid)?;
         // With shards, each shard's database holds bookkeeping too (offsets, the relay's state).
         let databases = std::iter::once(&raw.mysql.url).chain(&raw.store.shards);
         for url in databases {
-            raw.relay
+            relay
                 .refuse_bookkeeping(url.database(), &bookkeeping_tables())
                 .map_err(invalid)?;
         }
@@ -349,7 +351,7 @@ impl<'a> Layered<'a> {
             batch: raw.batch,
             ingest: raw.ingest,
             telemetry: raw.telemetry,
-            relay: raw.relay,
+            relay,
             serve: raw.serve,
             rollups: raw.rollups,
             rollup_plans,

@@ -18,6 +18,7 @@ use mysql_async::prelude::Queryable;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use tokio::sync::{mpsc, watch};
 
@@ -37,6 +38,7 @@ use super::events::{EventHandler, Rows, Step, Transaction};
 use super::gtid::{Gtid, GtidState};
 use super::loop_filter::RecordedKeys;
 use super::resume::{self, Start};
+use super::signing::{Covered, SIGNATURE_HEADER, Signer};
 use super::snapshot::{self, Watermarks};
 use super::stats::{CaptureStats, RelayStats, Running};
 use super::table::Charsets;
@@ -218,9 +220,18 @@ async fn capture(
     let topic = context.topic(&dc);
     ensure_topic(context, &topic).await?;
     let producer = producer(context)?;
+    let signer = Signer::of(&relay.keys, &dc);
+    match &signer {
+        Some(_) => tracing::info!(dc, topic, "capture signs every message it publishes"),
+        None => tracing::info!(
+            dc,
+            topic,
+            "relay.keys has no current key of {dc}: capture's messages are not signed"
+        ),
+    }
     let found = bounded("reading the checkpoint", checkpoint::load(&mut state, &dc)).await?;
     // What an earlier capture still had on its way lands before this, or is passed over.
-    let run = resume::fence(context, &topic, source_server_id).await?;
+    let run = resume::fence(context, &topic, source_server_id, signer.as_ref()).await?;
     let tail = resume::read_tail(context, &topic, run).await?;
     let start = match resume::decide(&topic, found, &tail)? {
         Start::From { checkpoint, why } => {
@@ -304,6 +315,7 @@ async fn capture(
         context,
         producer: &producer,
         topic: &topic,
+        signer: signer.as_ref(),
         source_server_id,
         run,
         current: None,
@@ -442,6 +454,8 @@ struct Publisher<'a> {
     context: &'a RelayContext,
     producer: &'a ThreadedProducer<Acks>,
     topic: &'a str,
+    /// Signs each message, when this data centre has a key.
+    signer: Option<&'a Signer>,
     source_server_id: u32,
     /// The offset of this capture's resume message.
     run: u64,
@@ -613,7 +627,7 @@ impl Publisher<'_> {
             ))
         })?;
         current.kept += 1;
-        send(self.producer, self.topic, &payload).await
+        send(self.producer, self.topic, &payload, self.signer).await
     }
 }
 
@@ -653,21 +667,30 @@ fn goes_forward(published: &GtidState, gtid: Gtid) -> Result<(), RelayError> {
     }
 }
 
-/// Queues one message for partition 0, waiting while the producer's queue is full.
+/// Queues one message for partition 0, signed by `signer` if any, waiting while the producer's
+/// queue is full.
 async fn send(
     producer: &ThreadedProducer<Acks>,
     topic: &str,
     payload: &[u8],
+    signer: Option<&Signer>,
 ) -> Result<(), RelayError> {
+    let signature = signer.map(|s| s.sign(&Covered::value(topic, payload)));
     let acks = producer.context();
     // Its number comes back with its delivery report. A usize holds it: a u64 on the 64-bit
     // targets logstamp builds for.
     let number = usize::try_from(acks.next())
         .map_err(|_| RelayError::Refused("capture sent more messages than it can count".into()))?;
     loop {
-        let record = BaseRecord::<(), [u8], usize>::with_opaque_to(topic, number)
+        let mut record = BaseRecord::<(), [u8], usize>::with_opaque_to(topic, number)
             .partition(0)
             .payload(payload);
+        if let Some(signature) = &signature {
+            record = record.headers(OwnedHeaders::new().insert(Header {
+                key: SIGNATURE_HEADER,
+                value: Some(signature.as_bytes()),
+            }));
+        }
         match producer.send(record) {
             Ok(()) => {
                 acks.queued();

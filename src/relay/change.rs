@@ -43,8 +43,9 @@
 //! to publish it (GTIDs are the same on every server of the data centre, binlog positions not).
 //! `run` is the offset of the resume message of the capture that published it:
 //!
-//! `{"resume":{"dc":"a","server_id":11}}` is what capture publishes each time it starts, before
-//! it reads where its topic ends. A capture that was killed (or lost its database connection)
+//! `{"resume":{"dc":"a","server_id":11,"after":812}}` is what capture publishes each time it
+//! starts, before it reads where its topic ends (`after`: the end offset just before it, so a
+//! copy of an earlier resume message, or one landing late, is told apart and starts no run). A capture that was killed (or lost its database connection)
 //! may still have messages on their way to the broker, which land after that end was read: a
 //! message of another run than the latest resume message before it is one of those, and every
 //! applier passes it over, as capture did when it chose where to resume (see [`super::resume`]).
@@ -172,6 +173,11 @@ pub struct Stream {
 pub struct Resume {
     pub dc: String,
     pub server_id: u32,
+    /// The topic's end offset when capture published it: the message lies at or after it, so a
+    /// resume message of a later run names an offset after the earlier one's. None from a
+    /// capture before this was added.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -189,6 +195,13 @@ impl Resume {
             resume: self.clone(),
         })
         .unwrap_or_default()
+    }
+
+    /// Whether it was published before the resume message at offset `run` (the run followed):
+    /// a copy of an earlier one, or one of a capture that stopped that landed late. It starts no
+    /// run.
+    pub fn precedes(&self, run: Option<u64>) -> bool {
+        matches!((self.after, run), (Some(after), Some(run)) if after <= run)
     }
 
     /// The resume message `bytes` holds; `None` when they hold something else.
@@ -617,13 +630,37 @@ mod tests {
     }
 
     #[test]
+    fn a_resume_message_published_before_the_run_followed_starts_none() {
+        let at = |after| Resume {
+            dc: "dc1".into(),
+            server_id: 11,
+            after,
+        };
+        // The run followed began with the resume message at offset 9: the next capture read
+        // an end offset of at least 10.
+        assert!(!at(Some(10)).precedes(Some(9)));
+        assert!(at(Some(9)).precedes(Some(9)));
+        assert!(at(Some(0)).precedes(Some(9)));
+        // No run followed yet, or a resume message without `after`.
+        assert!(!at(Some(0)).precedes(None));
+        assert!(!at(None).precedes(Some(9)));
+    }
+
+    #[test]
     fn a_resume_message_is_told_from_a_change() {
         let resume = Resume {
             dc: "dc1".into(),
             server_id: 11,
+            after: Some(7),
         };
         let json = resume.to_json();
         assert_eq!(Resume::from_json(&json).unwrap().unwrap(), resume);
+        // Of a capture before `after`: it reads without one, and precedes nothing.
+        let old = Resume::from_json(br#"{"resume":{"dc":"dc1","server_id":11}}"#)
+            .unwrap()
+            .unwrap();
+        assert_eq!(old.after, None);
+        assert!(!old.precedes(Some(3)));
         assert!(Resume::from_json(&sample().to_json()).is_none());
         assert!(
             Resume::from_json(b"{\"resume\":{\"dc\":1}}")

@@ -162,6 +162,8 @@ impl Source for RelaySource {
                 .set(flag(&apply.conflict_stopped));
             metrics::counter!("logstamp_relay_dead_letters_total", &labels)
                 .absolute(count(&apply.dead_letters));
+            metrics::counter!("logstamp_relay_refused_signatures_total", &labels)
+                .absolute(count(&apply.refused_signatures));
         }
         exporter.render()
     }
@@ -326,6 +328,10 @@ fn describe() {
     describe_counter!(
         "logstamp_relay_dead_letters_total",
         "Messages from the remote data centre recorded in relay_dead_letters and skipped (relay.on_bad_message = dead_letter)."
+    );
+    describe_counter!(
+        "logstamp_relay_refused_signatures_total",
+        "Messages from the remote data centre refused for their signature (missing, of a key not known or past its until, or wrong), stopped at or dead-lettered per relay.on_bad_message."
     );
     describe_gauge!(
         "logstamp_relay_apply_conflict_stopped",

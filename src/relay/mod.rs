@@ -5,7 +5,7 @@
 //! One concern per module, after the shape of Materialize's MySQL source: `gtid` (MariaDB's
 //! raw events), `table` and `decode` (table maps and row images), `events` (binlog events to
 //! transactions), `change` (the message), `loop_filter`, `capture`, `checkpoint` and `resume`
-//! (where capture starts), `order` (exactly once by GTID), `sql` and `apply`, `snapshot` (copying existing rows online), `status`, `verify` (comparing data centres' tables), `stats`
+//! (where capture starts), `order` (exactly once by GTID), `sql` and `apply`, `keys` and `signing` (signed messages), `snapshot` (copying existing rows online), `status`, `verify` (comparing data centres' tables), `stats`
 //! (what a running relay counts, for its metrics), and `context` (what they share).
 
 pub mod apply;
@@ -18,11 +18,13 @@ pub mod decode;
 pub mod delivery;
 pub mod events;
 pub mod gtid;
+pub mod keys;
 pub mod loop_filter;
 pub mod metrics;
 pub mod order;
 pub mod resume;
 pub mod settings;
+pub mod signing;
 pub mod snapshot;
 pub mod sql;
 pub mod stats;

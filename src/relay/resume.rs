@@ -20,7 +20,7 @@
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
+use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -32,6 +32,7 @@ use crate::mysql::lock::{lock_name, try_lock};
 use super::change::{Change, Resume};
 use super::checkpoint::{self, Checkpoint};
 use super::context::{RelayContext, RelayError};
+use super::signing::{Covered, SIGNATURE_HEADER, Signer, Verifier};
 
 /// How long reading the topic's last messages may take.
 const TAIL_WITHIN: Duration = Duration::from_secs(30);
@@ -205,9 +206,14 @@ pub fn capture_lock(context: &RelayContext) -> String {
     lock_name(&["relay-capture", &context.state_database, context.dc()])
 }
 
-/// Publishes capture's resume message to `topic` and returns its offset once Kafka
-/// acknowledged it: the run of the messages this capture publishes.
-pub async fn fence(context: &RelayContext, topic: &str, server_id: u32) -> Result<u64, RelayError> {
+/// Publishes capture's resume message to `topic`, signed by `signer` if any, and returns its
+/// offset once Kafka acknowledged it: the run of the messages this capture publishes.
+pub async fn fence(
+    context: &RelayContext,
+    topic: &str,
+    server_id: u32,
+    signer: Option<&Signer>,
+) -> Result<u64, RelayError> {
     let producer: FutureProducer = context
         .kafka_config(&context.kafka.brokers)
         .set("enable.idempotence", "true")
@@ -217,14 +223,25 @@ pub async fn fence(context: &RelayContext, topic: &str, server_id: u32) -> Resul
         .map_err(RelayError::kafka(
             "creating the producer of the resume message",
         ))?;
+    // The end before it: a copy of it, or a resume message of a capture that stopped landing
+    // late, names an offset the next run's resume message is past (see `Resume::precedes`).
+    let after = u64::try_from(end_offset(context, topic).await?).ok();
     let payload = Resume {
         dc: context.dc().to_string(),
         server_id,
+        after,
     }
     .to_json();
-    let record = FutureRecord::<(), [u8]>::to(topic)
+    let mut record = FutureRecord::<(), [u8]>::to(topic)
         .partition(0)
         .payload(&payload);
+    let signature = signer.map(|s| s.sign(&Covered::value(topic, &payload)));
+    if let Some(signature) = &signature {
+        record = record.headers(OwnedHeaders::new().insert(Header {
+            key: SIGNATURE_HEADER,
+            value: Some(signature.as_bytes()),
+        }));
+    }
     let delivery = producer
         .send(record, RESUME_WITHIN)
         .await
@@ -274,9 +291,14 @@ pub async fn read_tail(
     let (name, dc) = (topic.to_string(), context.dc().to_string());
     let before = i64::try_from(before).unwrap_or(i64::MAX);
     let stale = stale_bytes(context.relay.max_message_bytes);
-    tokio::task::spawn_blocking(move || tail_of(&consumer, &name, &dc, before, stale))
-        .await
-        .map_err(|e| RelayError::Refused(format!("reading the end of {topic}: {e}")))?
+    // A message not signed by this data centre is no message of its capture's. Its old keys
+    // count past their until: the end of the topic may be from before a rotation.
+    let verifier = Verifier::of(&context.relay.keys, &dc).map(Verifier::any_time);
+    tokio::task::spawn_blocking(move || {
+        tail_of(&consumer, &name, &dc, before, stale, verifier.as_ref())
+    })
+    .await
+    .map_err(|e| RelayError::Refused(format!("reading the end of {topic}: {e}")))?
 }
 
 /// What a message of the topic is, to tell which one the appliers follow last.
@@ -358,6 +380,7 @@ fn tail_of(
     dc: &str,
     before: i64,
     stale: usize,
+    verifier: Option<&Verifier>,
 ) -> Result<Tail, RelayError> {
     let (low, high) = consumer
         .fetch_watermarks(topic, 0, Duration::from_secs(10))
@@ -381,9 +404,15 @@ fn tail_of(
         // At least twice as many as read so far.
         let from = (start - TAIL_WINDOW.max(end - start)).max(low);
         let mut earlier = Vec::new();
-        for (offset, payload) in read_range(consumer, topic, from, start, deadline)? {
-            bytes += payload.len();
-            earlier.push((offset, Entry::of(&payload, dc)));
+        for (offset, payload) in read_range(consumer, topic, from, start, deadline, verifier)? {
+            let entry = match payload {
+                Some(payload) => {
+                    bytes += payload.len();
+                    Entry::of(&payload, dc)
+                }
+                None => Entry::Other,
+            };
+            earlier.push((offset, entry));
         }
         earlier.append(&mut entries);
         entries = earlier;
@@ -391,9 +420,9 @@ fn tail_of(
         let settled = start == low || bytes >= stale;
         match last_followed(&entries, settled) {
             Scan::Found(offset) => {
-                let payload = read_range(consumer, topic, offset, offset + 1, deadline)?
+                let payload = read_range(consumer, topic, offset, offset + 1, deadline, verifier)?
                     .pop()
-                    .map(|(_, payload)| payload)
+                    .and_then(|(_, payload)| payload)
                     .unwrap_or_default();
                 let change = Change::from_json(&payload).map_err(|e| {
                     RelayError::Refused(format!(
@@ -411,14 +440,19 @@ fn tail_of(
     }
 }
 
-/// The messages of `topic` from offset `from` up to `to`, with their offsets.
+/// A message read at its offset; `None` for one whose signature is refused.
+type Read = (i64, Option<Vec<u8>>);
+
+/// The messages of `topic` from offset `from` up to `to`, with their offsets; `None` for one
+/// whose signature `verifier` refuses.
 fn read_range(
     consumer: &BaseConsumer,
     topic: &str,
     from: i64,
     to: i64,
     deadline: Instant,
-) -> Result<Vec<(i64, Vec<u8>)>, RelayError> {
+    verifier: Option<&Verifier>,
+) -> Result<Vec<Read>, RelayError> {
     let mut assignment = TopicPartitionList::new();
     assignment
         .add_partition_offset(topic, 0, Offset::Offset(from))
@@ -437,7 +471,19 @@ fn read_range(
             continue;
         }
         if offset < to {
-            messages.push((offset, message.payload().unwrap_or_default().to_vec()));
+            let refused = verifier.and_then(|v| {
+                let (covered, signatures) = Covered::of(&message);
+                v.check(&covered, &signatures, chrono::Utc::now()).err()
+            });
+            if let Some(why) = &refused {
+                tracing::warn!(
+                    topic,
+                    offset,
+                    "capture passes over a message of its topic: {why}"
+                );
+            }
+            let payload = message.payload().unwrap_or_default();
+            messages.push((offset, refused.is_none().then(|| payload.to_vec())));
         }
         if offset + 1 >= to {
             return Ok(messages);

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::keys::{self, RelayKey};
 use crate::mysql::MysqlUrl;
 use crate::settings::{SettingError, TIB, at_least_one, at_most, at_most_a_year, duration_text};
 
@@ -54,6 +55,9 @@ pub struct RelaySettings {
     pub snapshot: SnapshotMode,
     /// The data centres whose changes are applied here.
     pub remotes: Vec<RemoteDc>,
+    /// The keys messages are signed and checked with (see [`super::keys`]).
+    #[serde(default)]
+    pub keys: Vec<RelayKey>,
 }
 
 impl RelaySettings {
@@ -140,7 +144,11 @@ impl RelaySettings {
                 ),
             ));
         }
-        Ok(())
+        keys::validate(
+            &self.keys,
+            &self.dc,
+            self.remotes.iter().map(|r| r.dc.as_str()),
+        )
     }
 }
 

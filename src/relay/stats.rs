@@ -106,6 +106,8 @@ pub struct ApplyStats {
     /// Messages recorded in `relay_dead_letters` and skipped
     /// (`relay.on_bad_message = "dead_letter"`).
     pub dead_letters: AtomicU64,
+    /// Messages refused for their signature (missing, of an unknown or retired key, or wrong).
+    pub refused_signatures: AtomicU64,
     /// A source transaction to dead-letter when it is read again: it failed for a definite
     /// reason after some of it was applied (and rolled back), so its messages are read again
     /// from the stored offset. Kept here, across the applier's restart.

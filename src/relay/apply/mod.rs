@@ -53,6 +53,8 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use std::sync::Arc;
+
+use chrono::Utc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::kafka::CreateRedacted;
@@ -76,6 +78,7 @@ use super::context::{
 use super::contract::{self, Contract, LocalColumn};
 use super::loop_filter::CacheKey;
 use super::order::{Followed, Verdict, order};
+use super::signing::{Covered, Refusal, Verifier, claimed_dc};
 use super::sql;
 use super::stats::{ApplyStats, DeadLettering, Running};
 use super::text_filter::RelayedTextFilters;
@@ -214,6 +217,14 @@ async fn apply(
         )));
     }
     let limits = Limits::new(context, &mut conn).await?;
+    let verifier = Verifier::of(&context.relay.keys, &remote.dc);
+    if verifier.is_none() {
+        tracing::info!(
+            source = remote.dc,
+            "relay.keys has no key of {}: its messages are applied without checking a signature",
+            remote.dc
+        );
+    }
     let applied = load_applied(&mut conn, wait, &remote.dc, &topic).await?;
     if stats.target_hung.answered() {
         tracing::info!(
@@ -246,6 +257,7 @@ async fn apply(
         limits: &limits,
         cache: context.loop_filter() == LoopFilterMode::Cache,
         dead_letter: context.relay.on_bad_message == OnBadMessage::DeadLetter,
+        verifier,
         held: Arc::new(Semaphore::new(limits.held_bytes)),
         text_filters: context.text_filters.as_deref(),
         database: &context.state_database,

@@ -234,6 +234,8 @@ pub(super) struct Reader<'a> {
     pub(super) cache: bool,
     /// `relay.on_bad_message = "dead_letter"`.
     pub(super) dead_letter: bool,
+    /// Checks each message's signature, when the source has keys here.
+    pub(super) verifier: Option<Verifier>,
     /// What parts waiting to be applied may hold.
     pub(super) held: Arc<Semaphore>,
     /// The text filters of the log tables in `database` (the relay's), kept with their rows.
@@ -290,47 +292,71 @@ impl<'a> Reader<'a> {
             };
             let offset = message.offset();
             let payload = message.payload().unwrap_or_default();
-            let parsed = match Resume::from_json(payload) {
-                Some(Ok(resume)) if resume.dc == remote.dc => {
-                    // The source's capture started again: from here on only its run counts,
-                    // and a transaction cut off before this comes again whole.
-                    consumed = offset + 1;
-                    run = u64::try_from(offset).ok();
-                    tracing::info!(
-                        source = remote.dc,
-                        offset,
-                        server_id = resume.server_id,
-                        "the capture of {} resumed",
-                        remote.dc
-                    );
-                    if let Some(cut) = reading.take()
-                        && cut.handed_on
-                        && self.ready.send(Item::CutOff).await.is_err()
-                    {
-                        return Ok(());
+            let refused = self.verifier.as_ref().and_then(|verifier| {
+                let (covered, signatures) = Covered::of(&message);
+                verifier.check(&covered, &signatures, Utc::now()).err()
+            });
+            let parsed = if let Some(refusal) = refused {
+                self.refuse(offset, payload, &refusal)
+            } else {
+                match Resume::from_json(payload) {
+                    Some(Ok(resume)) if resume.dc == remote.dc && resume.precedes(run) => {
+                        // Published before the run followed: it starts nothing.
+                        consumed = offset + 1;
+                        self.stats
+                            .superseded_messages
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(
+                            source = remote.dc,
+                            offset,
+                            run,
+                            "passing over a resume message of {} published before the run followed \
+                         (a copy, or one of a capture that stopped that landed late)",
+                            remote.dc
+                        );
+                        continue;
                     }
-                    let resumed = Item::Resumed {
-                        next_offset: consumed,
-                        run,
-                    };
-                    if self.ready.send(resumed).await.is_err() {
-                        return Ok(());
+                    Some(Ok(resume)) if resume.dc == remote.dc => {
+                        // The source's capture started again: from here on only its run counts,
+                        // and a transaction cut off before this comes again whole.
+                        consumed = offset + 1;
+                        run = u64::try_from(offset).ok();
+                        tracing::info!(
+                            source = remote.dc,
+                            offset,
+                            server_id = resume.server_id,
+                            "the capture of {} resumed",
+                            remote.dc
+                        );
+                        if let Some(cut) = reading.take()
+                            && cut.handed_on
+                            && self.ready.send(Item::CutOff).await.is_err()
+                        {
+                            return Ok(());
+                        }
+                        let resumed = Item::Resumed {
+                            next_offset: consumed,
+                            run,
+                        };
+                        if self.ready.send(resumed).await.is_err() {
+                            return Ok(());
+                        }
+                        continue;
                     }
-                    continue;
-                }
-                Some(Ok(resume)) => Err(format!(
-                    "holds a resume message from {}, not {}",
-                    resume.dc, remote.dc
-                )),
-                Some(Err(e)) => Err(e.to_string()),
-                None => match Change::from_json_with(payload, &mut contracts) {
-                    Ok(change) if change.dc == remote.dc => Ok(change),
-                    Ok(change) => Err(format!(
-                        "holds a change from {}, not {}",
-                        change.dc, remote.dc
+                    Some(Ok(resume)) => Err(format!(
+                        "holds a resume message from {}, not {}",
+                        resume.dc, remote.dc
                     )),
-                    Err(e) => Err(e.to_string()),
-                },
+                    Some(Err(e)) => Err(e.to_string()),
+                    None => match Change::from_json_with(payload, &mut contracts) {
+                        Ok(change) if change.dc == remote.dc => Ok(change),
+                        Ok(change) => Err(format!(
+                            "holds a change from {}, not {}",
+                            change.dc, remote.dc
+                        )),
+                        Err(e) => Err(e.to_string()),
+                    },
+                }
             };
             let change = match parsed {
                 Ok(change) => change,
@@ -505,6 +531,27 @@ impl<'a> Reader<'a> {
                 return Ok(());
             }
         }
+    }
+
+    /// Counts and logs a message whose signature is refused; returns why it is not applied.
+    fn refuse(&self, offset: i64, payload: &[u8], refusal: &Refusal) -> Result<Change, String> {
+        self.stats
+            .refused_signatures
+            .fetch_add(1, Ordering::Relaxed);
+        let claimed = claimed_dc(payload).map_or_else(
+            || "no data centre".to_string(),
+            |dc| dc.escape_debug().to_string(),
+        );
+        tracing::error!(
+            source = self.remote.dc,
+            topic = self.topic,
+            offset,
+            claimed_dc = claimed,
+            "refusing the message at offset {offset} of {}, which claims to come from {claimed}: \
+             {refusal}",
+            self.topic
+        );
+        Err(format!("signature refused (claims {claimed}): {refusal}"))
     }
 
     /// Turns the messages gathered into a part, once parts waiting leave room for it.
