@@ -843,17 +843,8 @@ async fn an_applier_that_cannot_place_a_transaction_stops_visibly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relayed_lines_are_found_by_text_search() {
     let mut dcs = two_dcs(ITEMS).await;
-    let all: Vec<(String, String)> = dcs
-        .iter()
-        .map(|d| (d.name.clone(), d.brokers.clone()))
-        .collect();
+    configure_all(&mut dcs, LoopFilterMode::Marker, "100ms");
     for dc in dcs.iter_mut() {
-        let remotes: Vec<(&str, String)> = all
-            .iter()
-            .filter(|(name, _)| *name != dc.name)
-            .map(|(name, brokers)| (name.as_str(), brokers.clone()))
-            .collect();
-        dc.configure(&remotes, LoopFilterMode::Marker, "100ms");
         let path = dc.dir.path().join("relay.toml");
         let text = std::fs::read_to_string(&path).unwrap().replace(
             "tables = [\"app.*\"]",

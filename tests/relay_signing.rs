@@ -4,12 +4,7 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
-
 use mysql_async::prelude::Queryable;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use logstamp::relay::change::Change;
 use logstamp::relay::settings::LoopFilterMode;
@@ -48,43 +43,16 @@ struct Read {
     signature: Option<String>,
 }
 
-/// Every message of `dc`'s topic, read with librdkafka.
+/// Every message of `dc`'s topic, its value as text.
 fn read(dc: &Dc) -> Vec<Read> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &dc.brokers)
-        .set("group.id", "relay-signing-test")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let topic = topic(&dc.name);
-    let (_, end) = consumer
-        .fetch_watermarks(&topic, 0, Duration::from_secs(10))
-        .unwrap();
-    let mut assignment = TopicPartitionList::new();
-    assignment
-        .add_partition_offset(&topic, 0, Offset::Beginning)
-        .unwrap();
-    consumer.assign(&assignment).unwrap();
-    let mut found = Vec::new();
-    let deadline = Instant::now() + DEADLINE;
-    while (found.len() as i64) < end {
-        assert!(Instant::now() < deadline, "reading {topic} stalled");
-        if let Some(message) = consumer.poll(Duration::from_millis(100)) {
-            let message = message.unwrap();
-            let signature = message.headers().and_then(|headers| {
-                headers
-                    .iter()
-                    .find(|h| h.key == "logstamp-signature")
-                    .map(|h| String::from_utf8(h.value.unwrap_or_default().to_vec()).unwrap())
-            });
-            found.push(Read {
-                offset: message.offset(),
-                value: String::from_utf8(message.payload().unwrap_or_default().to_vec()).unwrap(),
-                signature,
-            });
-        }
-    }
-    found
+    dc.topic_messages()
+        .into_iter()
+        .map(|m| Read {
+            offset: m.offset,
+            value: String::from_utf8(m.value).unwrap(),
+            signature: m.signature,
+        })
+        .collect()
 }
 
 /// The signature headers kafka-python's script computes for `values` published to `dc`'s

@@ -13,7 +13,7 @@ use mysql_async::{Conn, Value as Sql};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
+use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
@@ -369,7 +369,6 @@ impl Dc {
         row.unwrap_or((0, 0))
     }
 
-    /// Every message in this data centre's topic.
     /// The changes in this data centre's topic, by offset, without capture's resume messages.
     pub fn published(&self) -> Vec<Change> {
         self.published_payloads()
@@ -399,6 +398,11 @@ impl Dc {
 
     /// Every message in this data centre's topic, as its bytes, by offset.
     pub fn published_payloads(&self) -> Vec<Vec<u8>> {
+        self.topic_messages().into_iter().map(|m| m.value).collect()
+    }
+
+    /// Every message in this data centre's topic, by offset, with its signature header.
+    pub fn topic_messages(&self) -> Vec<TopicMessage> {
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", &self.brokers)
             .set("group.id", "relay-test")
@@ -414,18 +418,37 @@ impl Dc {
             .add_partition_offset(&topic, 0, Offset::Beginning)
             .unwrap();
         consumer.assign(&assignment).unwrap();
-        let mut payloads = Vec::new();
+        let mut found = Vec::new();
         let deadline = Instant::now() + DEADLINE;
-        while (payloads.len() as i64) < end {
+        while (found.len() as i64) < end {
             assert!(Instant::now() < deadline, "reading {topic} stalled");
             if let Some(message) = consumer.poll(Duration::from_millis(100)) {
                 let message = message.unwrap();
-                assert_eq!(message.offset(), payloads.len() as i64, "{topic} has a gap");
-                payloads.push(message.payload().unwrap_or_default().to_vec());
+                assert_eq!(message.offset(), found.len() as i64, "{topic} has a gap");
+                let signature = message.headers().and_then(|headers| {
+                    headers
+                        .iter()
+                        .find(|h| h.key == "logstamp-signature")
+                        .map(|h| String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned())
+                });
+                found.push(TopicMessage {
+                    offset: message.offset(),
+                    value: message.payload().unwrap_or_default().to_vec(),
+                    signature,
+                });
             }
         }
-        payloads
+        found
     }
+}
+
+/// A message of a data centre's topic as read.
+#[derive(Debug)]
+pub struct TopicMessage {
+    pub offset: i64,
+    pub value: Vec<u8>,
+    /// Its `logstamp-signature` header.
+    pub signature: Option<String>,
 }
 
 impl Drop for Dc {
@@ -467,6 +490,18 @@ pub async fn start_relays_with(
     checkpoint_interval: &str,
     relay: &str,
 ) {
+    configure_all(dcs, mode, checkpoint_interval);
+    for dc in dcs.iter_mut() {
+        add_relay_settings(dc, relay);
+        dc.start_relay();
+    }
+    for dc in dcs.iter() {
+        dc.wait_capture_started().await;
+    }
+}
+
+/// Writes every data centre's settings, each with all the others as its remotes.
+pub fn configure_all(dcs: &mut [Dc], mode: LoopFilterMode, checkpoint_interval: &str) {
     let all: Vec<(String, String)> = dcs
         .iter()
         .map(|d| (d.name.clone(), d.brokers.clone()))
@@ -478,11 +513,6 @@ pub async fn start_relays_with(
             .map(|(name, brokers)| (name.as_str(), brokers.clone()))
             .collect();
         dc.configure(&remotes, mode, checkpoint_interval);
-        add_relay_settings(dc, relay);
-        dc.start_relay();
-    }
-    for dc in dcs.iter() {
-        dc.wait_capture_started().await;
     }
 }
 
