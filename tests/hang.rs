@@ -66,17 +66,13 @@ async fn a_hung_database_makes_the_worker_not_ready_and_loses_nothing() {
     server.pause();
     let paused_at = Instant::now();
     setup.produce(n / 2, n, 4);
-    let (status, ready) = loop {
-        let answer = get(&address, "/health/ready").await;
-        if answer.0 != 200 {
-            break answer;
-        }
-        assert!(
-            paused_at.elapsed() < WRITE_BOUND + Duration::from_secs(20),
-            "still ready while the database hangs"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let (status, ready) = not_ready_within(
+        &address,
+        paused_at,
+        WRITE_BOUND + Duration::from_secs(20),
+        "the database hangs",
+    )
+    .await;
     let detected = paused_at.elapsed();
     assert_eq!(status, 503, "{ready}");
     assert!(ready.contains("MySQL does not answer"), "{ready}");
@@ -126,14 +122,7 @@ async fn a_hung_database_makes_the_worker_not_ready_and_loses_nothing() {
         .filter(|l| l.contains("stopped taking writes"))
         .count();
     assert_eq!(told, 1, "said once, not once per retry: {text}");
-    assert_eq!(
-        setup.count(SUM_OFFSETS).await,
-        n,
-        "offsets count every message"
-    );
-    setup
-        .assert_exactly_once(n, &(2..=20).collect::<Vec<u32>>())
-        .await;
+    every_message_once(&setup, n).await;
 }
 
 /// The worker's Kafka broker hangs for several times the readiness check's bound (2 s): the
@@ -153,17 +142,13 @@ async fn a_hung_broker_makes_the_worker_not_ready_and_loses_nothing() {
 
     setup.cluster().pause(0);
     let paused_at = Instant::now();
-    let (status, ready) = loop {
-        let answer = get(&address, "/health/ready").await;
-        if answer.0 != 200 {
-            break answer;
-        }
-        assert!(
-            paused_at.elapsed() < Duration::from_secs(30),
-            "still ready while the broker hangs"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let (status, ready) = not_ready_within(
+        &address,
+        paused_at,
+        Duration::from_secs(30),
+        "the broker hangs",
+    )
+    .await;
     let detected = paused_at.elapsed();
     assert_eq!(status, 503, "{ready}");
     assert!(ready.contains("Kafka does not answer"), "{ready}");
@@ -197,14 +182,7 @@ async fn a_hung_broker_makes_the_worker_not_ready_and_loses_nothing() {
         "worker {status}: {}",
         std::fs::read_to_string(log).unwrap_or_default()
     );
-    assert_eq!(
-        setup.count(SUM_OFFSETS).await,
-        n,
-        "offsets count every message"
-    );
-    setup
-        .assert_exactly_once(n, &(2..=20).collect::<Vec<u32>>())
-        .await;
+    every_message_once(&setup, n).await;
 }
 
 /// The coordination database hangs while a process holds a service-ID lease: the renewal
@@ -422,6 +400,37 @@ async fn a_hung_relay_database_stops_its_capture_and_applier_only_and_loses_noth
     ] {
         assert_eq!(log.matches(said).count(), times, "{said}: {log}");
     }
+}
+
+/// The worker's readiness answer once it is not 200, which must come within `within` of
+/// `since` (while `what`).
+async fn not_ready_within(
+    address: &str,
+    since: Instant,
+    within: Duration,
+    what: &str,
+) -> (u16, String) {
+    loop {
+        let answer = get(address, "/health/ready").await;
+        if answer.0 != 200 {
+            return answer;
+        }
+        assert!(since.elapsed() < within, "still ready while {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every message of `0..n` stored once, under the workers' leased IDs, and counted by the
+/// offsets.
+async fn every_message_once(setup: &Setup, n: u64) {
+    assert_eq!(
+        setup.count(SUM_OFFSETS).await,
+        n,
+        "offsets count every message"
+    );
+    setup
+        .assert_exactly_once(n, &(2..=20).collect::<Vec<u32>>())
+        .await;
 }
 
 /// A sample of `address`'s metrics (0 when absent).
