@@ -6,6 +6,8 @@
 
 mod support;
 
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use logstamp::id::IdError;
@@ -19,7 +21,7 @@ use support::http::readiness_becomes;
 use support::ingest::{COUNT_ALL, Process, SUM_OFFSETS, Setup};
 use support::mariadb::MariaDb;
 use support::relay::{
-    ITEMS, assert_exactly_once, start_relays_with, two_dcs, wait_in_sync, writer,
+    Dc, ITEMS, assert_exactly_once, start_relays_with, two_dcs, wait_in_sync, writer,
 };
 
 /// The worker's bound on a write (`store.write_timeout`).
@@ -331,9 +333,12 @@ async fn a_hung_relay_database_stops_its_capture_and_applier_only_and_loses_noth
     b.wait_applied("a", 50).await;
     let published_by_b = "logstamp_relay_published_transactions_total{dc=\"b\"}";
     let b_before = metric(&at_b, published_by_b).await;
+    // `relay verify` at b, comparing with a, is under way when a hangs.
+    let verify = Verifying::start(b, a).await;
 
     a.server.pause();
     let paused_at = Instant::now();
+    let verified = tokio::task::spawn_blocking(move || verify.exit(paused_at));
     let target_up = "logstamp_relay_apply_target_up{dc=\"a\",remote=\"b\"}";
     metric_becomes(&at_a, target_up, 0.0, APPLY_BOUND + Duration::from_secs(10)).await;
     let applier_detected = paused_at.elapsed();
@@ -359,6 +364,18 @@ async fn a_hung_relay_database_stops_its_capture_and_applier_only_and_loses_noth
     while paused_at.elapsed() < capture_detected + Duration::from_secs(4) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // The command fails within relay.apply_timeout, naming the wait and a's server.
+    let (code, verify_failed, stderr) = verified.await.unwrap();
+    assert_eq!(code, Some(2), "relay verify: {stderr}");
+    let named = format!(
+        "checksumming a chunk of app.still at 127.0.0.1:{}: no answer within {APPLY_BOUND:?}",
+        a.server.port
+    );
+    assert!(stderr.contains(&named), "{stderr}");
+    assert!(
+        verify_failed < APPLY_BOUND + Duration::from_secs(5),
+        "relay verify failed {verify_failed:?} after the pause"
+    );
     let b_during = metric(&at_b, published_by_b).await - b_before;
     assert!(b_during > 0.0, "b's capture published nothing meanwhile");
     assert_eq!(get(&at_b, "/health/ready").await.0, 200, "b is not ready");
@@ -366,8 +383,8 @@ async fn a_hung_relay_database_stops_its_capture_and_applier_only_and_loses_noth
     a.server.resume();
     eprintln!(
         "hung relay database: applier not answered after {applier_detected:?}, capture after \
-         {capture_detected:?}; b published {b_during} transactions meanwhile; resumed after \
-         {hung_for:?}"
+         {capture_detected:?}, relay verify failed after {verify_failed:?}; b published \
+         {b_during} transactions meanwhile; resumed after {hung_for:?}"
     );
 
     let mut local = Vec::new();
@@ -399,6 +416,81 @@ async fn a_hung_relay_database_stops_its_capture_and_applier_only_and_loses_noth
         ("the database answers capture again", 1),
     ] {
         assert_eq!(log.matches(said).count(), times, "{said}: {log}");
+    }
+}
+
+/// `relay verify` of a table no one writes, one row a chunk, so that it is still comparing
+/// when the test pauses a server.
+struct Verifying {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Verifying {
+    /// Creates `app.still` with the same rows in `here` and `remote` (out of the binlog: the
+    /// relays do not see it), starts `relay verify` of it at `here`, and returns once it has
+    /// compared a hundred chunks (its first progress line).
+    async fn start(here: &Dc, remote: &Dc) -> Verifying {
+        for dc in [here, remote] {
+            let mut conn = dc.conn().await;
+            for statement in [
+                "SET SESSION sql_log_bin = 0",
+                "CREATE TABLE app.still (id BIGINT UNSIGNED NOT NULL PRIMARY KEY, v INT NOT NULL)",
+                "INSERT INTO app.still SELECT seq, seq * 7 FROM seq_1_to_3000",
+            ] {
+                conn.query_drop(statement).await.unwrap();
+            }
+            conn.disconnect().await.unwrap();
+        }
+        let mut child = here
+            .verify_command(&[remote], &["--table", "app.still", "--chunk-rows", "1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut seen = Vec::new();
+        loop {
+            match lines.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) if line.contains("verifying") => break,
+                Ok(line) => seen.push(line),
+                Err(_) => assert!(
+                    Instant::now() < deadline && child.try_wait().unwrap().is_none(),
+                    "relay verify did not get under way: {seen:?}"
+                ),
+            }
+        }
+        Verifying { child, lines }
+    }
+
+    /// Waits for the command to exit, which it must within a minute: its exit code, how long
+    /// after `since`, and what it wrote on stderr.
+    fn exit(mut self, since: Instant) -> (Option<i32>, Duration, String) {
+        let deadline = since + Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("relay verify still waits on a hung server after a minute");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let took = since.elapsed();
+        let stderr: Vec<String> = self.lines.iter().collect();
+        (status.code(), took, stderr.join("\n"))
     }
 }
 

@@ -7,21 +7,63 @@
 
 use std::time::Duration;
 
-use super::DbError;
+use super::{DbError, MysqlUrl};
 
 /// Runs `work`, failing with [`DbError::TimedOut`] (transient) if it takes longer than
 /// `limit`; `what` names the work in that error.
-pub async fn within<T>(
+pub async fn within<T, E: From<DbError>>(
     limit: Duration,
     what: impl FnOnce() -> String,
-    work: impl Future<Output = Result<T, DbError>>,
-) -> Result<T, DbError> {
+    work: impl Future<Output = Result<T, E>>,
+) -> Result<T, E> {
     tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
         Err(DbError::TimedOut {
             context: what(),
             after: limit,
-        })
+        }
+        .into())
     })
+}
+
+/// The bound on each wait on one server, which its timeouts name (`host:port`): for work that
+/// talks to several servers, or whose errors leave the process (a command's).
+#[derive(Debug, Clone)]
+pub struct Bound {
+    limit: Duration,
+    server: String,
+}
+
+impl Bound {
+    pub fn new(url: &MysqlUrl, limit: Duration) -> Bound {
+        Bound {
+            limit,
+            server: format!("{}:{}", url.host(), url.port().unwrap_or(3306)),
+        }
+    }
+
+    /// [`within`] this bound; past it, the error says "`what` at host:port".
+    pub async fn wait<T, E: From<DbError>>(
+        &self,
+        what: impl FnOnce() -> String,
+        work: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        within(
+            self.limit,
+            || format!("{} at {}", what(), self.server),
+            work,
+        )
+        .await
+    }
+
+    /// [`Bound::wait`] on one call of the driver, whose error then says `what` too.
+    pub async fn call<T>(
+        &self,
+        what: impl Fn() -> String,
+        work: impl Future<Output = Result<T, mysql_async::Error>>,
+    ) -> Result<T, DbError> {
+        self.wait(&what, async { work.await.map_err(DbError::mysql(what())) })
+            .await
+    }
 }
 
 #[cfg(test)]
@@ -33,7 +75,7 @@ mod tests {
         let limit = Duration::from_millis(20);
         let hung = within(limit, || "reading".into(), async {
             tokio::time::sleep(Duration::from_secs(60)).await;
-            Ok(())
+            Ok::<(), DbError>(())
         })
         .await;
         let Err(error) = hung else {
@@ -45,7 +87,34 @@ mod tests {
             error.to_string().starts_with("reading: no answer within"),
             "{error}"
         );
-        let quick = within(limit, || "reading".into(), async { Ok(7) }).await;
+        let quick = within(limit, || "reading".into(), async { Ok::<_, DbError>(7) }).await;
         assert_eq!(quick.ok(), Some(7));
+    }
+
+    #[tokio::test]
+    async fn a_bound_names_the_server_and_its_port_never_the_password() {
+        let url = MysqlUrl::try_from("mysql://u:secret@db.example:3307/logs".to_string())
+            .expect("a valid URL");
+        let bound = Bound::new(&url, Duration::from_millis(20));
+        let hung: Result<(), DbError> = bound
+            .wait(|| "reading the checkpoint".into(), std::future::pending())
+            .await;
+        let error = hung.expect_err("a hung wait finished").to_string();
+        assert!(
+            error.starts_with("reading the checkpoint at db.example:3307: no answer within 20ms"),
+            "{error}"
+        );
+        assert!(!error.contains("secret"), "{error}");
+        let default_port = MysqlUrl::try_from("mysql://u@db/logs".to_string()).expect("valid");
+        let other: Result<(), DbError> = Bound::new(&default_port, Duration::from_millis(1))
+            .wait(|| "x".into(), std::future::pending())
+            .await;
+        assert!(
+            other
+                .expect_err("hung")
+                .to_string()
+                .starts_with("x at db:3306:"),
+            "the default port is named"
+        );
     }
 }

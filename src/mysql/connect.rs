@@ -54,21 +54,25 @@ pub async fn connect(url: &MysqlUrl) -> Result<Conn, DbError> {
     .await
 }
 
-/// Creates the URL's database if it does not exist, connecting without selecting it.
+/// Creates the URL's database if it does not exist, connecting without selecting it; all of
+/// it within [`CONNECT_TIMEOUT`].
 pub async fn create_database(url: &MysqlUrl) -> Result<(), DbError> {
     let database = Ident::new(url.database())
         .map_err(|e| DbError::config("mysql.url", format!("database: {e}")))?;
     let server = OptsBuilder::from_opts(opts(url)?).db_name(None::<String>);
     let context = || format!("creating database {database} at {}", url.redacted());
-    let mut conn = mysql_async::Conn::new(server)
+    within(CONNECT_TIMEOUT, context, async {
+        let mut conn = mysql_async::Conn::new(server)
+            .await
+            .map_err(DbError::mysql(context()))?;
+        conn.query_drop(format!(
+            "CREATE DATABASE IF NOT EXISTS {database} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+        ))
         .await
         .map_err(DbError::mysql(context()))?;
-    conn.query_drop(format!(
-        "CREATE DATABASE IF NOT EXISTS {database} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
-    ))
+        conn.disconnect().await.map_err(DbError::mysql(context()))
+    })
     .await
-    .map_err(DbError::mysql(context()))?;
-    conn.disconnect().await.map_err(DbError::mysql(context()))
 }
 
 /// The database the connection works in.

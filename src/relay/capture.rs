@@ -23,6 +23,7 @@ use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use tokio::sync::{mpsc, watch};
 
 use crate::kafka::CreateRedacted;
+use crate::mysql::bound::Bound;
 use crate::mysql::lock::try_lock;
 use crate::mysql::rows::take;
 use crate::mysql::{self, DbError};
@@ -158,23 +159,9 @@ pub async fn run_once(
     result
 }
 
-/// How long capture waits on its server for one statement while it starts.
+/// How long capture waits on its server for one statement: those of its start, and each
+/// checkpoint it saves (a server hung only for those writes leaves the stream going).
 const STATEMENT_LIMIT: Duration = SILENCE_LIMIT;
-
-/// One wait of capture's start on its server, within [`STATEMENT_LIMIT`].
-async fn bounded<T, E: Into<RelayError>>(
-    what: &str,
-    work: impl Future<Output = Result<T, E>>,
-) -> Result<T, RelayError> {
-    match tokio::time::timeout(STATEMENT_LIMIT, work).await {
-        Ok(done) => done.map_err(Into::into),
-        Err(_) => Err(DbError::TimedOut {
-            context: what.to_string(),
-            after: STATEMENT_LIMIT,
-        }
-        .into()),
-    }
-}
 
 async fn capture(
     context: &RelayContext,
@@ -190,33 +177,46 @@ async fn capture(
         ));
     }
     let mut state = mysql::connect(context.url()).await?;
-    bounded("setting up the session", checkpoint::unlogged(&mut state)).await?;
+    let bound = Bound::new(context.url(), STATEMENT_LIMIT);
+    bound
+        .wait(
+            || "setting up the session".into(),
+            checkpoint::unlogged(&mut state),
+        )
+        .await?;
     // One capture per data centre and database; the lock lives as long as this connection,
     // which records the checkpoints. One this capture dropped (its server hung) may hold it
     // until the server is done with it: waited for.
     let lock = resume::capture_lock(context);
     let lock_wait = u32::try_from(STATEMENT_LIMIT.as_secs() / 2).unwrap_or(u32::MAX);
-    let locked = bounded(
-        &format!("taking lock {lock}"),
-        try_lock(&mut state, &lock, lock_wait),
-    )
-    .await?;
+    let locked = bound
+        .wait(
+            || format!("taking lock {lock}"),
+            try_lock(&mut state, &lock, lock_wait),
+        )
+        .await?;
     if !locked {
         return Err(RelayError::Busy(format!(
             "another relay captures {dc} (it holds lock {lock})"
         )));
     }
-    let vars = bounded(
-        "reading the server's variables",
-        source_variables(&mut state),
-    )
-    .await?;
+    let vars = bound
+        .wait(
+            || "reading the server's variables".into(),
+            source_variables(&mut state),
+        )
+        .await?;
     let checksums = check_source(&vars, relay.server_id)?;
     let source_server_id: u32 = vars
         .get("server_id")
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| RelayError::Refused("the server reports no server_id".into()))?;
-    let charsets = bounded("reading the server's collations", collations(&mut state)).await?;
+    let charsets = bound
+        .wait(
+            || "reading the server's collations".into(),
+            collations(&mut state),
+        )
+        .await?;
     let topic = context.topic(&dc);
     ensure_topic(context, &topic).await?;
     let producer = producer(context)?;
@@ -229,7 +229,12 @@ async fn capture(
             "relay.keys has no current key of {dc}: capture's messages are not signed"
         ),
     }
-    let found = bounded("reading the checkpoint", checkpoint::load(&mut state, &dc)).await?;
+    let found = bound
+        .wait(
+            || "reading the checkpoint".into(),
+            checkpoint::load(&mut state, &dc),
+        )
+        .await?;
     // What an earlier capture still had on its way lands before this, or is passed over.
     let run = resume::fence(context, &topic, source_server_id, signer.as_ref()).await?;
     let tail = resume::read_tail(context, &topic, run).await?;
@@ -240,11 +245,12 @@ async fn capture(
         }
         // First start: from now on. Rows already there must be copied by other means.
         Start::Here => {
-            bounded(
-                "recording the starting checkpoint",
-                checkpoint::start_here(&mut state, &dc, 0, None),
-            )
-            .await?
+            bound
+                .wait(
+                    || "recording the starting checkpoint".into(),
+                    checkpoint::start_here(&mut state, &dc, 0, None),
+                )
+                .await?
         }
     };
 
@@ -263,16 +269,18 @@ async fn capture(
         setup.push(format!("SET @slave_connect_state = '{}'", start.gtid_state));
     }
     for statement in &setup {
-        let what = format!("preparing the binlog connection: {statement}");
-        let sent = binlog.query_drop(statement);
-        bounded(&what, async { sent.await.map_err(DbError::mysql(&what)) }).await?;
+        let what = || format!("preparing the binlog connection: {statement}");
+        bound.call(what, binlog.query_drop(statement)).await?;
     }
     let request = BinlogStreamRequest::new(relay.server_id)
         .with_filename(start.file.as_bytes())
         .with_pos(start.pos);
-    let what = format!("starting the binlog stream at {}:{}", start.file, start.pos);
+    let what = format!(
+        "starting the binlog stream from {}:{}",
+        start.file, start.pos
+    );
     let asked = binlog.get_binlog_stream(request);
-    let mut stream = bounded(&what, async { asked.await.map_err(DbError::mysql(&what)) }).await?;
+    let mut stream = bound.call(|| what.clone(), asked).await?;
     tracing::info!(
         dc,
         file = start.file,
@@ -300,7 +308,7 @@ async fn capture(
     let mut acker = tokio::spawn(acknowledge(
         pending_rx,
         producer.context().clone(),
-        state,
+        (state, bound),
         dc.clone(),
         start.clone(),
         relay.checkpoint_interval,
@@ -710,7 +718,7 @@ async fn send(
 async fn acknowledge(
     mut pending: mpsc::Receiver<Pending>,
     acks: Arc<Acks>,
-    mut conn: mysql_async::Conn,
+    (mut conn, bound): (mysql_async::Conn, Bound),
     dc: String,
     mut acked: Checkpoint,
     interval: Duration,
@@ -743,14 +751,14 @@ async fn acknowledge(
             }
             _ = ticker.tick() => {
                 if acked != saved {
-                    save(&mut conn, &dc, &mut acked, stats).await?;
+                    save(&mut conn, &bound, &dc, &mut acked, stats).await?;
                     saved = acked.clone();
                 }
             }
         }
     }
     if acked != saved {
-        save(&mut conn, &dc, &mut acked, stats).await?;
+        save(&mut conn, &bound, &dc, &mut acked, stats).await?;
     }
     let _ = conn.disconnect().await;
     Ok(())
@@ -764,20 +772,32 @@ fn record_checkpoint(stats: &CaptureStats, c: &Checkpoint) {
     stats.checkpoint_pos.store(c.pos, Ordering::Relaxed);
 }
 
-/// Saves a checkpoint, first reading the GTID state at its position if a heartbeat moved it.
+/// Saves a checkpoint, first reading the GTID state at its position if a heartbeat moved it;
+/// each within `bound`, past which capture fails as on a silent stream.
 async fn save(
     conn: &mut mysql_async::Conn,
+    bound: &Bound,
     dc: &str,
     c: &mut Checkpoint,
     stats: &CaptureStats,
 ) -> Result<(), RelayError> {
+    let at = format!("{}:{}", c.file, c.pos);
     if c.gtid_from_position {
-        if let Some(state) = checkpoint::gtid_at(conn, &c.file, c.pos).await? {
+        let read = checkpoint::gtid_at(conn, &c.file, c.pos);
+        if let Some(state) = bound
+            .wait(|| format!("reading the GTID state of {at}"), read)
+            .await?
+        {
             c.gtid_state = state;
         }
         c.gtid_from_position = false;
     }
-    checkpoint::save(conn, dc, c).await?;
+    bound
+        .wait(
+            || format!("saving the checkpoint {at}"),
+            checkpoint::save(conn, dc, c),
+        )
+        .await?;
     record_checkpoint(stats, c);
     Ok(())
 }

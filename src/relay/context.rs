@@ -8,6 +8,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use super::settings::{LoopFilterMode, RelaySettings, TablePattern};
 use crate::kafka::KafkaSettings;
+use crate::mysql::bound::Bound;
 use crate::mysql::{DbError, MysqlSettings, MysqlUrl};
 
 use super::stats::RelayStats;
@@ -169,6 +170,13 @@ impl RelayContext {
 
     pub fn url(&self) -> &MysqlUrl {
         &self.mysql.url
+    }
+
+    /// The bound on each statement of the snapshot and of the relay's commands on this data
+    /// centre's database: `relay.apply_timeout`, the appliers' bound on the same server, as
+    /// their statements are of the same sizes (a chunk of rows).
+    pub fn statement_bound(&self) -> Bound {
+        Bound::new(self.url(), self.relay.apply_timeout)
     }
 
     pub fn loop_filter(&self) -> LoopFilterMode {

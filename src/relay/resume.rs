@@ -180,15 +180,32 @@ pub fn reset_advice() -> &'static str {
 pub async fn start_anew(context: &RelayContext) -> Result<Checkpoint, RelayError> {
     let dc = context.dc();
     let topic = context.topic(dc);
+    let bound = context.statement_bound();
     let mut conn = mysql::connect(context.url()).await?;
-    checkpoint::unlogged(&mut conn).await?;
+    bound
+        .wait(
+            || "setting up the session".into(),
+            checkpoint::unlogged(&mut conn),
+        )
+        .await?;
     let lock = capture_lock(context);
-    if !try_lock(&mut conn, &lock, 0).await? {
+    let locked = bound
+        .wait(
+            || format!("taking lock {lock}"),
+            try_lock(&mut conn, &lock, 0),
+        )
+        .await?;
+    if !locked {
         return Err(RelayError::Refused(format!(
             "a relay captures {dc} now (it holds lock {lock}): stop it first"
         )));
     }
-    let old = checkpoint::load(&mut conn, dc).await?;
+    let old = bound
+        .wait(
+            || "reading the checkpoint".into(),
+            checkpoint::load(&mut conn, dc),
+        )
+        .await?;
     // Above every seq used, so appliers see a new epoch: a transaction's seq is never above
     // the offset of its first message (each one before it took an offset), so the topic's end
     // offset is, also when its messages expired.
@@ -196,7 +213,12 @@ pub async fn start_anew(context: &RelayContext) -> Result<Checkpoint, RelayError
     let epoch = u64::try_from(epoch)
         .unwrap_or(0)
         .max(old.as_ref().map_or(0, |c| c.next_seq));
-    let fresh = checkpoint::start_here(&mut conn, dc, epoch, old.as_ref()).await?;
+    let fresh = bound
+        .wait(
+            || "recording the new checkpoint".into(),
+            checkpoint::start_here(&mut conn, dc, epoch, old.as_ref()),
+        )
+        .await?;
     let _ = conn.disconnect().await;
     Ok(fresh)
 }

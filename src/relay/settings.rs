@@ -43,7 +43,8 @@ pub struct RelaySettings {
     /// also caps each statement it sends (with the server's `max_allowed_packet`).
     pub apply_memory_bytes: usize,
     /// How long an applier waits on its database for any one thing (a statement, a round trip
-    /// of statements, the commit): past it the database is taken as hung.
+    /// of statements, the commit): past it the database is taken as hung. Also the bound on
+    /// each statement of the snapshot and of the relay's commands.
     #[serde(with = "duration_text")]
     pub apply_timeout: Duration,
     /// What an applier does when an UPDATE or DELETE does not find its before image here.

@@ -45,6 +45,7 @@ use super::events::Rows;
 use super::settings::SnapshotMode;
 use super::sql::{local_kind, push_ident};
 use super::verify::key_after;
+use crate::mysql::bound::Bound;
 use crate::mysql::retry::RetryPolicy;
 use crate::mysql::rows::take;
 use crate::mysql::{self, DbError};
@@ -221,10 +222,15 @@ pub async fn run(
     context: RelayContext,
     watermarks: Arc<Watermarks>,
 ) -> Result<std::convert::Infallible, RelayError> {
-    let mut conn = session(&context).await?;
-    record_relayed(&context, &mut conn).await?;
+    let bound = context.statement_bound();
+    let mut conn = session(&context, &bound).await?;
+    record_relayed(&context, &bound, &mut conn).await?;
     loop {
-        let Some(request) = next_request(&mut conn, context.dc()).await? else {
+        let asked = next_request(&mut conn, context.dc());
+        let found = bound
+            .wait(|| "reading the snapshot requests".into(), asked)
+            .await?;
+        let Some(request) = found else {
             tokio::time::sleep(POLL).await;
             continue;
         };
@@ -234,7 +240,14 @@ pub async fn run(
             Err(e) if e.is_transient() => return Err(e),
             Err(e) => {
                 tracing::error!(table = shown, "snapshot failed: {e}");
-                fail(&mut conn, context.dc(), &request, &e.to_string()).await?;
+                let why = e.to_string();
+                let failed = fail(&mut conn, context.dc(), &request, &why);
+                bound
+                    .wait(
+                        || format!("recording the failed snapshot of {shown}"),
+                        failed,
+                    )
+                    .await?;
             }
         }
         context
@@ -246,17 +259,14 @@ pub async fn run(
 }
 
 /// A connection in UTC (TIMESTAMP values travel in UTC) whose writes go to the binlog.
-async fn session(context: &RelayContext) -> Result<Conn, RelayError> {
+async fn session(context: &RelayContext, bound: &Bound) -> Result<Conn, RelayError> {
     let mut conn = mysql::connect(context.url()).await?;
     for statement in [
         "SET time_zone = '+00:00'",
         "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
     ] {
-        conn.query_drop(statement)
-            .await
-            .map_err(DbError::mysql(format!(
-                "preparing the snapshot's session: {statement}"
-            )))?;
+        let what = || format!("preparing the snapshot's session: {statement}");
+        bound.call(what, conn.query_drop(statement)).await?;
     }
     Ok(conn)
 }
@@ -302,15 +312,19 @@ async fn next_request(conn: &mut Conn, dc: &str) -> Result<Option<Request>, Rela
 /// from now on, so a later start with `initial` copies only tables never captured here: a table
 /// captured before (perhaps written in several data centres) is not copied back over the others
 /// with this data centre's possibly older version of their rows.
-async fn record_relayed(context: &RelayContext, conn: &mut Conn) -> Result<(), RelayError> {
-    let tables: Vec<(String, String)> = conn
-        .query(
-            "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES \
-             WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN \
-             ('mysql', 'information_schema', 'performance_schema', 'sys')",
-        )
-        .await
-        .map_err(DbError::mysql("listing the relayed tables"))?;
+async fn record_relayed(
+    context: &RelayContext,
+    bound: &Bound,
+    conn: &mut Conn,
+) -> Result<(), RelayError> {
+    let listing = conn.query(
+        "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES \
+         WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN \
+         ('mysql', 'information_schema', 'performance_schema', 'sys')",
+    );
+    let tables: Vec<(String, String)> = bound
+        .call(|| "listing the relayed tables".into(), listing)
+        .await?;
     let initial = context.relay.snapshot == SnapshotMode::Initial;
     let record = if initial {
         Record::Request
@@ -319,15 +333,17 @@ async fn record_relayed(context: &RelayContext, conn: &mut Conn) -> Result<(), R
     };
     for (schema, table) in tables {
         if context.is_relayed(&schema, &table) {
-            let new = record_table(
+            let recording = record_table(
                 conn,
                 context.dc(),
                 &schema,
                 &table,
                 DEFAULT_CHUNK_ROWS,
                 record,
-            )
-            .await?;
+            );
+            let new = bound
+                .wait(|| format!("recording {schema}.{table}"), recording)
+                .await?;
             if new && initial {
                 tracing::info!(
                     table = format!("{schema}.{table}"),
@@ -606,27 +622,37 @@ async fn copy(
             "{shown} is not in relay.tables here"
         )));
     }
-    only_written_here(conn, &request.schema, &request.table).await?;
-    let source = Source::read(conn, &request.schema, &request.table).await?;
-    let estimate: u64 = conn
-        .exec_first(
-            "SELECT COALESCE(TABLE_ROWS, 0) FROM information_schema.TABLES \
-             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
-            (&request.schema, &request.table),
-        )
-        .await
-        .map_err(DbError::mysql(format!("estimating the rows of {shown}")))?
+    // Each statement within the bound: a hung server fails the copy, which starts again from
+    // the progress recorded.
+    let bound = context.statement_bound();
+    let checking = only_written_here(conn, &request.schema, &request.table);
+    bound
+        .wait(|| format!("reading who changed {shown} here"), checking)
+        .await?;
+    let reading = Source::read(conn, &request.schema, &request.table);
+    let source = bound
+        .wait(|| format!("reading the columns of {shown}"), reading)
+        .await?;
+    let estimating = conn.exec_first(
+        "SELECT COALESCE(TABLE_ROWS, 0) FROM information_schema.TABLES \
+         WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+        (&request.schema, &request.table),
+    );
+    let estimate: u64 = bound
+        .call(|| format!("estimating the rows of {shown}"), estimating)
+        .await?
         .unwrap_or(0);
-    conn.exec_drop(
+    let starting = conn.exec_drop(
         format!(
             "UPDATE `{SNAPSHOTS_TABLE}` SET state = 'running', estimated_rows = ?, \
              started_at = COALESCE(started_at, UTC_TIMESTAMP(6)) \
              WHERE dc = ? AND table_schema = ? AND table_name = ?"
         ),
         (estimate, dc, &request.schema, &request.table),
-    )
-    .await
-    .map_err(DbError::mysql("recording a snapshot's start"))?;
+    );
+    bound
+        .call(|| format!("recording the start of {shown}"), starting)
+        .await?;
     let mut after = request
         .last_key
         .as_deref()
@@ -651,13 +677,24 @@ async fn copy(
     loop {
         let (low, high) = (rand::random::<u64>(), rand::random::<u64>());
         let chunk_published = watermarks.begin(&request.schema, &request.table, low, high);
-        write_mark(conn, dc, low).await?;
-        let (chunk, last) = source
-            .chunk(conn, after.as_deref(), request.chunk_rows)
+        bound
+            .wait(
+                || "writing a low watermark".into(),
+                write_mark(conn, dc, low),
+            )
+            .await?;
+        let reading = source.chunk(conn, after.as_deref(), request.chunk_rows);
+        let (chunk, last) = bound
+            .wait(|| format!("reading a chunk of {shown}"), reading)
             .await?;
         let read = chunk.len() as u64;
         watermarks.fill(chunk);
-        write_mark(conn, dc, high).await?;
+        bound
+            .wait(
+                || "writing a high watermark".into(),
+                write_mark(conn, dc, high),
+            )
+            .await?;
         let chunk_done = chunk_published.await.map_err(|_| {
             RelayError::Interrupted("capture stopped before it read the high watermark".into())
         })?;
@@ -679,7 +716,10 @@ async fn copy(
             Ordering::Relaxed,
         );
         unacknowledged.push_back((chunk_done.at, published.clone()));
-        save_acknowledged(context, conn, request, &mut unacknowledged, &mut done).await?;
+        let saving = save_acknowledged(context, conn, request, &mut unacknowledged, &mut done);
+        bound
+            .wait(|| format!("recording the progress of {shown}"), saving)
+            .await?;
         if read < request.chunk_rows {
             break;
         }
@@ -687,17 +727,21 @@ async fn copy(
     }
     while !unacknowledged.is_empty() {
         tokio::time::sleep(ACK_POLL).await;
-        save_acknowledged(context, conn, request, &mut unacknowledged, &mut done).await?;
+        let saving = save_acknowledged(context, conn, request, &mut unacknowledged, &mut done);
+        bound
+            .wait(|| format!("recording the progress of {shown}"), saving)
+            .await?;
     }
-    conn.exec_drop(
+    let finishing = conn.exec_drop(
         format!(
             "UPDATE `{SNAPSHOTS_TABLE}` SET state = 'done', finished_at = UTC_TIMESTAMP(6) \
              WHERE dc = ? AND table_schema = ? AND table_name = ?"
         ),
         (dc, &request.schema, &request.table),
-    )
-    .await
-    .map_err(DbError::mysql("recording a finished snapshot"))?;
+    );
+    bound
+        .call(|| format!("recording the end of {shown}"), finishing)
+        .await?;
     stats.remaining_rows.store(0, Ordering::Relaxed);
     tracing::info!(
         table = shown,
@@ -858,19 +902,20 @@ pub async fn status(
         ),
         None => ("", vec![context.dc().into()]),
     };
-    let rows: Vec<SqlRow> = conn
-        .exec(
-            format!(
-                "SELECT table_schema, table_name, state, chunk_rows, copied_rows, dropped_rows, \
-                 chunks, estimated_rows, last_key, CAST(requested_at AS CHAR), \
-                 CAST(started_at AS CHAR), CAST(finished_at AS CHAR), last_error \
-                 FROM `{SNAPSHOTS_TABLE}` WHERE dc = ? AND state <> '{CAPTURED}'{filter} \
-                 ORDER BY table_schema, table_name"
-            ),
-            params,
-        )
-        .await
-        .map_err(DbError::mysql("reading the snapshots"))?;
+    let reading = conn.exec(
+        format!(
+            "SELECT table_schema, table_name, state, chunk_rows, copied_rows, dropped_rows, \
+             chunks, estimated_rows, last_key, CAST(requested_at AS CHAR), \
+             CAST(started_at AS CHAR), CAST(finished_at AS CHAR), last_error \
+             FROM `{SNAPSHOTS_TABLE}` WHERE dc = ? AND state <> '{CAPTURED}'{filter} \
+             ORDER BY table_schema, table_name"
+        ),
+        params,
+    );
+    let rows: Vec<SqlRow> = context
+        .statement_bound()
+        .call(|| "reading the snapshots".into(), reading)
+        .await?;
     let _ = conn.disconnect().await;
     rows.into_iter()
         .map(|mut row| {
@@ -938,18 +983,34 @@ pub async fn request(
             "{schema}.{table} is not in relay.tables: add it (in every data centre) first"
         )));
     }
+    let bound = context.statement_bound();
     let mut conn = mysql::connect(context.url()).await?;
-    Source::read(&mut conn, schema, table).await?;
-    only_written_here(&mut conn, schema, table).await?;
-    record_table(
+    bound
+        .wait(
+            || format!("reading the columns of {schema}.{table}"),
+            Source::read(&mut conn, schema, table),
+        )
+        .await?;
+    bound
+        .wait(
+            || format!("reading who changed {schema}.{table} here"),
+            only_written_here(&mut conn, schema, table),
+        )
+        .await?;
+    let recording = record_table(
         &mut conn,
         context.dc(),
         schema,
         table,
         chunk_rows,
         Record::RequestAgain,
-    )
-    .await?;
+    );
+    bound
+        .wait(
+            || format!("requesting a snapshot of {schema}.{table}"),
+            recording,
+        )
+        .await?;
     let _ = conn.disconnect().await;
     Ok(())
 }

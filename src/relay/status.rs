@@ -73,13 +73,26 @@ pub async fn capture(
     now: DateTime<Utc>,
 ) -> Result<CaptureStatus, RelayError> {
     let dc = context.dc();
+    let bound = context.statement_bound();
     let mut conn = mysql::connect(context.url()).await?;
-    let found = checkpoint::load(&mut conn, dc).await?;
-    let (file, pos, gtid) = checkpoint::server_position(&mut conn).await?;
-    let logs: Vec<mysql_async::Row> = conn
-        .query("SHOW BINARY LOGS")
-        .await
-        .map_err(DbError::mysql("listing binary logs"))?;
+    let found = bound
+        .wait(
+            || "reading the checkpoint".into(),
+            checkpoint::load(&mut conn, dc),
+        )
+        .await?;
+    let (file, pos, gtid) = bound
+        .wait(
+            || "reading the binlog position".into(),
+            checkpoint::server_position(&mut conn),
+        )
+        .await?;
+    let logs: Vec<mysql_async::Row> = bound
+        .call(
+            || "listing binary logs".into(),
+            conn.query("SHOW BINARY LOGS"),
+        )
+        .await?;
     let _ = conn.disconnect().await;
     // By position: MySQL 8 adds an `Encrypted` column.
     let logs = logs
@@ -120,16 +133,17 @@ pub async fn appliers(
     now: DateTime<Utc>,
 ) -> Result<Vec<ApplyStatus>, RelayError> {
     let mut conn: Conn = mysql::connect(context.url()).await?;
-    let rows: Vec<mysql_async::Row> = conn
-        .query(format!(
-            "SELECT source_dc, topic, next_offset, source_file, source_pos, source_gtid, \
-             source_commit_ts, applied_transactions, applied_changes, last_error, \
-             CAST(updated_at AS CHAR), (SELECT COUNT(*) FROM `{CONFLICTS_TABLE}` c \
-             WHERE c.source_dc = a.source_dc), (SELECT COUNT(*) FROM `{DEAD_LETTERS_TABLE}` d \
-             WHERE d.source_dc = a.source_dc) FROM `{APPLIED_TABLE}` a ORDER BY source_dc"
-        ))
-        .await
-        .map_err(DbError::mysql("reading relay_applied"))?;
+    let reading = conn.query(format!(
+        "SELECT source_dc, topic, next_offset, source_file, source_pos, source_gtid, \
+         source_commit_ts, applied_transactions, applied_changes, last_error, \
+         CAST(updated_at AS CHAR), (SELECT COUNT(*) FROM `{CONFLICTS_TABLE}` c \
+         WHERE c.source_dc = a.source_dc), (SELECT COUNT(*) FROM `{DEAD_LETTERS_TABLE}` d \
+         WHERE d.source_dc = a.source_dc) FROM `{APPLIED_TABLE}` a ORDER BY source_dc"
+    ));
+    let rows: Vec<mysql_async::Row> = context
+        .statement_bound()
+        .call(|| "reading relay_applied".into(), reading)
+        .await?;
     let _ = conn.disconnect().await;
     let mut out = Vec::new();
     for mut row in rows {

@@ -32,6 +32,7 @@ use super::context::{APPLIED_TABLE, RelayContext, RelayError};
 use super::settings::{RemoteDc, TablePattern};
 use super::sql::push_ident;
 use super::status::end_offset;
+use crate::mysql::bound::Bound;
 use crate::mysql::rows::take;
 use crate::mysql::{self, DbError, MysqlUrl};
 
@@ -361,6 +362,8 @@ struct Side {
     dc: String,
     url: MysqlUrl,
     brokers: String,
+    /// Each statement on its database, within `relay.apply_timeout`.
+    bound: Bound,
 }
 
 /// Compares the relayed tables here with `remote`'s, calling `on` with each finding and
@@ -390,17 +393,27 @@ pub async fn verify(
             dc: context.dc().to_string(),
             url: context.url().clone(),
             brokers: local_brokers.clone(),
+            bound: context.statement_bound(),
         },
         Side {
             dc: remote.dc.clone(),
             brokers: remote.brokers_or(&local_brokers).to_string(),
+            bound: Bound::new(&remote_url, context.relay.apply_timeout),
             url: remote_url,
         },
     ];
     let mut local = mysql::connect(&sides[0].url).await?;
     let mut there = mysql::connect(&sides[1].url).await?;
-    let tables = relayed_tables(&mut local, context, options.only.as_ref()).await?;
-    let remote_tables = relayed_tables(&mut there, context, options.only.as_ref()).await?;
+    let only = options.only.as_ref();
+    let listing = || "listing the relayed tables".to_string();
+    let tables = sides[0]
+        .bound
+        .wait(listing, relayed_tables(&mut local, context, only))
+        .await?;
+    let remote_tables = sides[1]
+        .bound
+        .wait(listing, relayed_tables(&mut there, context, only))
+        .await?;
     let mut summary = Summary {
         status: "summary",
         dc: sides[0].dc.clone(),
@@ -523,9 +536,11 @@ impl Walk<'_> {
                 after: after.clone(),
                 up_to: up_to.clone(),
             };
+            let what = || format!("checksumming a chunk of {shown}");
+            let [at_local, at_remote] = self.bounds();
             let (here, remote) = tokio::try_join!(
-                checksum(local, self.table, &bounds),
-                checksum(there, self.table, &bounds)
+                at_local.wait(what, checksum(local, self.table, &bounds)),
+                at_remote.wait(what, checksum(there, self.table, &bounds))
             )?;
             if here != remote {
                 self.narrow(local, there, &bounds, chunks, summary, on)
@@ -561,15 +576,17 @@ impl Walk<'_> {
         after: Option<&[Value]>,
     ) -> Result<Option<Vec<Value>>, RelayError> {
         let (sql, params) = self.table.chunk_end_sql(after, self.options.chunk_rows);
-        let row: Option<Row> =
-            local
-                .exec_first(sql, params)
-                .await
-                .map_err(DbError::mysql(format!(
-                    "reading {}'s chunk bounds",
-                    self.table.shown()
-                )))?;
+        let what = || format!("reading {}'s chunk bounds", self.table.shown());
+        let row: Option<Row> = self.sides[0]
+            .bound
+            .call(what, local.exec_first(sql, params))
+            .await?;
         Ok(row.map(Row::unwrap))
+    }
+
+    /// Each side's bound on a statement: here, then the remote.
+    fn bounds(&self) -> [&Bound; 2] {
+        [&self.sides[0].bound, &self.sides[1].bound]
     }
 
     /// Narrows a differing chunk to rows, tells changes in flight from divergence and reports.
@@ -620,9 +637,11 @@ impl Walk<'_> {
         there: &mut Conn,
         bounds: &Bounds,
     ) -> Result<BTreeMap<KeyBytes, RowPair>, RelayError> {
+        let what = || format!("reading a chunk of {}", self.table.shown());
+        let [at_local, at_remote] = self.bounds();
         let (here, remote) = tokio::try_join!(
-            row_images(local, self.table, bounds),
-            row_images(there, self.table, bounds)
+            at_local.wait(what, row_images(local, self.table, bounds)),
+            at_remote.wait(what, row_images(there, self.table, bounds))
         )?;
         Ok(differing(here, remote, &self.table.key))
     }
@@ -755,9 +774,18 @@ async fn drain(
 ) -> Result<bool, RelayError> {
     let deadline = Instant::now() + wait;
     let mut source = mysql::connect(&from.url).await?;
-    let (_, _, written) = checkpoint::server_position(&mut source).await?;
+    let (_, _, written) = from
+        .bound
+        .wait(
+            || "reading the binlog position".into(),
+            checkpoint::server_position(&mut source),
+        )
+        .await?;
     let captured = loop {
-        let done = checkpoint::load(&mut source, &from.dc)
+        let reading = checkpoint::load(&mut source, &from.dc);
+        let done = from
+            .bound
+            .wait(|| format!("reading the checkpoint of {}", from.dc), reading)
             .await?
             .is_some_and(|c| c.gtid_state.includes(&written));
         if done || Instant::now() > deadline {
@@ -774,13 +802,14 @@ async fn drain(
     };
     let mut target = mysql::connect(&to.url).await?;
     let applied = loop {
-        let next: Option<i64> = target
-            .exec_first(
-                format!("SELECT next_offset FROM `{APPLIED_TABLE}` WHERE source_dc = ?"),
-                (&from.dc,),
-            )
-            .await
-            .map_err(DbError::mysql("reading relay_applied"))?;
+        let reading = target.exec_first(
+            format!("SELECT next_offset FROM `{APPLIED_TABLE}` WHERE source_dc = ?"),
+            (&from.dc,),
+        );
+        let next: Option<i64> = to
+            .bound
+            .call(|| "reading relay_applied".into(), reading)
+            .await?;
         let done = next.is_some_and(|n| n >= end);
         if done || Instant::now() > deadline {
             break done;

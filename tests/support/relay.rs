@@ -831,6 +831,11 @@ impl Dc {
 
     /// [`Dc::verify`]'s process output as it is.
     pub fn verify_output(&self, others: &[&Dc], args: &[&str]) -> std::process::Output {
+        self.verify_command(others, args).output().unwrap()
+    }
+
+    /// `logstamp relay verify ARGS` as [`Dc::verify`] runs it, to be started.
+    pub fn verify_command(&self, others: &[&Dc], args: &[&str]) -> Command {
         let mut text = std::fs::read_to_string(self.dir.path().join("relay.toml")).unwrap();
         for other in others {
             let entry = format!("[[relay.remotes]]\ndc = \"{}\"\n", other.name);
@@ -845,13 +850,13 @@ impl Dc {
         }
         let config = self.dir.path().join("verify.toml");
         std::fs::write(&config, text).unwrap();
-        Command::new(env!("CARGO_BIN_EXE_logstamp"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_logstamp"));
+        command
             .arg("--config")
             .arg(&config)
             .args(["relay", "verify"])
-            .args(args)
-            .output()
-            .unwrap()
+            .args(args);
+        command
     }
 }
 

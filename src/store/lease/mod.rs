@@ -60,15 +60,7 @@ async fn bounded<T, E: From<DbError>>(
     what: impl FnOnce() -> String,
     work: impl Future<Output = Result<T, E>>,
 ) -> Result<T, E> {
-    tokio::time::timeout(STATEMENT_BOUND, work)
-        .await
-        .unwrap_or_else(|_| {
-            Err(DbError::TimedOut {
-                context: what(),
-                after: STATEMENT_BOUND,
-            }
-            .into())
-        })
+    crate::mysql::bound::within(STATEMENT_BOUND, what, work).await
 }
 
 /// Why a lease could not be had.
