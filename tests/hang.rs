@@ -436,7 +436,7 @@ impl Verifying {
             for statement in [
                 "SET SESSION sql_log_bin = 0",
                 "CREATE TABLE app.still (id BIGINT UNSIGNED NOT NULL PRIMARY KEY, v INT NOT NULL)",
-                "INSERT INTO app.still SELECT seq, seq * 7 FROM seq_1_to_3000",
+                "INSERT INTO app.still SELECT seq, seq * 7 FROM app.seq_1_to_3000",
             ] {
                 conn.query_drop(statement).await.unwrap();
             }
