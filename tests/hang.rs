@@ -334,7 +334,9 @@ async fn a_hung_relay_database_stops_its_capture_and_applier_only_and_loses_noth
     let published_by_b = "logstamp_relay_published_transactions_total{dc=\"b\"}";
     let b_before = metric(&at_b, published_by_b).await;
     // `relay verify` at b, comparing with a, is under way when a hangs.
+    let asked = Instant::now();
     let verify = Verifying::start(b, a).await;
+    let verify_started = asked.elapsed();
 
     a.server.pause();
     let paused_at = Instant::now();
@@ -383,8 +385,9 @@ async fn a_hung_relay_database_stops_its_capture_and_applier_only_and_loses_noth
     a.server.resume();
     eprintln!(
         "hung relay database: applier not answered after {applier_detected:?}, capture after \
-         {capture_detected:?}, relay verify failed after {verify_failed:?}; b published \
-         {b_during} transactions meanwhile; resumed after {hung_for:?}"
+         {capture_detected:?}, relay verify failed after {verify_failed:?} (under way \
+         {verify_started:?} after it was started); b published {b_during} transactions \
+         meanwhile; resumed after {hung_for:?}"
     );
 
     let mut local = Vec::new();
