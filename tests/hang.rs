@@ -21,7 +21,7 @@ use support::http::readiness_becomes;
 use support::ingest::{COUNT_ALL, Process, SUM_OFFSETS, Setup};
 use support::mariadb::MariaDb;
 use support::relay::{
-    Dc, ITEMS, assert_exactly_once, start_relays_with, two_dcs, wait_in_sync, writer,
+    Dc, ITEMS, assert_exactly_once, start_relays_with, two_dcs, wait_in_sync, wait_until, writer,
 };
 
 /// The worker's bound on a write (`store.write_timeout`).
@@ -419,6 +419,76 @@ async fn a_hung_relay_database_stops_its_capture_and_applier_only_and_loses_noth
         ("the database answers capture again", 1),
     ] {
         assert_eq!(log.matches(said).count(), times, "{said}: {log}");
+    }
+    a_snapshot_waiting_on_its_database_fails_and_starts_again(b, a).await;
+}
+
+/// A snapshot in `dc` of `app.still` (made by [`Verifying`], the same rows in `other`) whose
+/// watermark writes get no answer (the table is locked): the copy fails within
+/// `relay.apply_timeout`, naming the wait and the server, and once they are answered starts
+/// again from what it recorded, copying each row once.
+async fn a_snapshot_waiting_on_its_database_fails_and_starts_again(dc: &Dc, other: &Dc) {
+    let mut holder = dc.conn().await;
+    holder
+        .query_drop("LOCK TABLES logstamp.relay_watermarks WRITE")
+        .await
+        .unwrap();
+    let requested = std::process::Command::new(env!("CARGO_BIN_EXE_logstamp"))
+        .arg("--config")
+        .arg(dc.dir.path().join("relay.toml"))
+        .args(["relay", "snapshot", "--table", "app.still", "--no-wait"])
+        .output()
+        .unwrap();
+    assert!(
+        requested.status.success(),
+        "{}",
+        String::from_utf8_lossy(&requested.stderr)
+    );
+    let asked = Instant::now();
+    let said = format!(
+        "relay snapshot failed, starting again: writing a low watermark at 127.0.0.1:{}: no \
+         answer within {APPLY_BOUND:?}",
+        dc.server.port
+    );
+    // The task looks for requests every second.
+    let deadline = asked + APPLY_BOUND + Duration::from_secs(10);
+    while !dc.log()[dc.log_from..].contains(&said) {
+        assert!(Instant::now() < deadline, "{said}: {}", dc.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let failed_after = asked.elapsed();
+    holder.query_drop("UNLOCK TABLES").await.unwrap();
+    let still = |l: &serde_json::Value| l["part"] == "snapshot" && l["table"] == "app.still";
+    wait_until("the snapshot of app.still", || {
+        let line = dc.status().into_iter().find(still);
+        async move {
+            match line {
+                Some(line) if line["state"] == "done" => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    let done = dc.status().into_iter().find(still).unwrap();
+    let copied = done["copied_rows"].as_u64().unwrap() + done["dropped_rows"].as_u64().unwrap();
+    assert_eq!(copied, 3000, "{done}");
+    eprintln!(
+        "hung snapshot statement: failed after {failed_after:?}, done {:?} after the request",
+        asked.elapsed()
+    );
+    for at in [dc, other] {
+        let mut conn = at.conn().await;
+        let (rows, sum): (u64, u64) = conn
+            .query_first("SELECT COUNT(*), SUM(v) FROM app.still")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (rows, sum),
+            (3000, 7 * 3000 * 3001 / 2),
+            "app.still in {}",
+            at.name
+        );
     }
 }
 
