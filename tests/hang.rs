@@ -433,10 +433,8 @@ async fn a_snapshot_waiting_on_its_database_fails_and_starts_again(dc: &Dc, othe
         .query_drop("LOCK TABLES logstamp.relay_watermarks WRITE")
         .await
         .unwrap();
-    let requested = std::process::Command::new(env!("CARGO_BIN_EXE_logstamp"))
-        .arg("--config")
-        .arg(dc.dir.path().join("relay.toml"))
-        .args(["relay", "snapshot", "--table", "app.still", "--no-wait"])
+    let requested = dc
+        .relay_command(&["snapshot", "--table", "app.still", "--no-wait"])
         .output()
         .unwrap();
     assert!(

@@ -180,14 +180,20 @@ impl Dc {
         );
     }
 
-    /// `logstamp relay status` as JSON lines.
-    pub fn status(&self) -> Vec<serde_json::Value> {
-        let output = Command::new(env!("CARGO_BIN_EXE_logstamp"))
+    /// `logstamp relay ARGS` with this data centre's settings, to be run.
+    pub fn relay_command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_logstamp"));
+        command
             .arg("--config")
             .arg(self.dir.path().join("relay.toml"))
-            .args(["relay", "status"])
-            .output()
-            .unwrap();
+            .arg("relay")
+            .args(args);
+        command
+    }
+
+    /// `logstamp relay status` as JSON lines.
+    pub fn status(&self) -> Vec<serde_json::Value> {
+        let output = self.relay_command(&["status"]).output().unwrap();
         assert!(
             output.status.success(),
             "{}",
@@ -255,12 +261,7 @@ impl Dc {
 
     /// `logstamp relay reset` here: the line it prints.
     pub fn reset(&self) -> serde_json::Value {
-        let output = Command::new(env!("CARGO_BIN_EXE_logstamp"))
-            .arg("--config")
-            .arg(self.dir.path().join("relay.toml"))
-            .args(["relay", "reset"])
-            .output()
-            .unwrap();
+        let output = self.relay_command(&["reset"]).output().unwrap();
         assert!(
             output.status.success(),
             "relay reset in {}: {}",
