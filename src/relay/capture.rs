@@ -714,7 +714,8 @@ async fn send(
 }
 
 /// Waits for Kafka to acknowledge each transaction in order, and records the position of the
-/// latest fully acknowledged one every `interval` (and at the end).
+/// latest fully acknowledged one every `interval` (and at the end) on the connection of the
+/// pair, each save within its bound.
 async fn acknowledge(
     mut pending: mpsc::Receiver<Pending>,
     acks: Arc<Acks>,
