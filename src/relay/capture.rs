@@ -792,7 +792,13 @@ fn producer(context: &RelayContext) -> Result<ThreadedProducer<Acks>, RelayError
         .kafka_config(&context.kafka.brokers)
         .set("enable.idempotence", "true")
         .set("acks", "all")
-        .set("linger.ms", "5")
+        .set(
+            "linger.ms",
+            context.relay.publish_linger.as_millis().to_string(),
+        )
+        // Small requests go at once, not after the broker's delayed acknowledgement of the
+        // last one (Nagle's algorithm).
+        .set("socket.nagle.disable", "true")
         // Change messages repeat their column names and kinds: they shrink several times, which
         // matters for topics read across data centres.
         .set("compression.type", "lz4")
