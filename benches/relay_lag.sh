@@ -13,6 +13,8 @@
 #   DIR      a scratch directory (emptied)
 #   ROUNDS   rounds to run; the builds alternate within each round, their order swapped each round
 #   KAFKA_LIB (environment) the Apache Kafka jars' directory; scripts/fetch-jars kafka prints it
+#   SAME_SERVERS=1 (environment) keeps each round's MariaDB servers for all its runs (Kafka is
+#            still fresh for each): a check that `bench relay` runs again on servers it ran on
 # Ports used: 33111-33113 (MariaDB), 39092 and 39093 (Kafka).
 set -euo pipefail
 dir=$(realpath -m "$1")
@@ -81,14 +83,15 @@ EOF
   java -cp "$lib/*" kafka.tools.StorageTool format --ignore-formatted "--cluster-id=$id" \
     --config "$k/server.properties" >"$k/format.log" 2>&1
   java -Xms512m -Xmx512m -cp "$lib/*" kafka.Kafka "$k/server.properties" >"$k/server.log" 2>&1 &
-  pids+=($!)
+  kafka_pid=$!
+  pids+=("$kafka_pid")
   for _ in $(seq 1 240); do
-    grep -q "Kafka Server started" "$k/server.log" && break
+    (exec 3<>/dev/tcp/127.0.0.1/39092) 2>/dev/null && break
     sleep 0.25
   done
-  grep -q "Kafka Server started" "$k/server.log" || { echo "Kafka did not start: see $k/server.log" >&2; exit 1; }
   java -cp "$lib/*" org.apache.kafka.tools.TopicCommand --bootstrap-server 127.0.0.1:39092 \
-    --create --topic logstamp-bench-a --partitions 1 --replication-factor 1 >"$k/topic.log" 2>&1
+    --create --topic logstamp-bench-a --partitions 1 --replication-factor 1 >"$k/topic.log" 2>&1 \
+    || { echo "Kafka did not start: see $k/server.log and $k/topic.log" >&2; exit 1; }
 }
 
 for round in $(seq 1 "$rounds"); do
@@ -100,10 +103,13 @@ for round in $(seq 1 "$rounds"); do
   for build in "${order[@]}"; do
     name=${build%%=*}
     binary=${build#*=}
-    rm -rf "$dir/m1" "$dir/m2" "$dir/m3" "$dir/kafka"
-    mariadb_start 1 33111
-    mariadb_start 2 33112
-    mariadb_start 3 33113 --log-slave-updates --gtid-domain-id=3
+    rm -rf "$dir/kafka"
+    if [ "${SAME_SERVERS:-}" != 1 ] || [ "$build" = "${order[0]}" ]; then
+      rm -rf "$dir/m1" "$dir/m2" "$dir/m3"
+      mariadb_start 1 33111
+      mariadb_start 2 33112
+      mariadb_start 3 33113 --log-slave-updates --gtid-domain-id=3
+    fi
     kafka_start
     for port in 33111 33112 33113; do mariadb_wait "$port"; done
     echo "round $round: $name (load $(cut -d' ' -f1 /proc/loadavg))" >&2
@@ -115,7 +121,13 @@ for round in $(seq 1 "$rounds"); do
           "{"*) echo "{\"build\":\"$name\",\"round\":$round,${line#\{}" ;;
         esac
       done >>"$dir/results.jsonl"
-    stop_all
+    if [ "${SAME_SERVERS:-}" = 1 ]; then
+      kill -9 "$kafka_pid"
+      while kill -0 "$kafka_pid" 2>/dev/null; do sleep 0.1; done
+    else
+      stop_all
+    fi
   done
+  stop_all
 done
 echo "results: $dir/results.jsonl" >&2
