@@ -183,6 +183,11 @@ impl GtidState {
         self.0.get(&domain).copied()
     }
 
+    /// The latest GTID of every domain, by domain.
+    pub fn gtids(&self) -> impl Iterator<Item = Gtid> + '_ {
+        self.0.values().copied()
+    }
+
     /// This state with `gtid` as its domain's latest.
     pub fn with(&self, gtid: Gtid) -> GtidState {
         let mut next = self.clone();

@@ -34,6 +34,15 @@ pub struct RelaySettings {
     pub loop_filter: LoopFilterMode,
     #[serde(with = "duration_text")]
     pub checkpoint_interval: Duration,
+    /// How long capture's producer lets a batch fill before sending it (librdkafka's
+    /// `linger.ms`): every change may wait this long on its way.
+    #[serde(with = "duration_text")]
+    pub publish_linger: Duration,
+    /// How long an applier's fetch waits at the broker when there is nothing new (librdkafka's
+    /// `fetch.wait.max.ms`). A broker answers as soon as a message arrives, so this bounds the
+    /// delay only where one does not.
+    #[serde(with = "duration_text")]
+    pub fetch_wait: Duration,
     /// Source transactions an applier that is behind may commit together.
     pub apply_batch: usize,
     /// The largest change message capture publishes, in bytes; also the producer's
@@ -112,6 +121,9 @@ impl RelaySettings {
                 "must be at least 100ms",
             ));
         }
+        // librdkafka's own bounds, in whole milliseconds.
+        whole_ms_at_most("relay.publish_linger", self.publish_linger, 900_000)?;
+        whole_ms_at_most("relay.fetch_wait", self.fetch_wait, 300_000)?;
         // It sizes a buffer.
         at_most("relay.apply_batch", self.apply_batch, 100_000)?;
         if self.checkpoint_interval.is_zero() {
@@ -182,6 +194,20 @@ impl RelaySettings {
         }
         Ok(())
     }
+}
+
+/// A librdkafka duration setting: whole milliseconds, at most `max_ms`.
+fn whole_ms_at_most(key: &str, value: Duration, max_ms: u64) -> Result<(), SettingError> {
+    if !value.subsec_nanos().is_multiple_of(1_000_000) {
+        return Err(SettingError::new(key, "must be whole milliseconds"));
+    }
+    if value.as_millis() > u128::from(max_ms) {
+        return Err(SettingError::new(
+            key,
+            format!("must be at most {max_ms} ms"),
+        ));
+    }
+    Ok(())
 }
 
 /// Names end up in topic names and in relay tables' keys: keep them to what both take.

@@ -22,6 +22,7 @@ use logstamp::kafka::KafkaSettings;
 use logstamp::mysql::encode::push_sql_string;
 use logstamp::mysql::{MysqlSettings, MysqlUrl};
 use logstamp::relay::TablePattern;
+use logstamp::relay::gtid::GtidState;
 use logstamp::relay::resume;
 use logstamp::relay::settings::{LoopFilterMode, RelaySettings, RemoteDc};
 use logstamp::relay::{RelayContext, apply, capture};
@@ -199,7 +200,11 @@ async fn bench_in(
     }
     if let Some(r) = r.as_deref_mut() {
         wait_replica(a, r, Reached::Applied).await?;
+        // Unlogged: the replica's binlog keeps the source's GTIDs only, so the next run can
+        // start it at the source's position.
+        r.query_drop("SET SESSION sql_log_bin = 0").await?;
         r.query_drop(&stamp).await?;
+        r.query_drop("SET SESSION sql_log_bin = 1").await?;
         r.query_drop(format!("USE `{}`", scratch.data)).await?;
     }
 
@@ -500,6 +505,17 @@ async fn make_replica(
     let at: Option<String> = source
         .query_first("SELECT @@GLOBAL.gtid_binlog_pos")
         .await?;
+    let own: Option<String> = replica
+        .query_first("SELECT @@GLOBAL.gtid_binlog_pos")
+        .await?;
+    let start = replica_start(
+        &at.unwrap_or_default()
+            .parse()
+            .context("--source's gtid_binlog_pos")?,
+        &own.unwrap_or_default()
+            .parse()
+            .context("--replica's gtid_binlog_pos")?,
+    );
     let url = url::Url::parse(source_url.expose()).context("--source")?;
     let host = url.host_str().unwrap_or("127.0.0.1");
     let user = if url.username().is_empty() {
@@ -510,8 +526,9 @@ async fn make_replica(
     replica.query_drop("STOP SLAVE").await?;
     replica.query_drop("RESET SLAVE ALL").await?;
     replica
-        .exec_drop("SET GLOBAL gtid_slave_pos = ?", (at.unwrap_or_default(),))
-        .await?;
+        .exec_drop("SET GLOBAL gtid_slave_pos = ?", (start.to_string(),))
+        .await
+        .context("setting gtid_slave_pos on --replica")?;
     // CHANGE MASTER takes no placeholders: literals, escaped.
     let mut change = String::from("CHANGE MASTER TO MASTER_HOST = ");
     push_sql_string(&mut change, host);
@@ -532,6 +549,21 @@ async fn make_replica(
         .await?;
     replica.query_drop("START SLAVE").await?;
     Ok(())
+}
+
+/// Where the replica starts: the source's GTID position, and for each domain that only the
+/// replica's own binlog has, the replica's position there. MariaDB refuses a `gtid_slave_pos`
+/// that lacks a domain of the server's own binlog (ERROR 1948), and a replica with its own
+/// `gtid_domain_id` has one once anything was written there (such as an earlier run's trigger,
+/// before triggers were created unlogged).
+fn replica_start(source: &GtidState, replica: &GtidState) -> GtidState {
+    let mut start = source.clone();
+    for gtid in replica.gtids() {
+        if source.get(gtid.domain).is_none() {
+            start.update(gtid);
+        }
+    }
+    start
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -568,10 +600,14 @@ async fn wait_replica(
                 let received = status
                     .and_then(|row| row.get_opt::<String, _>("Gtid_IO_Pos"))
                     .and_then(Result::ok);
-                if received.as_deref() != Some(at.as_str()) {
+                // The replica's position also holds the domains only its binlog has.
+                let want: GtidState = at.parse().context("--source's gtid_binlog_pos")?;
+                let got = received.and_then(|r| r.parse::<GtidState>().ok());
+                let done = got.is_some_and(|g| g.includes(&want));
+                if !done {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
-                received.as_deref() == Some(at.as_str())
+                done
             }
         };
         if done {
@@ -594,4 +630,18 @@ pub(super) fn with_database(text: &str, database: &str) -> Result<MysqlUrl, Stri
     let mut url = url::Url::parse(text).map_err(|e| e.to_string())?;
     url.set_path(&format!("/{database}"));
     MysqlUrl::try_from(url.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replica_starts_at_the_source_and_keeps_its_own_domains() {
+        let state = |s: &str| s.parse::<GtidState>().unwrap();
+        let start = replica_start(&state("0-1-500,1-1-7"), &state("0-1-480,3-3-2"));
+        assert_eq!(start, state("0-1-500,1-1-7,3-3-2"));
+        assert_eq!(replica_start(&state(""), &state("")), state(""));
+        assert_eq!(replica_start(&state("1-11-9"), &state("")), state("1-11-9"));
+    }
 }

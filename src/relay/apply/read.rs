@@ -164,7 +164,11 @@ pub(super) fn consumer(
         .set("auto.offset.reset", "error")
         // Caught up, a fetch waits this long for new messages; brokers answer as soon as one
         // arrives, but a short wait bounds the delay where they do not.
-        .set("fetch.wait.max.ms", "100")
+        .set(
+            "fetch.wait.max.ms",
+            context.relay.fetch_wait.as_millis().to_string(),
+        )
+        .set("socket.nagle.disable", "true")
         .set(
             "queued.max.messages.kbytes",
             (fetch_bytes / 1024).to_string(),
@@ -699,10 +703,7 @@ impl<'a> Reader<'a> {
             starts: change.txn.index == 0,
             end: last.then(|| End::of(change, next_offset)),
             followed,
-            statements: vec![sql::Statement {
-                sql,
-                finds_row: false,
-            }],
+            statements: vec![sql::Statement::plain(sql)],
             finders: Vec::new(),
             tables: Vec::new(),
             keys: Vec::new(),
