@@ -89,7 +89,7 @@ pub fn run(command: ShardsCommand, sources: Sources) -> anyhow::Result<ExitCode>
     let mut out = Output::new();
     let written = match command {
         ShardsCommand::List(args) => {
-            let rows = with_conn(&set.coordination, async |conn| {
+            let rows = with_conn(&settings.mysql, &set.coordination, async |conn| {
                 shards::assignments(conn).await
             })?;
             write_list(&mut out, args.format, &set, &rows)
@@ -127,13 +127,10 @@ pub fn run(command: ShardsCommand, sources: Sources) -> anyhow::Result<ExitCode>
                 sql.iter().try_for_each(|s| out.line(&format!("{s};")))
             } else {
                 let sql = federate::statements(&front_db, &remotes, &tables, true);
-                block_on(async {
-                    mysql::create_database(&front).await?;
-                    let mut conn = mysql::connect(&front).await?;
-                    let applied = federate::apply(&mut conn, &sql).await;
-                    let _ = conn.disconnect().await;
-                    applied
-                })??;
+                block_on(mysql::create_database(&front))??;
+                with_conn(&settings.mysql, &front, async |conn| {
+                    federate::apply(conn, &sql).await
+                })?;
                 out.json(&Federated {
                     action: "federated",
                     front: ShardName::of(&front).to_string(),

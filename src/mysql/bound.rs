@@ -27,7 +27,7 @@ pub async fn within<T, E: From<DbError>>(
 
 /// The bound on each wait on one server, which its timeouts name (`host:port`): for work that
 /// talks to several servers, or whose errors leave the process (a command's).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bound {
     limit: Duration,
     server: String,
@@ -38,6 +38,15 @@ impl Bound {
         Bound {
             limit,
             server: format!("{}:{}", url.host(), url.port().unwrap_or(3306)),
+        }
+    }
+
+    /// This bound with `extra` time, for a wait the server itself may prolong by that much (a
+    /// lock wait of its own).
+    pub fn longer_by(&self, extra: Duration) -> Bound {
+        Bound {
+            limit: self.limit.saturating_add(extra),
+            server: self.server.clone(),
         }
     }
 
@@ -105,6 +114,17 @@ mod tests {
             "{error}"
         );
         assert!(!error.contains("secret"), "{error}");
+        let longer: Result<(), DbError> = bound
+            .longer_by(Duration::from_millis(10))
+            .wait(|| "taking a lock".into(), std::future::pending())
+            .await;
+        assert!(
+            longer
+                .expect_err("hung")
+                .to_string()
+                .contains("no answer within 30ms"),
+            "the extra time is added"
+        );
         let default_port = MysqlUrl::try_from("mysql://u@db/logs".to_string()).expect("valid");
         let other: Result<(), DbError> = Bound::new(&default_port, Duration::from_millis(1))
             .wait(|| "x".into(), std::future::pending())
