@@ -136,3 +136,29 @@ impl fmt::Display for MysqlUrl {
         f.write_str(&self.redacted())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_statement_timeout_of_zero_or_past_a_year_is_refused_naming_the_setting() {
+        let url = MysqlUrl::try_from("mysql://u@db:3307/logs".to_string()).expect("valid");
+        let mut settings = MysqlSettings::new(url.clone());
+        assert!(settings.validate().is_ok());
+        assert_eq!(
+            settings.statement_timeout,
+            MysqlSettings::DEFAULT_STATEMENT_TIMEOUT
+        );
+        for refused in [Duration::ZERO, Duration::from_secs(366 * 86_400)] {
+            settings.statement_timeout = refused;
+            let error = settings.validate().expect_err("refused");
+            assert_eq!(error.key, "mysql.statement_timeout", "{refused:?}");
+        }
+        settings.statement_timeout = Duration::from_millis(1);
+        assert_eq!(
+            settings.bound_on(&url),
+            Bound::new(&url, Duration::from_millis(1))
+        );
+    }
+}
