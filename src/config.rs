@@ -323,6 +323,7 @@ impl<'a> Layered<'a> {
     fn validate(&self, raw: RawSettings) -> Result<Settings, ConfigError> {
         let invalid = |e: SettingError| self.invalid(&e.key, e.reason);
         let id = IdSettings::try_from(raw.id).map_err(invalid)?;
+        raw.mysql.validate().map_err(invalid)?;
         raw.kafka.validate().map_err(invalid)?;
         raw.store.validate().map_err(invalid)?;
         raw.batch.validate().map_err(invalid)?;

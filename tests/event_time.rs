@@ -468,6 +468,7 @@ async fn queries_by_event_time_equal_a_full_scan_before_and_after_drops_and_rebu
     let plan = f.settings.rollup_plans[0].clone();
     let mut rebuild_conn = f.db.conn().await;
     let retry = f.settings.store.retry_policy();
+    let bound = f.settings.mysql.bound_on(&f.settings.mysql.url);
     let span = (
         at("2040-03-01T00:00:00Z").timestamp() as u64,
         at("2040-03-10T00:00:00Z").timestamp() as u64,
@@ -478,13 +479,20 @@ async fn queries_by_event_time_equal_a_full_scan_before_and_after_drops_and_rebu
     let columns: Vec<String> = f.spec.columns.iter().map(|c| c.name.clone()).collect();
     let (_, rebuilt, recounted) = tokio::join!(
         f.write(&more),
-        rollup::rebuild(&mut rebuild_conn, &plan, &layout, span, retry, |_, _| {}),
+        rollup::rebuild(
+            &mut rebuild_conn,
+            &plan,
+            &layout,
+            span,
+            (retry, &bound),
+            |_, _| {}
+        ),
         line_counts::rebuild(
             &mut counts_conn,
             (&count_plan, &columns),
             &layout,
             span,
-            retry,
+            (retry, &bound),
             |_, _| {}
         )
     );

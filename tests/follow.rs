@@ -81,6 +81,7 @@ async fn rows_committed_out_of_id_order_are_printed_once_each() {
         window: settings.store.commit_window().unwrap(),
         poll: Duration::from_millis(100),
         filter: Vec::new(),
+        bound: settings.mysql.bound_on(&settings.mysql.url),
     };
     let mut follower_conn = db.conn().await;
     let follower_spec = spec.clone();

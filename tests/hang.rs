@@ -36,6 +36,9 @@ const APPLY_BOUND: Duration = Duration::from_secs(2);
 /// A lease claim's bound on each wait (connecting, a statement).
 const CLAIM_BOUND: Duration = Duration::from_secs(10);
 
+/// `mysql.statement_timeout` as set here: a worker's start-up checks, a command's step.
+const STATEMENT_BOUND: Duration = Duration::from_secs(2);
+
 /// Capture's bound: this long without a binlog event or a heartbeat (one a second).
 const CAPTURE_BOUND: Duration = Duration::from_secs(10);
 
@@ -258,8 +261,10 @@ async fn a_hung_coordination_database_stops_stamping_before_the_lease_expires() 
 
 /// `serve`'s database hangs after a first request pooled a connection to it: requests then
 /// answer 503 or 504 within the connection wait (10 s) and the statement bound, not never.
+/// Meanwhile a worker starting on it and a command (`logstamp query`) fail within
+/// `mysql.statement_timeout`, naming the wait and the server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hung_database_gets_serve_answers_in_bounded_time() {
+async fn a_hung_database_gets_bounded_answers_from_serve_a_starting_worker_and_a_command() {
     let server = MariaDb::start(83, &[]).await;
     let db = TestDb::create_on(
         &format!("mysql://root@127.0.0.1:{}", server.port),
@@ -295,6 +300,58 @@ async fn a_hung_database_gets_serve_answers_in_bounded_time() {
         );
         eprintln!("serve, hung database: {path} answered {status} after {took:?}");
     }
+    let server_name = format!("127.0.0.1:{}", server.port);
+    let worker = db.settings(&[
+        ("mysql.statement_timeout", "2s"),
+        ("store.give_up_after", "1s"),
+    ]);
+    let asked = Instant::now();
+    let started = tokio::time::timeout(
+        STATEMENT_BOUND + Duration::from_secs(10),
+        logstamp::ingest::prepare_database(&worker.worker()),
+    )
+    .await
+    .expect("a worker's start-up checks on a hung database end within their bound");
+    let took = asked.elapsed();
+    let error = started
+        .expect_err("a worker started on a hung database")
+        .to_string();
+    assert!(
+        error.contains(&format!(
+            "checking the schema and the partitions at {server_name}"
+        )) && error.contains("no answer within 2s"),
+        "{error}"
+    );
+    assert!(took >= STATEMENT_BOUND, "{took:?}: {error}");
+    eprintln!("worker start, hung database: failed after {took:?}: {error}");
+
+    let asked = Instant::now();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_logstamp"));
+    command
+        .args(["query", "--from", "-1h", "--to", "now"])
+        .env(
+            logstamp::config::env_var("mysql.url"),
+            db.mysql_url().expose(),
+        )
+        .env(logstamp::config::env_var("mysql.statement_timeout"), "2s");
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .unwrap();
+    let took = asked.elapsed();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the command's work (mysql.statement_timeout) at")
+            && stderr.contains(&server_name)
+            && stderr.contains("no answer within 2s"),
+        "{stderr}"
+    );
+    assert!(
+        took >= STATEMENT_BOUND && took < STATEMENT_BOUND + Duration::from_secs(10),
+        "{took:?}: {stderr}"
+    );
+    eprintln!("logstamp query, hung database: exited 1 after {took:?}: {stderr}");
     server.resume();
 }
 

@@ -320,7 +320,10 @@ async fn rebuilding_while_ingesting_neither_loses_nor_double_counts() {
                     plan,
                     &layout,
                     range,
-                    setup.settings.store.retry_policy(),
+                    (
+                        setup.settings.store.retry_policy(),
+                        &setup.settings.mysql.bound_on(&setup.settings.mysql.url),
+                    ),
                     |_, _| {},
                 )
                 .await

@@ -18,7 +18,7 @@ use logstamp::store::log_table::TableSpec;
 use logstamp::store::shards::ShardSet;
 use logstamp::time::format_utc;
 
-use super::db::with_conn;
+use super::db::{step, with_conn, with_steps};
 use super::output::{Format, Output, aligned};
 use super::query::unix;
 use super::{TimeRangeArgs, UsageError, load_settings, rebuild};
@@ -78,10 +78,12 @@ fn rebuild(args: RebuildArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     // Each shard counts its own lines.
     rebuild::on_every_shard(&settings, |url, out| {
         for (plan, columns) in &plans {
-            let report = with_conn(url, async |conn| {
+            let bound = settings.mysql.bound_on(url);
+            let report = with_steps(url, async |conn| {
                 let range = match asked {
                     Some(range) => range,
-                    None => line_counts::span(conn, &plan.table, &layout)
+                    None => bound
+                        .wait(step, line_counts::span(conn, &plan.table, &layout))
                         .await?
                         .unwrap_or((0, 0)),
                 };
@@ -91,7 +93,7 @@ fn rebuild(args: RebuildArgs, sources: Sources) -> anyhow::Result<ExitCode> {
                     (plan, columns),
                     &layout,
                     range,
-                    settings.store.retry_policy(),
+                    (settings.store.retry_policy(), &bound),
                     |done, report| {
                         bar.set_position(done.saturating_sub(range.0));
                         tracing::info!(
@@ -172,7 +174,7 @@ pub fn print(
     let set = ShardSet::new(&settings.mysql.url, &settings.store);
     let mut total: BTreeMap<(u64, String), u64> = BTreeMap::new();
     for (_, url) in &set.shards {
-        let counts = with_conn(url, async |conn| {
+        let counts = with_conn(&settings.mysql, url, async |conn| {
             line_counts::histogram(conn, &spec.table, time, &[], interval, range).await
         })?;
         for c in counts {

@@ -6,8 +6,8 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use mysql_async::Conn;
 
-use logstamp::mysql::MysqlUrl;
 use logstamp::mysql::{self, DbError};
+use logstamp::mysql::{MysqlSettings, MysqlUrl};
 use logstamp::time::{Zone, parse_time};
 
 use super::UsageError;
@@ -28,19 +28,32 @@ pub fn block_on<F: Future>(work: F) -> anyhow::Result<F::Output> {
     Ok(runtime.block_on(work))
 }
 
-/// Runs `work` on a connection of its own to `url`, then closes it.
+/// Runs `work` on a connection of its own to `url` (this database or a shard of it), then
+/// closes it: one step, within `mysql.statement_timeout`.
 pub fn with_conn<T>(
+    mysql: &MysqlSettings,
     url: &MysqlUrl,
     work: impl AsyncFnOnce(&mut Conn) -> Result<T, DbError>,
 ) -> anyhow::Result<T> {
-    let done = block_on(async {
-        let mut conn = mysql::connect(url).await?;
-        let done = work(&mut conn).await;
-        // Nothing is left open on the server; a failed goodbye changes nothing.
-        let _ = conn.disconnect().await;
-        done
-    })??;
-    Ok(done)
+    let bound = mysql.bound_on(url);
+    Ok(block_on(bound.wait(step, mysql::with_conn(url, work)))??)
+}
+
+/// [`with_conn`] for work of many steps, each of which it bounds itself (a rebuild, a
+/// follower's polls).
+pub fn with_steps<T, E: From<DbError>>(
+    url: &MysqlUrl,
+    work: impl AsyncFnOnce(&mut Conn) -> Result<T, E>,
+) -> anyhow::Result<T>
+where
+    anyhow::Error: From<E>,
+{
+    Ok(block_on(mysql::with_conn(url, work))??)
+}
+
+/// How a timed-out step of a command names its wait.
+pub fn step() -> String {
+    "the command's work (mysql.statement_timeout)".to_string()
 }
 
 /// The time to act at: now, or the hidden `--now` flag, which lets tests pin the clock.

@@ -24,13 +24,14 @@ use logstamp::ingest::settings::WorkerSettings;
 use logstamp::ingest::{self, IngestStats};
 use logstamp::mysql;
 use logstamp::mysql::MysqlUrl;
+use logstamp::mysql::bound::Bound;
 use logstamp::store::lease::HeldLease;
 use logstamp::store::log_table::TableSpec;
 use logstamp::store::query::{self, EventQuery, TimeQuery};
 use logstamp::store::{migrate, partitions};
 use logstamp::time::format_utc;
 
-use super::db::with_database;
+use super::db::{step, with_database};
 use super::{UsageError, load_settings};
 
 #[derive(Debug, Args)]
@@ -95,7 +96,8 @@ async fn demo(sources: Sources, url: MysqlUrl, args: &DemoArgs) -> anyhow::Resul
     let cluster = LocalCluster::start(1)?;
     let settings = demo_settings(sources, &url, &cluster.bootstrap_servers())?;
     let spec = settings.log_table();
-    fresh_database(&url, &spec).await?;
+    let bound = settings.mysql.bound_on(&url);
+    fresh_database(&url, &bound, &spec).await?;
 
     let message_bytes = log_message(0, Utc::now()).len() as u64;
     let partitions = LocalCluster::partitions_to_hold(args.records, message_bytes);
@@ -148,10 +150,10 @@ async fn demo(sources: Sources, url: MysqlUrl, args: &DemoArgs) -> anyhow::Resul
     }
     drop(cluster);
 
-    let mut conn = mysql::connect(&url).await?;
-    let summary = summarize(&mut conn, &spec, args.records, seconds, &service_ids).await;
-    let _ = conn.disconnect().await;
-    let duplicates = summary?;
+    let summary = mysql::with_conn(&url, async |conn| {
+        summarize(conn, &spec, args.records, seconds, &service_ids).await
+    });
+    let duplicates = bound.wait(step, summary).await?;
     try_next(&url, settings.serve.listen);
     if duplicates > 0 {
         bail!("{duplicates} duplicates stored: exactly-once ingest failed");
@@ -161,7 +163,7 @@ async fn demo(sources: Sources, url: MysqlUrl, args: &DemoArgs) -> anyhow::Resul
 
 /// Drops and recreates the demo database, migrated, with the log table. The first contact with
 /// MySQL: if it fails, one sentence says so and how to get a server.
-async fn fresh_database(url: &MysqlUrl, spec: &TableSpec) -> anyhow::Result<()> {
+async fn fresh_database(url: &MysqlUrl, bound: &Bound, spec: &TableSpec) -> anyhow::Result<()> {
     if let Err(e) = mysql::create_database(url).await {
         let cause = std::error::Error::source(&e)
             .map(ToString::to_string)
@@ -171,16 +173,18 @@ async fn fresh_database(url: &MysqlUrl, spec: &TableSpec) -> anyhow::Result<()> 
             url.redacted()
         );
     }
-    let mut conn = mysql::connect(url).await?;
-    conn.query_drop(format!("DROP DATABASE `{}`", url.database()))
-        .await
-        .context("emptying the demo database")?;
-    let _ = conn.disconnect().await;
+    let emptied = mysql::with_conn(url, async |conn| {
+        conn.query_drop(format!("DROP DATABASE `{}`", url.database()))
+            .await
+            .context("emptying the demo database")
+    });
+    bound.wait(step, emptied).await?;
     mysql::create_database(url).await?;
-    let mut conn = mysql::connect(url).await?;
-    let migrated = migrate::run(&mut conn, &migrate::builtin()?, spec, Utc::now(), false).await;
-    let _ = conn.disconnect().await;
-    migrated?;
+    let known = migrate::builtin()?;
+    let migrated = mysql::with_conn(url, async |conn| {
+        migrate::run(conn, &known, spec, Utc::now(), false).await
+    });
+    bound.wait(step, migrated).await?;
     Ok(())
 }
 

@@ -55,11 +55,13 @@ pub fn run(command: LeasesCommand, sources: Sources) -> anyhow::Result<ExitCode>
     let mut out = Output::new();
     let written = match command {
         LeasesCommand::List(args) => {
-            let rows = with_conn(&settings.mysql.url, async |conn| lease::list(conn).await)?;
+            let rows = with_conn(&settings.mysql, &settings.mysql.url, async |conn| {
+                lease::list(conn).await
+            })?;
             write_list(&mut out, args.format, &rows)
         }
         LeasesCommand::Release(args) => {
-            let before = with_conn(&settings.mysql.url, async |conn| {
+            let before = with_conn(&settings.mysql, &settings.mysql.url, async |conn| {
                 lease::force_release(conn, args.service_id).await
             })?;
             out.json(&release_line(args.service_id, before.as_ref()))

@@ -12,7 +12,7 @@ use logstamp::store::migrate;
 use logstamp::store::shard_plan::ShardName;
 use logstamp::store::shards::ShardSet;
 
-use super::db::{block_on, now_or};
+use super::db::{block_on, now_or, with_conn};
 use super::load_settings;
 use super::output::Output;
 
@@ -43,23 +43,19 @@ pub fn run(args: MigrateArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     if set.sharded {
         // The coordination database keeps leases and assignments: the migrations alone.
         let url = &set.coordination;
-        let applied = block_on(async {
-            mysql::create_database(url).await?;
-            let mut conn = mysql::connect(url).await?;
-            let applied = migrate::apply_locked(&mut conn, &known).await;
-            let _ = conn.disconnect().await;
-            applied
-        })??;
+        block_on(mysql::create_database(url))??;
+        let applied = with_conn(&settings.mysql, url, async |conn| {
+            migrate::apply_locked(conn, &known).await
+        })?;
         out.database(&ShardName::of(url), "coordination")
             .context("writing output")?;
         print_applied(&mut out, &applied, &known)?;
     }
     for (name, url) in &set.shards {
-        let full = block_on(async {
-            mysql::create_database(url).await?;
-            let mut conn = mysql::connect(url).await?;
-            let full = migrate::run_all(
-                &mut conn,
+        block_on(mysql::create_database(url))??;
+        let full = with_conn(&settings.mysql, url, async |conn| {
+            migrate::run_all(
+                conn,
                 &known,
                 &settings.log_table(),
                 &settings.fanout_tables(),
@@ -67,11 +63,8 @@ pub fn run(args: MigrateArgs, sources: Sources) -> anyhow::Result<ExitCode> {
                 now,
                 args.force,
             )
-            .await;
-            // The locks went with the run; a failed goodbye changes nothing on the server.
-            let _ = conn.disconnect().await;
-            full
-        })??;
+            .await
+        })?;
         let migrate::FullReport {
             report,
             tables,

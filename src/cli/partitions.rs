@@ -8,8 +8,8 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 
 use logstamp::config::Sources;
-use logstamp::mysql::lock::{table_lock, with_lock};
-use logstamp::mysql::{self, Ident};
+use logstamp::mysql::lock::{release, table_lock, try_lock};
+use logstamp::mysql::{self, DbError, Ident};
 use logstamp::store::compression;
 use logstamp::store::log_table::TableSpec;
 use logstamp::store::partition_plan::ExistingPartition;
@@ -19,7 +19,7 @@ use logstamp::store::shards::ShardSet;
 use logstamp::store::{PartitionBound, PartitionPlan, Period};
 use logstamp::time::{Zone, parse_month_or_day};
 
-use super::db::{block_on, now_or};
+use super::db::{now_or, step, with_conn, with_steps};
 use super::output::{Format, Output, aligned, ignore_closed_pipe};
 use super::{UsageError, load_settings};
 
@@ -105,29 +105,35 @@ fn compress(args: CompressArgs, sources: Sources) -> anyhow::Result<ExitCode> {
         if set.sharded {
             out.database(name, "shard").context("writing output")?;
         }
-        let done: anyhow::Result<()> = block_on(async {
-            let mut conn = mysql::connect(url).await?;
-            let database = mysql::current_database(&mut conn).await?;
+        // Long work: each partition's rebuild is a step of its own.
+        let bound = settings.mysql.bound_on(url);
+        with_steps(url, async |conn| {
+            let database = bound.wait(step, mysql::current_database(conn)).await?;
             for spec in &specs {
                 let lock = table_lock(&database, spec.table.as_str());
                 let mut failed = None;
-                let rebuilt = with_lock(&mut conn, &lock, 0, async |conn| {
-                    compression::recompress(conn, spec, args.dry_run, |line| {
-                        let action = if args.dry_run {
-                            "partition_to_compress"
-                        } else {
-                            "partition_compressed"
-                        };
-                        if let Err(e) = out.progress(&Tagged {
-                            action,
-                            line: &line,
-                        }) {
-                            failed.get_or_insert(e);
-                        }
-                    })
-                    .await
-                })
-                .await?;
+                let taken = bound.wait(step, try_lock(conn, &lock, 0)).await?;
+                let rebuilt = if taken {
+                    let rebuilt =
+                        compression::recompress(conn, spec, args.dry_run, &bound, |line| {
+                            let action = if args.dry_run {
+                                "partition_to_compress"
+                            } else {
+                                "partition_compressed"
+                            };
+                            if let Err(e) = out.progress(&Tagged {
+                                action,
+                                line: &line,
+                            }) {
+                                failed.get_or_insert(e);
+                            }
+                        })
+                        .await?;
+                    bound.wait(step, release(conn, &lock)).await?;
+                    Some(rebuilt)
+                } else {
+                    None
+                };
                 if let Some(e) = failed {
                     return Err(anyhow::Error::from(e).context("writing output"));
                 }
@@ -140,10 +146,8 @@ fn compress(args: CompressArgs, sources: Sources) -> anyhow::Result<ExitCode> {
                 };
                 out.progress(&line).context("writing output")?;
             }
-            let _ = conn.disconnect().await;
-            Ok(())
+            Ok::<_, anyhow::Error>(())
         })?;
-        done?;
     }
     out.finish().context("writing output")?;
     Ok(ExitCode::SUCCESS)
@@ -193,22 +197,13 @@ fn ensure(args: EnsureArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let set = ShardSet::new(&settings.mysql.url, &settings.store);
     let mut out = Output::new();
     for (name, url) in &set.shards {
-        let outcomes = block_on(async {
-            let mut conn = mysql::connect(url).await?;
+        let outcomes = with_conn(&settings.mysql, url, async |conn| {
             let mut outcomes = Vec::with_capacity(specs.len());
             for spec in &specs {
-                match partitions::ensure(&mut conn, spec, now, args.dry_run).await {
-                    Ok(outcome) => outcomes.push(outcome),
-                    Err(e) => {
-                        let _ = conn.disconnect().await;
-                        return Err(e);
-                    }
-                }
+                outcomes.push(partitions::ensure(conn, spec, now, args.dry_run).await?);
             }
-            // The locks went with the calls; a failed goodbye changes nothing on the server.
-            let _ = conn.disconnect().await;
-            Ok(outcomes)
-        })??;
+            Ok::<_, DbError>(outcomes)
+        })?;
         if set.sharded {
             out.database(&name, "shard").context("writing output")?;
         }
@@ -271,12 +266,9 @@ fn list(args: ListArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let set = ShardSet::new(&settings.mysql.url, &settings.store);
     let mut out = Output::new();
     for (name, url) in &set.shards {
-        let shown = block_on(async {
-            let mut conn = mysql::connect(url).await?;
-            let shown = partitions::list(&mut conn, &spec).await;
-            let _ = conn.disconnect().await;
-            shown
-        })??;
+        let shown = with_conn(&settings.mysql, url, async |conn| {
+            partitions::list(conn, &spec).await
+        })?;
         let written = match args.format {
             Format::Json => {
                 let header = if set.sharded {

@@ -11,6 +11,7 @@ use serde::Serialize;
 use chrono::{DateTime, Utc};
 
 use logstamp::config::{Settings, Sources};
+use logstamp::mysql::bound::within;
 use logstamp::mysql::{self, DbError, Ident};
 use logstamp::store::follow::{self, Follow, FollowFrom};
 use logstamp::store::line_counts;
@@ -23,7 +24,7 @@ use logstamp::store::rollup_plan::RollupPlan;
 use logstamp::store::schema::ColumnType;
 use logstamp::store::shards::ShardSet;
 
-use super::db::{block_on, with_conn};
+use super::db::{block_on, step, with_conn, with_steps};
 use super::output::{Format, Output, aligned, ignore_closed_pipe};
 use super::{TimeRangeArgs, UsageError, load_settings};
 
@@ -202,7 +203,7 @@ pub fn run(args: QueryArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let mut out = Output::new();
     if args.explain {
         for (name, url) in &set.shards {
-            let partitions = with_conn(url, async |conn| {
+            let partitions = with_conn(&settings.mysql, url, async |conn| {
                 query::explain_partitions(conn, &spec, &query).await
             })?;
             out.json(&Explained {
@@ -219,7 +220,14 @@ pub fn run(args: QueryArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     }
 
     let mut sink = Sink::new(out, args.format, header(&spec));
-    block_on(async {
+    // One step on every shard at once: its bound names them all.
+    let shards: Vec<String> = set
+        .shards
+        .iter()
+        .map(|(name, _)| name.to_string())
+        .collect();
+    let what = || format!("{} at {}", step(), shards.join(", "));
+    block_on(within(settings.mysql.statement_timeout, what, async {
         let mut conns = connect_all(&set).await?;
         let result = query::run_merged(&mut conns, &spec, &query, Order::OldestFirst, |record| {
             sink.push(record)
@@ -229,7 +237,7 @@ pub fn run(args: QueryArgs, sources: Sources) -> anyhow::Result<ExitCode> {
             let _ = conn.disconnect().await;
         }
         result
-    })??;
+    }))??;
     sink.finish().context("writing output")?;
     Ok(ExitCode::SUCCESS)
 }
@@ -265,7 +273,7 @@ fn by_event(
     query.limit = args.limit;
     let url = settings.mysql.url.clone();
     if args.explain {
-        let (ranges, partitions) = with_conn(&url, async |conn| {
+        let (ranges, partitions) = with_conn(&settings.mysql, &url, async |conn| {
             query::explain_by_event(conn, spec, &query).await
         })?;
         let mut out = Output::new();
@@ -288,7 +296,7 @@ fn by_event(
         return Ok(ExitCode::SUCCESS);
     }
     let mut sink = Sink::new(Output::new(), args.format, header(spec));
-    with_conn(&url, async |conn| {
+    with_conn(&settings.mysql, &url, async |conn| {
         query::run_by_event(conn, spec, &query, |record| sink.push(record)).await
     })?;
     sink.finish().context("writing output")?;
@@ -327,13 +335,14 @@ fn follow(settings: &Settings, args: &QueryArgs) -> anyhow::Result<ExitCode> {
         window,
         poll: FOLLOW_POLL,
         filter: Vec::new(),
+        bound: settings.mysql.bound_on(&settings.mysql.url),
     };
     plan.filter = filter(args, &spec)?;
     let mut sink = Sink::new(Output::new(), args.format, header(&spec));
     sink.live = true;
     let limit = args.limit;
     let url = settings.mysql.url.clone();
-    with_conn(&url, async |conn| {
+    with_steps(&url, async |conn| {
         let mut printed = 0u64;
         let following = follow::follow(conn, &spec, &layout, &plan, |record| {
             printed += 1;
@@ -429,7 +438,7 @@ fn read_rollup(
     let mut sink = Sink::new(Output::new(), format, header);
     let set = ShardSet::new(&settings.mysql.url, &settings.store);
     if !set.sharded {
-        with_conn(&settings.mysql.url, async |conn| {
+        with_conn(&settings.mysql, &settings.mysql.url, async |conn| {
             rollup::read(conn, plan, range, |record| sink.push(record)).await
         })?;
     } else {
@@ -437,7 +446,7 @@ fn read_rollup(
         let mut shards = Vec::with_capacity(set.shards.len());
         for (_, url) in &set.shards {
             let mut rows = Vec::new();
-            with_conn(url, async |conn| {
+            with_conn(&settings.mysql, url, async |conn| {
                 rollup::read(conn, plan, range, |record| {
                     rows.push(record);
                     ControlFlow::Continue(())

@@ -8,12 +8,11 @@ use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use logstamp::config::Sources;
-use logstamp::mysql;
 use logstamp::store::rollup;
 use logstamp::store::shards::ShardSet;
 
 use super::TimeRangeArgs;
-use super::db::block_on;
+use super::db::with_steps;
 use super::load_settings;
 use super::output::Output;
 use super::query::{rollup_plan, unix};
@@ -61,14 +60,14 @@ fn rebuild(args: RebuildArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     // Each shard's rollup counts the rows of that shard.
     for (name, url) in &set.shards {
         bar.set_position(0);
-        let report = block_on(async {
-            let mut conn = mysql::connect(url).await?;
-            let report = rollup::rebuild(
-                &mut conn,
+        let bound = settings.mysql.bound_on(url);
+        let report = with_steps(url, async |conn| {
+            rollup::rebuild(
+                conn,
                 plan,
                 &layout,
                 (from, to),
-                settings.store.retry_policy(),
+                (settings.store.retry_policy(), &bound),
                 |done, report| {
                     bar.set_position(done - from);
                     tracing::info!(
@@ -80,10 +79,8 @@ fn rebuild(args: RebuildArgs, sources: Sources) -> anyhow::Result<ExitCode> {
                     );
                 },
             )
-            .await;
-            let _ = conn.disconnect().await;
-            report
-        })??;
+            .await
+        })?;
         if set.sharded {
             out.database(&name, "shard").context("writing output")?;
         }

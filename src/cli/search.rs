@@ -12,7 +12,7 @@ use logstamp::mysql::MysqlUrl;
 use logstamp::store::text_filter::TextFilterPlan;
 use logstamp::store::text_search;
 
-use super::db::with_conn;
+use super::db::{step, with_steps};
 use super::output::Output;
 use super::{TimeRangeArgs, UsageError, load_settings, rebuild};
 
@@ -74,11 +74,13 @@ fn rebuild_plan(
     out: &mut Output,
 ) -> anyhow::Result<()> {
     let layout = settings.id.layout;
-    let report = with_conn(url, async |conn| {
+    let bound = settings.mysql.bound_on(url);
+    let report = with_steps(url, async |conn| {
         let (ids, whole) = match asked {
             Some(ids) => (ids, false),
             None => (
-                text_search::id_span(conn, &plan.table)
+                bound
+                    .wait(step, text_search::id_span(conn, &plan.table))
                     .await?
                     .unwrap_or(IdRange { start: 0, end: 0 }),
                 true,
@@ -89,7 +91,7 @@ fn rebuild_plan(
             plan,
             &layout,
             (ids, whole),
-            settings.store.retry_policy(),
+            (settings.store.retry_policy(), &bound),
             |done, report| {
                 tracing::info!(
                     table = %report.table,

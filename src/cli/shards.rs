@@ -8,12 +8,13 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 
 use logstamp::config::Sources;
+use logstamp::mysql::bound::within;
 use logstamp::mysql::{self, Ident, MysqlUrl};
 use logstamp::store::federate;
 use logstamp::store::shard_plan::{PartitionKey, ShardName};
 use logstamp::store::shards::{self, Assignment, ShardSet};
 
-use super::db::{block_on, now_or, with_conn};
+use super::db::{block_on, now_or, step, with_conn};
 use super::output::{Format, Output, aligned, ignore_closed_pipe};
 use super::{UsageError, load_settings};
 
@@ -89,7 +90,7 @@ pub fn run(command: ShardsCommand, sources: Sources) -> anyhow::Result<ExitCode>
     let mut out = Output::new();
     let written = match command {
         ShardsCommand::List(args) => {
-            let rows = with_conn(&set.coordination, async |conn| {
+            let rows = with_conn(&settings.mysql, &set.coordination, async |conn| {
                 shards::assignments(conn).await
             })?;
             write_list(&mut out, args.format, &set, &rows)
@@ -104,7 +105,17 @@ pub fn run(command: ShardsCommand, sources: Sources) -> anyhow::Result<ExitCode>
                 topic: args.topic,
                 partition: args.partition,
             };
-            let moved = block_on(shards::move_partition(&set, &key, to, now))??;
+            // One step on the coordination database and two shards: its bound names them all.
+            let what = || {
+                let shards = set.shards.iter().map(|(name, _)| name.to_string());
+                let names: Vec<String> =
+                    std::iter::once(ShardName::of(&set.coordination).to_string())
+                        .chain(shards)
+                        .collect();
+                format!("{} at {}", step(), names.join(", "))
+            };
+            let moving = shards::move_partition(&set, &key, to, now);
+            let moved = block_on(within(settings.mysql.statement_timeout, what, moving))??;
             out.json(&moved)
         }
         ShardsCommand::Federate(args) => {
@@ -127,13 +138,10 @@ pub fn run(command: ShardsCommand, sources: Sources) -> anyhow::Result<ExitCode>
                 sql.iter().try_for_each(|s| out.line(&format!("{s};")))
             } else {
                 let sql = federate::statements(&front_db, &remotes, &tables, true);
-                block_on(async {
-                    mysql::create_database(&front).await?;
-                    let mut conn = mysql::connect(&front).await?;
-                    let applied = federate::apply(&mut conn, &sql).await;
-                    let _ = conn.disconnect().await;
-                    applied
-                })??;
+                block_on(mysql::create_database(&front))??;
+                with_conn(&settings.mysql, &front, async |conn| {
+                    federate::apply(conn, &sql).await
+                })?;
                 out.json(&Federated {
                     action: "federated",
                     front: ShardName::of(&front).to_string(),

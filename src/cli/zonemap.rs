@@ -14,7 +14,7 @@ use logstamp::mysql::MysqlUrl;
 use logstamp::store::zone_map;
 use logstamp::store::zone_plan::ZonePlan;
 
-use super::db::with_conn;
+use super::db::{step, with_steps};
 use super::output::Output;
 use super::{TimeRangeArgs, UsageError, load_settings, rebuild};
 
@@ -82,10 +82,12 @@ fn rebuild_plan(
     out: &mut Output,
 ) -> anyhow::Result<()> {
     let layout = settings.id.layout;
-    let report = with_conn(url, async |conn| {
+    let bound = settings.mysql.bound_on(url);
+    let report = with_steps(url, async |conn| {
         let ids = match asked {
             Some(ids) => ids,
-            None => zone_map::id_span(conn, &plan.table)
+            None => bound
+                .wait(step, zone_map::id_span(conn, &plan.table))
                 .await?
                 .unwrap_or(IdRange { start: 0, end: 0 }),
         };
@@ -95,7 +97,7 @@ fn rebuild_plan(
             plan,
             &layout,
             ids,
-            settings.store.retry_policy(),
+            (settings.store.retry_policy(), &bound),
             |done, report| {
                 bar.set_position(((done.saturating_sub(ids.start)) >> 32).min(bar_len(ids)));
                 tracing::info!(

@@ -33,7 +33,7 @@ use tokio::sync::mpsc;
 use crate::id::{IdError, IdGenerator};
 use crate::kafka::CreateRedacted;
 use crate::mysql::retry::retrying;
-use crate::mysql::{self, DbError};
+use crate::mysql::{self, DbError, MysqlUrl};
 use crate::store::log_table::TableSpec;
 use crate::store::partitions::{self, EnsureOutcome};
 use crate::store::shard_plan::ShardName;
@@ -222,25 +222,20 @@ pub async fn prepare_database(settings: &WorkerSettings) -> Result<(), DbError> 
         || "preparing the database".to_string(),
         async || {
             if set.sharded {
-                let mut conn = mysql::connect(&set.coordination).await?;
-                let checked = migrate::check_up_to_date(&mut conn, &known).await;
-                let _ = conn.disconnect().await;
-                checked?;
+                on_database(settings, &set.coordination, "checking the schema", async |conn| {
+                    migrate::check_up_to_date(conn, &known).await
+                })
+                .await?;
             }
             for (shard, url) in &set.shards {
-                let prepared = async {
-                    let mut conn = mysql::connect(url).await?;
-                    let prepared = async {
-                        migrate::check_up_to_date(&mut conn, &known).await?;
-                        for plan in &settings.rollups {
-                            rollup::ensure_table(&mut conn, plan, false).await?;
-                        }
-                        ensure_partitions(&mut conn, &settings.tables).await
+                let what = "checking the schema and the partitions";
+                let prepared = on_database(settings, url, what, async |conn| {
+                    migrate::check_up_to_date(conn, &known).await?;
+                    for plan in &settings.rollups {
+                        rollup::ensure_table(conn, plan, false).await?;
                     }
-                    .await;
-                    let _ = conn.disconnect().await;
-                    prepared
-                }
+                    ensure_partitions(conn, &settings.tables).await
+                })
                 .await;
                 match prepared {
                     // One shard down pauses only its partitions: the worker starts, and their
@@ -255,6 +250,20 @@ pub async fn prepare_database(settings: &WorkerSettings) -> Result<(), DbError> 
         },
     )
     .await
+}
+
+/// `work` on a connection of its own to `url`, all of it within `mysql.statement_timeout`:
+/// past it the connection is dropped, and the error names `what` and the server.
+async fn on_database<T>(
+    settings: &WorkerSettings,
+    url: &MysqlUrl,
+    what: &str,
+    work: impl AsyncFnOnce(&mut Conn) -> Result<T, DbError>,
+) -> Result<T, DbError> {
+    let bound = settings.mysql.bound_on(url);
+    bound
+        .wait(|| what.to_string(), mysql::with_conn(url, work))
+        .await
 }
 
 /// `partitions ensure` for the log table and every fan-out table.
@@ -282,20 +291,18 @@ fn log_maintenance(spec: &TableSpec, outcome: &EnsureOutcome) {
     }
 }
 
-/// Runs `partitions ensure` every `ingest.maintenance_interval`; failures are logged and tried
-/// again next time (the table keeps `ingest.ahead` partitions of slack).
+/// Runs `partitions ensure` every `ingest.maintenance_interval`, each database's round within
+/// `mysql.statement_timeout`; failures are logged and tried again next time (the table keeps
+/// `ingest.ahead` partitions of slack), and ingestion goes on meanwhile.
 async fn maintain_partitions(settings: WorkerSettings) {
     let mut every = tokio::time::interval(settings.ingest.maintenance_interval);
     every.tick().await;
     loop {
         every.tick().await;
         for (shard, url) in &ShardSet::new(&settings.mysql.url, &settings.store).shards {
-            let outcome = async {
-                let mut conn = mysql::connect(url).await?;
-                let outcome = ensure_partitions(&mut conn, &settings.tables).await;
-                let _ = conn.disconnect().await;
-                outcome
-            }
+            let outcome = on_database(&settings, url, "maintaining partitions", async |conn| {
+                ensure_partitions(conn, &settings.tables).await
+            })
             .await;
             if let Err(e) = outcome {
                 tracing::warn!(%shard, "maintaining partitions (tried again later): {e}");

@@ -27,7 +27,7 @@ pub async fn within<T, E: From<DbError>>(
 
 /// The bound on each wait on one server, which its timeouts name (`host:port`): for work that
 /// talks to several servers, or whose errors leave the process (a command's).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bound {
     limit: Duration,
     server: String,
@@ -38,6 +38,15 @@ impl Bound {
         Bound {
             limit,
             server: format!("{}:{}", url.host(), url.port().unwrap_or(3306)),
+        }
+    }
+
+    /// This bound with `extra` time, for a wait the server itself may prolong by that much (a
+    /// lock wait of its own).
+    pub fn longer_by(&self, extra: Duration) -> Bound {
+        Bound {
+            limit: self.limit.saturating_add(extra),
+            server: self.server.clone(),
         }
     }
 
@@ -96,25 +105,30 @@ mod tests {
         let url = MysqlUrl::try_from("mysql://u:secret@db.example:3307/logs".to_string())
             .expect("a valid URL");
         let bound = Bound::new(&url, Duration::from_millis(20));
-        let hung: Result<(), DbError> = bound
-            .wait(|| "reading the checkpoint".into(), std::future::pending())
-            .await;
-        let error = hung.expect_err("a hung wait finished").to_string();
+        let error = hung_error(&bound, "reading the checkpoint").await;
         assert!(
             error.starts_with("reading the checkpoint at db.example:3307: no answer within 20ms"),
             "{error}"
         );
         assert!(!error.contains("secret"), "{error}");
-        let default_port = MysqlUrl::try_from("mysql://u@db/logs".to_string()).expect("valid");
-        let other: Result<(), DbError> = Bound::new(&default_port, Duration::from_millis(1))
-            .wait(|| "x".into(), std::future::pending())
-            .await;
+        let longer = hung_error(&bound.longer_by(Duration::from_millis(10)), "locking").await;
         assert!(
-            other
-                .expect_err("hung")
-                .to_string()
-                .starts_with("x at db:3306:"),
+            longer.starts_with("locking at db.example:3307: no answer within 30ms"),
+            "the extra time is added: {longer}"
+        );
+        let default_port = MysqlUrl::try_from("mysql://u@db/logs".to_string()).expect("valid");
+        let other = hung_error(&Bound::new(&default_port, Duration::from_millis(1)), "x").await;
+        assert!(
+            other.starts_with("x at db:3306:"),
             "the default port is named"
         );
+    }
+
+    /// The error of a wait on `bound` that never ends.
+    async fn hung_error(bound: &Bound, what: &str) -> String {
+        let hung: Result<(), DbError> = bound
+            .wait(|| what.to_string(), std::future::pending())
+            .await;
+        hung.expect_err("a hung wait finished").to_string()
     }
 }

@@ -54,6 +54,20 @@ pub async fn connect(url: &MysqlUrl) -> Result<Conn, DbError> {
     .await
 }
 
+/// Runs `work` on a connection of its own to `url`, then closes it. After a failure the
+/// connection is dropped unclosed: after a wait cut short (see [`super::bound`]) it may be
+/// mid-answer, and a goodbye could wait on a hung server too.
+pub async fn with_conn<T, E: From<DbError>>(
+    url: &MysqlUrl,
+    work: impl AsyncFnOnce(&mut Conn) -> Result<T, E>,
+) -> Result<T, E> {
+    let mut conn = connect(url).await?;
+    let done = work(&mut conn).await?;
+    // Nothing is left open on the server; a failed goodbye changes nothing.
+    let _ = conn.disconnect().await;
+    Ok(done)
+}
+
 /// Creates the URL's database if it does not exist, connecting without selecting it; all of
 /// it within [`CONNECT_TIMEOUT`].
 pub async fn create_database(url: &MysqlUrl) -> Result<(), DbError> {

@@ -15,7 +15,7 @@ mod url;
 mod value;
 
 pub(crate) use connect::opts;
-pub use connect::{connect, create_database, current_database, pool};
+pub use connect::{connect, create_database, current_database, pool, with_conn};
 pub use error::DbError;
 pub use flavor::{Flavor, flavor};
 pub use ident::{Ident, IdentError};

@@ -1,16 +1,56 @@
 //! Where the database is: `[mysql]` settings and a URL whose password is never shown.
 
 use std::fmt;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize, Serializer};
 
 use super::Ident;
+use super::bound::Bound;
+use crate::settings::{SettingError, at_most_a_year, duration_text};
 
 /// The `[mysql]` section.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MysqlSettings {
     pub url: MysqlUrl,
+    /// How long one step of logstamp's own work on a database may wait on it: a command's
+    /// work on one database, a step of a rebuild, a poll of `query --follow`, a worker's
+    /// start-up checks and each round of its partition maintenance on one database.
+    #[serde(with = "duration_text", default = "default_statement_timeout")]
+    pub statement_timeout: Duration,
+}
+
+fn default_statement_timeout() -> Duration {
+    MysqlSettings::DEFAULT_STATEMENT_TIMEOUT
+}
+
+impl MysqlSettings {
+    pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(60);
+
+    /// The settings of `url` with the default bound.
+    pub fn new(url: MysqlUrl) -> MysqlSettings {
+        MysqlSettings {
+            url,
+            statement_timeout: MysqlSettings::DEFAULT_STATEMENT_TIMEOUT,
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), SettingError> {
+        at_most_a_year("mysql.statement_timeout", self.statement_timeout)?;
+        if self.statement_timeout < Duration::from_millis(1) {
+            return Err(SettingError::new(
+                "mysql.statement_timeout",
+                "must be at least 1ms",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The bound of one step on `url` (this database or a shard of it).
+    pub fn bound_on(&self, url: &MysqlUrl) -> Bound {
+        Bound::new(url, self.statement_timeout)
+    }
 }
 
 /// A `mysql://user[:password]@host[:port]/database` URL whose password is never shown.
@@ -94,5 +134,31 @@ impl fmt::Debug for MysqlUrl {
 impl fmt::Display for MysqlUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.redacted())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_statement_timeout_of_zero_or_past_a_year_is_refused_naming_the_setting() {
+        let url = MysqlUrl::try_from("mysql://u@db:3307/logs".to_string()).expect("valid");
+        let mut settings = MysqlSettings::new(url.clone());
+        assert!(settings.validate().is_ok());
+        assert_eq!(
+            settings.statement_timeout,
+            MysqlSettings::DEFAULT_STATEMENT_TIMEOUT
+        );
+        for refused in [Duration::ZERO, Duration::from_secs(366 * 86_400)] {
+            settings.statement_timeout = refused;
+            let error = settings.validate().expect_err("refused");
+            assert_eq!(error.key, "mysql.statement_timeout", "{refused:?}");
+        }
+        settings.statement_timeout = Duration::from_millis(1);
+        assert_eq!(
+            settings.bound_on(&url),
+            Bound::new(&url, Duration::from_millis(1))
+        );
     }
 }

@@ -20,6 +20,7 @@ use mysql_async::prelude::Queryable;
 use serde::{Deserialize, Serialize};
 
 use super::log_table::{TableSpec, read_partitioning};
+use crate::mysql::bound::Bound;
 use crate::mysql::rows::take;
 use crate::mysql::{DbError, Flavor};
 
@@ -235,23 +236,30 @@ pub struct Recompressed {
 /// `spec.compression` says, handing each to `each` as it is done (with `dry_run`, only says
 /// which). Each rebuild copies one partition (`REORGANIZE PARTITION` into itself, with the
 /// setting's options), during which writes to the table wait. The caller holds the table's
-/// lock, so partition maintenance does not run meanwhile.
+/// lock, so partition maintenance does not run meanwhile. The reads before, and each
+/// partition's rebuild, are each within `bound`.
 pub async fn recompress(
     conn: &mut Conn,
     spec: &TableSpec,
     dry_run: bool,
+    bound: &Bound,
     mut each: impl FnMut(Recompressed),
 ) -> Result<usize, DbError> {
     let table = &spec.table;
     let wanted = spec.compression;
-    check_server(conn, wanted).await?;
-    let partitioning = read_partitioning(conn, table).await?.ok_or_else(|| {
+    let what = || format!("reading the partitions of {table}");
+    let read = async {
+        check_server(conn, wanted).await?;
+        let partitioning = read_partitioning(conn, table).await?;
+        Ok::<_, DbError>((partitioning, files(conn, table.as_str()).await?))
+    };
+    let (partitioning, before) = bound.wait(what, read).await?;
+    let partitioning = partitioning.ok_or_else(|| {
         DbError::catalog(
             table.as_str(),
             format!("table {table} does not exist: run logstamp migrate"),
         )
     })?;
-    let before = files(conn, table.as_str()).await?;
     let todo: Vec<(&FileCompression, Option<u64>)> = partitioning
         .partitions
         .iter()
@@ -265,18 +273,19 @@ pub async fn recompress(
         let bytes_after = if dry_run {
             None
         } else {
-            let bound = less_than.map_or("MAXVALUE".to_string(), |b| format!("({b})"));
+            let less = less_than.map_or("MAXVALUE".to_string(), |b| format!("({b})"));
             let name = format!("`{}`", file.partition.replace('`', "``"));
             let sql = format!(
                 "ALTER TABLE {table} REORGANIZE PARTITION {name} INTO \
-                 (PARTITION {name} VALUES LESS THAN {bound}{})",
+                 (PARTITION {name} VALUES LESS THAN {less}{})",
                 wanted.options(Flavor::MariaDb)
             );
-            conn.query_drop(sql).await.map_err(DbError::mysql(format!(
-                "rebuilding partition {} of table {table}",
-                file.partition
-            )))?;
-            let after = files(conn, table.as_str()).await?;
+            let what = || format!("rebuilding partition {} of table {table}", file.partition);
+            let rebuild = async {
+                conn.query_drop(sql).await.map_err(DbError::mysql(what()))?;
+                files(conn, table.as_str()).await
+            };
+            let after = bound.wait(what, rebuild).await?;
             after
                 .iter()
                 .find(|f| f.partition == file.partition)

@@ -44,6 +44,7 @@ use mysql_async::{Conn, IsolationLevel, Row, TxOpts, Value};
 use super::log_table::TableSpec;
 use super::query::{Condition, Record, record, select_ids_sql};
 use crate::id::Layout;
+use crate::mysql::bound::Bound;
 use crate::mysql::encode::mysql_value;
 use crate::mysql::rows::first;
 use crate::mysql::{DbError, SqlValue};
@@ -68,6 +69,8 @@ pub struct Follow {
     pub window: Duration,
     pub poll: Duration,
     pub filter: Vec<Condition>,
+    /// The bound of each wait of a poll: the clock and the new IDs, then each chunk of rows.
+    pub bound: Bound,
 }
 
 /// The follower's state: below `below`, every row was printed or never will be; at or above
@@ -139,7 +142,7 @@ pub(crate) fn datetime_value(unix_seconds: u64) -> Value {
 
 /// Follows `spec`'s table, handing each new row to `each` (in ID order within a poll) until
 /// `each` breaks. Returns the rows handed over. Runs until then: the caller stops it by
-/// dropping the future.
+/// dropping the future, or a wait past `follow.bound` ends it.
 pub async fn follow(
     conn: &mut Conn,
     spec: &TableSpec,
@@ -147,7 +150,8 @@ pub async fn follow(
     follow: &Follow,
     mut each: impl FnMut(Record) -> ControlFlow<()>,
 ) -> Result<u64, DbError> {
-    let now = database_now(conn, spec).await?;
+    let what = || format!("following {}", spec.table);
+    let now = follow.bound.wait(what, database_now(conn, spec)).await?;
     let mut cursor = Cursor::new(match follow.from {
         FollowFrom::Id(id) => id,
         FollowFrom::Now => settled_below(layout, now, follow.window),
@@ -155,15 +159,24 @@ pub async fn follow(
     let mut count = 0;
     if follow.from == FollowFrom::Now {
         // What is committed already is not new: remember it without printing it.
-        let ids = locked_ids(conn, spec, cursor.below()).await?;
+        let below = cursor.below();
+        let ids = follow
+            .bound
+            .wait(what, locked_ids(conn, spec, below))
+            .await?;
         cursor.take_new(ids);
     }
     loop {
-        let now = database_now(conn, spec).await?;
-        let ids = locked_ids(conn, spec, cursor.below()).await?;
-        let new = cursor.take_new(ids);
+        let new_ids = async {
+            let now = database_now(conn, spec).await?;
+            let ids = locked_ids(conn, spec, cursor.below()).await?;
+            Ok::<_, DbError>((now, cursor.take_new(ids)))
+        };
+        let (now, new) = follow.bound.wait(what, new_ids).await?;
         for chunk in new.chunks(FETCH_CHUNK) {
-            for record in fetch(conn, spec, chunk, &follow.filter).await? {
+            let fetched = fetch(conn, spec, chunk, &follow.filter);
+            // Printing is outside the bound: a slow reader of the output is no hung server.
+            for record in follow.bound.wait(what, fetched).await? {
                 count += 1;
                 if each(record).is_break() {
                     return Ok(count);

@@ -14,6 +14,7 @@ use super::line_count_plan::{CountPlan, CountRow, MINUTE, NO_EVENT, minute_of};
 use super::query::{Count, key_text};
 use super::rebuild::in_steps;
 use crate::id::Layout;
+use crate::mysql::bound::Bound;
 use crate::mysql::retry::RetryPolicy;
 use crate::mysql::rows::{first, take};
 use crate::mysql::{DbError, Ident};
@@ -181,7 +182,7 @@ pub async fn rebuild(
     (plan, columns): (&CountPlan, &[String]),
     layout: &Layout,
     (from, to): (u64, u64),
-    retry: RetryPolicy,
+    (retry, bound): (RetryPolicy, &Bound),
     mut progress: impl FnMut(u64, &CountsRebuildReport),
 ) -> Result<CountsRebuildReport, DbError> {
     let from = minute_of(from);
@@ -198,7 +199,7 @@ pub async fn rebuild(
         &plan.table,
         &format!("rebuilding the line counts of {}", plan.table),
         (from, to, REBUILD_STEP_SECONDS),
-        retry,
+        (retry, bound),
         async |conn, start, end| rebuild_step(conn, plan, layout, &statements, (start, end)).await,
         |end, (rows, counted)| {
             report.rows += rows;

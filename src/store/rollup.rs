@@ -15,6 +15,7 @@ use super::log_table::read_columns;
 use super::query::{Condition, Count, counts, push_filter};
 use super::schema::ColumnType;
 use crate::id::Layout;
+use crate::mysql::bound::Bound;
 use crate::mysql::encode::{mysql_value, size_bound};
 use crate::mysql::retry::RetryPolicy;
 use crate::mysql::rows::first;
@@ -262,7 +263,7 @@ pub async fn rebuild(
     plan: &RollupPlan,
     layout: &Layout,
     (from, to): (u64, u64),
-    retry: RetryPolicy,
+    (retry, bound): (RetryPolicy, &Bound),
     mut progress: impl FnMut(u64, &RebuildReport),
 ) -> Result<RebuildReport, DbError> {
     let (from, to) = widen_to_buckets(plan, from, to);
@@ -278,7 +279,7 @@ pub async fn rebuild(
         &plan.source,
         &format!("rebuilding {}", plan.name),
         (from, to, REBUILD_STEP_SECONDS),
-        retry,
+        (retry, bound),
         async |conn, start, end| {
             rebuild_step(conn, plan, layout, (&delete, &insert), (start, end)).await
         },

@@ -20,6 +20,7 @@ use super::settings::StoreSettings;
 use super::text_filter::{Fold, TextFilterPlan, WORDS, Words, probe};
 use super::zone_plan::{BUCKET_IDS, bucket_end, bucket_start, id_ranges};
 use crate::id::{IdRange, Layout};
+use crate::mysql::bound::Bound;
 use crate::mysql::retry::RetryPolicy;
 use crate::mysql::rows::{first, take};
 use crate::mysql::{DbError, Ident, SqlValue};
@@ -393,7 +394,7 @@ pub async fn rebuild(
     plan: &TextFilterPlan,
     layout: &Layout,
     (ids, whole): (IdRange, bool),
-    retry: RetryPolicy,
+    (retry, bound): (RetryPolicy, &Bound),
     mut progress: impl FnMut(u64, &FilterRebuildReport),
 ) -> Result<FilterRebuildReport, DbError> {
     let from = bucket_start(ids.start);
@@ -413,7 +414,7 @@ pub async fn rebuild(
         &plan.table,
         &format!("rebuilding the text filter of {}", plan.table),
         (from, to, REBUILD_STEP_IDS),
-        retry,
+        (retry, bound),
         async |conn, start, end| rebuild_step(conn, plan, layout, (start, end)).await,
         |end, (blocks, rows)| {
             report.blocks += blocks;

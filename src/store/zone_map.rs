@@ -15,6 +15,7 @@ use serde::Serialize;
 use super::rebuild::in_steps;
 use super::zone_plan::{ZonePlan, ZoneRow, bucket_start, id_ranges};
 use crate::id::{IdRange, Layout};
+use crate::mysql::bound::Bound;
 use crate::mysql::encode::mysql_value;
 use crate::mysql::retry::RetryPolicy;
 use crate::mysql::rows::take;
@@ -134,7 +135,7 @@ pub async fn rebuild(
     plan: &ZonePlan,
     layout: &Layout,
     ids: IdRange,
-    retry: RetryPolicy,
+    (retry, bound): (RetryPolicy, &Bound),
     mut progress: impl FnMut(u64, &ZoneRebuildReport),
 ) -> Result<ZoneRebuildReport, DbError> {
     let from = bucket_start(ids.start);
@@ -155,7 +156,7 @@ pub async fn rebuild(
         &plan.table,
         &format!("rebuilding the zone map of {}", plan.table),
         (from, to, REBUILD_STEP_IDS),
-        retry,
+        (retry, bound),
         async |conn, start, end| rebuild_step(conn, plan, (&delete, &insert), (start, end)).await,
         |end, (zones, counted)| {
             report.zones += zones;

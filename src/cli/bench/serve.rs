@@ -97,6 +97,7 @@ async fn bench_in(settings: &Settings, args: &ServeArgs) -> anyhow::Result<Vec<M
     let now = u64::try_from(chrono::Utc::now().timestamp()).unwrap_or(0);
     let day = (now / DAY + 1) * DAY;
     let mut conn = mysql::connect(&settings.mysql.url).await?;
+    let bound = settings.mysql.bound_on(&settings.mysql.url);
     let started = Instant::now();
     load(&mut conn, settings, day, args.rows).await?;
     let filtered = Instant::now();
@@ -112,7 +113,7 @@ async fn bench_in(settings: &Settings, args: &ServeArgs) -> anyhow::Result<Vec<M
                 },
                 true,
             ),
-            settings.store.retry_policy(),
+            (settings.store.retry_policy(), &bound),
             |_, _| {},
         )
         .await?;
@@ -131,7 +132,7 @@ async fn bench_in(settings: &Settings, args: &ServeArgs) -> anyhow::Result<Vec<M
             start: layout.first_id_at(to_i64(day))?,
             end: layout.first_id_at(to_i64(day + DAY))?,
         };
-        zone_map::rebuild(&mut conn, &plan, &layout, ids, retry, |_, _| {}).await?;
+        zone_map::rebuild(&mut conn, &plan, &layout, ids, (retry, &bound), |_, _| {}).await?;
     }
     let zone_seconds = started.elapsed().as_secs_f64();
     let started = Instant::now();
@@ -144,7 +145,7 @@ async fn bench_in(settings: &Settings, args: &ServeArgs) -> anyhow::Result<Vec<M
         (&plan, &columns),
         &layout,
         range,
-        retry,
+        (retry, &bound),
         |_, _| {},
     )
     .await?;

@@ -162,9 +162,8 @@ async fn bench_in(
         (None, None) => bail!("no Kafka"),
     };
     let relay = |url: &MysqlUrl, dc: &str, remote: &str| -> anyhow::Result<RelayContext> {
-        let mysql = MysqlSettings {
-            url: with_database(url.expose(), state).map_err(anyhow::Error::msg)?,
-        };
+        let mysql =
+            MysqlSettings::new(with_database(url.expose(), state).map_err(anyhow::Error::msg)?);
         let kafka = KafkaSettings {
             brokers: brokers.clone(),
             ..settings.kafka.clone()
