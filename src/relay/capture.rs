@@ -817,9 +817,6 @@ fn producer(context: &RelayContext) -> Result<ThreadedProducer<Acks>, RelayError
             "linger.ms",
             context.relay.publish_linger.as_millis().to_string(),
         )
-        // Nagle's algorithm stays on: with it off, a capture killed under a snapshot's writes
-        // left the next one's read of the topic's last message failing with the broker's
-        // RequestTimedOut, run after run (tests/relay_snapshot.rs, two kills).
         // Change messages repeat their column names and kinds: they shrink several times, which
         // matters for topics read across data centres.
         .set("compression.type", "lz4")

@@ -56,48 +56,6 @@ pub fn push_literal(out: &mut String, value: Option<&Value>) {
 pub struct Statement {
     pub sql: String,
     pub finds_row: bool,
-    /// For a multi-row upsert, the bytes before its first row and after its last: another
-    /// with the same head and tail can join its rows to it (see [`Statement::join`]).
-    pub rows: Option<(usize, usize)>,
-}
-
-impl Statement {
-    /// A statement that needs no answer and takes no rows of others.
-    pub fn plain(sql: String) -> Statement {
-        Statement {
-            sql,
-            finds_row: false,
-            rows: None,
-        }
-    }
-
-    /// Adds the rows of the upsert `next` to this one when both insert into the same table
-    /// the same columns (the same head and tail) and the result stays within `max_bytes`;
-    /// returns whether it did. Consecutive upserts of one applied batch, each from its own
-    /// source transaction, then go as one statement: the server parses and plans it once, and
-    /// the effect is the same, row by row in order.
-    pub fn join(&mut self, next: &Statement, max_bytes: usize) -> bool {
-        let (Some((head, tail)), Some(theirs)) = (self.rows, next.rows) else {
-            return false;
-        };
-        if theirs != (head, tail) || next.sql.len() < head + tail {
-            return false;
-        }
-        let rows = &next.sql[head..next.sql.len() - tail];
-        let end = self.sql.len() - tail;
-        let fits = self.sql.len() + 2 + rows.len() <= max_bytes;
-        if !fits
-            || self.sql[..head] != next.sql[..head]
-            || self.sql[end..] != next.sql[head + rows.len()..]
-        {
-            return false;
-        }
-        let ending = self.sql.split_off(end);
-        self.sql.push_str(", ");
-        self.sql.push_str(rows);
-        self.sql.push_str(&ending);
-        true
-    }
 }
 
 /// The statement that applies `change`: an upsert for an insert (a replay after a crash finds
@@ -107,11 +65,9 @@ pub fn statement(change: &RowChange) -> Result<Option<Statement>, String> {
     let mut sql = String::with_capacity(128);
     match change.kind {
         ChangeKind::Insert => {
-            let (sql, _, rows) = upsert(&[change], 0)?;
             return Ok(Some(Statement {
-                sql,
+                sql: upsert(&[change], 0)?.0,
                 finds_row: false,
-                rows: Some(rows),
             }));
         }
         ChangeKind::Update => {
@@ -133,7 +89,6 @@ pub fn statement(change: &RowChange) -> Result<Option<Statement>, String> {
     Ok(Some(Statement {
         sql,
         finds_row: true,
-        rows: None,
     }))
 }
 
@@ -150,13 +105,12 @@ pub fn statements(changes: &[&RowChange], max_bytes: usize) -> Result<Vec<Statem
             while end < changes.len() && same_insert(first, changes[end]) {
                 end += 1;
             }
-            let (sql, taken, rows) = upsert(&changes[i..end], max_bytes)?;
+            let (sql, rows) = upsert(&changes[i..end], max_bytes)?;
             out.push(Statement {
                 sql,
                 finds_row: false,
-                rows: Some(rows),
             });
-            i += taken;
+            i += rows;
         } else {
             if let Some(statement) = statement(first)? {
                 out.push(statement);
@@ -230,12 +184,8 @@ fn same_insert(a: &RowChange, b: &RowChange) -> bool {
 }
 
 /// `INSERT ... VALUES (..), (..) ON DUPLICATE KEY UPDATE` for inserts with the same columns,
-/// as many of them as fit in `max_bytes` (at least one); returns how many it took, and the
-/// bytes before the first row and after the last.
-fn upsert(
-    inserts: &[&RowChange],
-    max_bytes: usize,
-) -> Result<(String, usize, (usize, usize)), String> {
+/// as many of them as fit in `max_bytes` (at least one); returns how many it took.
+fn upsert(inserts: &[&RowChange], max_bytes: usize) -> Result<(String, usize), String> {
     let first = inserts[0];
     let mut sql = String::with_capacity(256);
     sql.push_str("INSERT INTO ");
@@ -248,7 +198,6 @@ fn upsert(
         push_ident(&mut sql, name)?;
     }
     sql.push_str(") VALUES ");
-    let head = sql.len();
     let mut tail = String::new();
     push_on_duplicate(&mut tail, first)?;
     let mut row = String::new();
@@ -273,7 +222,7 @@ fn upsert(
         taken += 1;
     }
     sql.push_str(&tail);
-    Ok((sql, taken, (head, tail.len())))
+    Ok((sql, taken))
 }
 
 /// ` ON DUPLICATE KEY UPDATE` every non-key column from the new row (a replayed insert finds
@@ -624,51 +573,6 @@ mod tests {
         assert_eq!(values, expected.join(", "));
         // A row longer than the limit still gets its statement.
         assert_eq!(statements_of_one(&inserts[0], 10).len(), 1);
-    }
-
-    #[test]
-    fn upserts_of_the_same_columns_join_within_the_limit() {
-        let insert = |id: u64, table: &str, column: &str| RowChange {
-            table: table.into(),
-            ..change(
-                ChangeKind::Insert,
-                row(&[("id", Some(Value::Uint(id))), (column, Some(Value::Int(1)))]),
-                row(&[("id", Some(Value::Uint(id)))]),
-            )
-        };
-        let one = |c: &RowChange| statements_of_one(c, 1 << 20).remove(0);
-        let (a, b) = (insert(1, "t", "v"), insert(2, "t", "v"));
-        let mut joined = statements(&[&a, &b], 1 << 20).unwrap().remove(0);
-        assert!(joined.join(&one(&insert(3, "t", "v")), 1 << 20));
-        assert_eq!(
-            joined.sql,
-            "INSERT INTO `app`.`t` (`id`, `v`) VALUES (1, 1), (2, 1), (3, 1) ON DUPLICATE KEY UPDATE `v` = VALUES(`v`)"
-        );
-        // What it takes for three rows at once: the same statement.
-        let c = insert(3, "t", "v");
-        assert_eq!(
-            joined,
-            statements(&[&a, &b, &c], 1 << 20).unwrap().remove(0)
-        );
-        let before = joined.clone();
-        // Another table, other columns, a statement that is no upsert, too long a result.
-        let delete = change(
-            ChangeKind::Delete,
-            Row::new(),
-            row(&[("id", Some(Value::Uint(1)))]),
-        );
-        for other in [
-            one(&insert(4, "u", "v")),
-            one(&insert(4, "t", "w")),
-            one(&delete),
-            Statement::plain("SAVEPOINT x".into()),
-        ] {
-            assert!(!joined.join(&other, 1 << 20), "{}", other.sql);
-            assert_eq!(joined, before);
-        }
-        assert!(!joined.join(&one(&insert(4, "t", "v")), before.sql.len() + 7));
-        assert!(joined.join(&one(&insert(4, "t", "v")), before.sql.len() + 8));
-        assert!(!Statement::plain("COMMIT".into()).join(&before, 1 << 20));
     }
 
     fn statements_of_one(change: &RowChange, limit: usize) -> Vec<Statement> {

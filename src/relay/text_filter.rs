@@ -98,12 +98,18 @@ fn upserts(plan: &TextFilterPlan, rows: &[FilterRow], max_bytes: usize) -> Vec<S
         sql.push(')');
         if sql.len() + suffix.len() >= max_bytes {
             sql.push_str(&suffix);
-            statements.push(Statement::plain(std::mem::take(&mut sql)));
+            statements.push(Statement {
+                sql: std::mem::take(&mut sql),
+                finds_row: false,
+            });
         }
     }
     if !sql.is_empty() {
         sql.push_str(&suffix);
-        statements.push(Statement::plain(sql));
+        statements.push(Statement {
+            sql,
+            finds_row: false,
+        });
     }
     statements
 }

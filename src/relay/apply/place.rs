@@ -25,8 +25,7 @@ pub(super) struct Open {
     /// Statements applied but not sent yet: what needs no answer goes with the next round trip
     /// that does, or with the commit (an applier that is behind sends up to
     /// `relay.apply_batch` source transactions in one round trip, as a statement budget allows).
-    /// Consecutive upserts into one table join into one statement.
-    pub(super) unsent: Vec<sql::Statement>,
+    pub(super) unsent: Vec<String>,
     pub(super) unsent_bytes: usize,
 }
 
@@ -34,26 +33,9 @@ impl Open {
     /// The statements not sent yet, followed by `then`.
     pub(super) fn send_with(&mut self, then: impl IntoIterator<Item = String>) -> Vec<String> {
         self.unsent_bytes = 0;
-        let mut statements: Vec<String> = std::mem::take(&mut self.unsent)
-            .into_iter()
-            .map(|s| s.sql)
-            .collect();
+        let mut statements = std::mem::take(&mut self.unsent);
         statements.extend(then);
         statements
-    }
-
-    /// Adds a statement to those not sent yet, joining its rows to the last one's when both
-    /// are upserts of the same columns and the joined one stays within `max_bytes`.
-    pub(super) fn hold(&mut self, statement: sql::Statement, max_bytes: usize) {
-        if let Some(last) = self.unsent.last_mut() {
-            let before = last.sql.len();
-            if last.join(&statement, max_bytes) {
-                self.unsent_bytes += last.sql.len() - before;
-                return;
-            }
-        }
-        self.unsent_bytes += statement.sql.len();
-        self.unsent.push(statement);
     }
 }
 
@@ -427,9 +409,7 @@ impl Applier<'_> {
             first.push(gtids_update(self.source_dc, &part.followed));
             open.begun = true;
         }
-        // Only a source transaction whose parts are not all here may be cut off (see
-        // `Item::CutOff`): one whole in this part needs no savepoint.
-        if part.starts && part.end.is_none() {
+        if part.starts {
             first.push(SOURCE_SAVEPOINT.to_string());
             open.at_savepoint = open.counts();
         }
@@ -450,12 +430,12 @@ impl Applier<'_> {
         };
         if !checks && !stats.sends_each_part(part.next_offset) {
             // Nothing to answer: it goes with the next round trip.
-            let budget = self.limits.statement_bytes;
-            for sql in first {
-                open.hold(sql::Statement::plain(sql), budget);
-            }
-            for statement in &part.statements {
-                open.hold(statement.clone(), budget);
+            let statements = first
+                .into_iter()
+                .chain(part.statements.iter().map(|s| s.sql.clone()));
+            for sql in statements {
+                open.unsent_bytes += sql.len();
+                open.unsent.push(sql);
             }
             if open.unsent_bytes >= self.limits.statement_bytes {
                 let statements = open.send_with([]);

@@ -168,7 +168,6 @@ pub(super) fn consumer(
             "fetch.wait.max.ms",
             context.relay.fetch_wait.as_millis().to_string(),
         )
-        .set("socket.nagle.disable", "true")
         .set(
             "queued.max.messages.kbytes",
             (fetch_bytes / 1024).to_string(),
@@ -703,7 +702,10 @@ impl<'a> Reader<'a> {
             starts: change.txn.index == 0,
             end: last.then(|| End::of(change, next_offset)),
             followed,
-            statements: vec![sql::Statement::plain(sql)],
+            statements: vec![sql::Statement {
+                sql,
+                finds_row: false,
+            }],
             finders: Vec::new(),
             tables: Vec::new(),
             keys: Vec::new(),
