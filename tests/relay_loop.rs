@@ -317,8 +317,8 @@ async fn a_bad_message_stops_only_its_applier(bad: BadMessage) {
         .await
         .unwrap();
     wait_until("c's and a's rows arrive", || async {
-        let here = counter_ids(&dcs[0]).await;
-        let at_c = counter_ids(&dcs[2]).await;
+        let here = dcs[0].ids_of("app.counter").await;
+        let at_c = dcs[2].ids_of("app.counter").await;
         if here.contains(&3) && at_c.contains(&4) {
             Ok(())
         } else {
@@ -331,16 +331,7 @@ async fn a_bad_message_stops_only_its_applier(bad: BadMessage) {
         1,
         "a applied b's after the bad message"
     );
-    assert!(!counter_ids(a).await.contains(&2));
-}
-
-/// The ids in `app.counter`.
-async fn counter_ids(dc: &Dc) -> Vec<i32> {
-    dc.conn()
-        .await
-        .query("SELECT id FROM app.counter ORDER BY id")
-        .await
-        .unwrap()
+    assert!(!a.ids_of("app.counter").await.contains(&2));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -409,7 +400,7 @@ async fn bad_messages_go_to_the_dead_letters_and_applying_goes_on() {
     let a = &dcs[0];
     a.wait_applied("b", 2).await;
     assert_eq!(
-        counter_ids(a).await,
+        a.ids_of("app.counter").await,
         [1, 2],
         "a applied part of the refused transaction"
     );
@@ -498,7 +489,7 @@ async fn bad_messages_go_to_the_dead_letters_and_applying_goes_on() {
         .await
         .unwrap();
     dcs[0].wait_applied("b", 3).await;
-    assert_eq!(counter_ids(&dcs[0]).await, [1, 2, 7]);
+    assert_eq!(dcs[0].ids_of("app.counter").await, [1, 2, 7]);
     check_letters(dead_letters(&dcs[0]).await);
 }
 

@@ -80,14 +80,6 @@ fn produce(dc: &Dc, messages: serde_json::Value) -> Vec<i64> {
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
-async fn counter_ids(dc: &Dc) -> Vec<i32> {
-    dc.conn()
-        .await
-        .query("SELECT id FROM app.counter ORDER BY id")
-        .await
-        .unwrap()
-}
-
 /// A change of b's in the right shape that a's applier would apply, were it not for its
 /// signature: `genuine` (b's latest) with another row and the next GTIDs after it.
 fn forged(genuine: &Change, id: i64, ahead: u64) -> String {
@@ -175,7 +167,7 @@ async fn forged_and_retired_key_messages_change_nothing_and_are_reported() {
         .unwrap();
     let a = &dcs[0];
     a.wait_applied("b", 3).await;
-    assert_eq!(counter_ids(a).await, [1, 2, 3, 10]);
+    assert_eq!(a.ids_of("app.counter").await, [1, 2, 3, 10]);
     let v: Vec<(i32, i32)> = a
         .conn()
         .await

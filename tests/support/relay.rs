@@ -326,6 +326,15 @@ impl Dc {
         self.server.conn().await
     }
 
+    /// The `id`s of `table` (an INT key), in order.
+    pub async fn ids_of(&self, table: &str) -> Vec<i32> {
+        self.conn()
+            .await
+            .query(format!("SELECT id FROM {table} ORDER BY id"))
+            .await
+            .unwrap()
+    }
+
     /// Waits until capture recorded where it starts: writes before that are not relayed.
     pub async fn wait_capture_started(&self) {
         wait_until(&format!("capture of {} starts", self.name), || async {
