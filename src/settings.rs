@@ -6,6 +6,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
 /// A setting that cannot be used: its dotted key (`store.concurrency`) and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{key}: {reason}")]
@@ -100,5 +102,50 @@ pub mod duration_text {
         let text = String::deserialize(d)?;
         humantime::parse_duration(text.trim())
             .map_err(|e| de::Error::custom(format!("{e}: use a duration like \"5m\" or \"90s\"")))
+    }
+}
+
+/// A secret setting (a key, a token), trimmed: never shown by `Debug` or in a settings dump.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(text: &str) -> Secret {
+        Secret(text.trim().to_string())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The secret, if one is set.
+    pub fn given(&self) -> Option<&str> {
+        (!self.0.is_empty()).then_some(self.0.as_str())
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_empty() {
+            "Secret()"
+        } else {
+            "Secret(***)"
+        })
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(if self.0.is_empty() { "" } else { "***" })
+    }
+}
+
+impl<'de> Deserialize<'de> for Secret {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Secret, D::Error> {
+        Ok(Secret::new(&String::deserialize(d)?))
     }
 }

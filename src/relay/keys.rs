@@ -8,13 +8,12 @@
 //! time. A data centre with no key is not checked: signing is off unless keys are set.
 
 use std::collections::HashSet;
-use std::fmt;
 use std::path::PathBuf;
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
-use crate::settings::SettingError;
+use crate::settings::{Secret, SettingError};
 
 /// The shortest secret: a HMAC-SHA256 key holds at most 64 bytes of entropy; 32 is its output.
 pub const MIN_SECRET_BYTES: usize = 32;
@@ -42,46 +41,6 @@ impl RelayKey {
     /// How the key is named in errors and logs: `dc/id`.
     pub fn name(&self) -> String {
         format!("{}/{}", self.dc, self.id)
-    }
-}
-
-/// A key's secret bytes: never shown by `Debug` or in a settings dump.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct Secret(Vec<u8>);
-
-impl Secret {
-    pub fn new(text: &str) -> Secret {
-        Secret(text.trim().as_bytes().to_vec())
-    }
-
-    pub fn expose(&self) -> &[u8] {
-        &self.0
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_empty() {
-            "Secret()"
-        } else {
-            "Secret(***)"
-        })
-    }
-}
-
-impl Serialize for Secret {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(if self.0.is_empty() { "" } else { "***" })
-    }
-}
-
-impl<'de> Deserialize<'de> for Secret {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Secret, D::Error> {
-        Ok(Secret::new(&String::deserialize(d)?))
     }
 }
 
@@ -243,7 +202,7 @@ mod tests {
             ..key("b", "k1", None)
         }];
         read_secret_files(&mut keys).unwrap();
-        assert_eq!(keys[0].secret.expose(), SECRET.as_bytes());
+        assert_eq!(keys[0].secret.expose(), SECRET);
         let shown = [format!("{keys:?}"), serde_json::to_string(&keys).unwrap()];
         for text in shown {
             assert!(!text.contains(SECRET) && text.contains("***"), "{text}");

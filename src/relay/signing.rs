@@ -28,7 +28,8 @@ use hmac::{Hmac, Mac};
 use rdkafka::message::{Headers, Message};
 use sha2::Sha256;
 
-use super::keys::{RelayKey, Secret};
+use super::keys::RelayKey;
+use crate::settings::Secret;
 
 /// The header carrying the signature.
 pub const SIGNATURE_HEADER: &str = "logstamp-signature";
@@ -111,7 +112,7 @@ fn field(mac: &mut HmacSha256, bytes: Option<&[u8]>) {
 
 /// The HMAC state keyed with `secret`; `None` for a key HMAC refuses (it takes every length).
 fn keyed(secret: &Secret) -> Option<HmacSha256> {
-    HmacSha256::new_from_slice(secret.expose()).ok()
+    HmacSha256::new_from_slice(secret.expose().as_bytes()).ok()
 }
 
 /// A key ready to use: its name and its keyed HMAC state, never shown.

@@ -62,7 +62,7 @@ fn json(status: StatusCode, value: &impl Serialize) -> Response {
 /// With `serve.token` set, every API request must carry it as a bearer token. Tokens are
 /// compared by their digests, so the time a comparison takes says nothing of the token.
 async fn authorize(State(server): State<Arc<Server>>, request: Request, next: Next) -> Response {
-    if let Some(expected) = server.settings.token.expected() {
+    if let Some(expected) = server.settings.token.given() {
         let given = request
             .headers()
             .get(header::AUTHORIZATION)

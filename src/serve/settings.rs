@@ -1,14 +1,13 @@
 //! The `[serve]` settings: where `logstamp serve` listens, who may ask, which server it reads,
 //! and the bounds every request is held to.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::mysql::MysqlUrl;
-use crate::settings::{SettingError, as_text, at_least_one, at_most_a_year, duration_text};
+use crate::settings::{Secret, SettingError, as_text, at_least_one, at_most_a_year, duration_text};
 
 /// Rows one request may ask for at most, whatever `max_rows` says: the page of a person.
 const MOST_ROWS: u64 = 100_000;
@@ -20,7 +19,7 @@ pub struct ServeSettings {
     #[serde(with = "as_text")]
     pub listen: SocketAddr,
     /// Requests to the API must carry `Authorization: Bearer <token>`; empty: no token asked.
-    pub token: Token,
+    pub token: Secret,
     /// The server read (a read-only account's URL); empty: `mysql.url`.
     #[serde(
         deserialize_with = "optional_url",
@@ -69,43 +68,6 @@ impl ServeSettings {
     }
 }
 
-/// A bearer token, never shown.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct Token(String);
-
-impl Token {
-    pub fn new(text: &str) -> Token {
-        Token(text.trim().to_string())
-    }
-
-    /// The token to ask for, if any.
-    pub fn expected(&self) -> Option<&str> {
-        (!self.0.is_empty()).then_some(self.0.as_str())
-    }
-}
-
-impl fmt::Debug for Token {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_empty() {
-            "Token()"
-        } else {
-            "Token(***)"
-        })
-    }
-}
-
-impl Serialize for Token {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(if self.0.is_empty() { "" } else { "***" })
-    }
-}
-
-impl<'de> Deserialize<'de> for Token {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Token, D::Error> {
-        Ok(Token::new(&String::deserialize(d)?))
-    }
-}
-
 /// The URL as written (its password redacted), or empty.
 fn optional_url_text<S: Serializer>(url: &Option<MysqlUrl>, s: S) -> Result<S::Ok, S::Error> {
     match url {
@@ -131,7 +93,7 @@ mod tests {
     fn settings() -> ServeSettings {
         ServeSettings {
             listen: "127.0.0.1:8080".parse().unwrap(),
-            token: Token::new(" secret "),
+            token: Secret::new(" secret "),
             mysql_url: None,
             max_rows: 1000,
             max_range: Duration::from_secs(86_400),
@@ -143,10 +105,10 @@ mod tests {
     #[test]
     fn the_token_is_never_shown() {
         let s = settings();
-        assert_eq!(s.token.expected(), Some("secret"));
+        assert_eq!(s.token.given(), Some("secret"));
         assert!(!format!("{s:?}").contains("secret"));
         assert!(!serde_json::to_string(&s).unwrap().contains("secret"));
-        assert_eq!(Token::new("  ").expected(), None);
+        assert_eq!(Secret::new("  ").given(), None);
         let mut s = settings();
         s.mysql_url =
             Some(MysqlUrl::try_from("mysql://ro:pw123@db:3306/logs".to_string()).unwrap());
