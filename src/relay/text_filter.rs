@@ -59,12 +59,17 @@ impl RelayedTextFilters {
                         ));
                     }
                 };
-                for (nth, (_, column)) in plan.columns.iter().enumerate() {
-                    if let Some(Some(Value::Text(text))) = row.values.get(column) {
-                        builder.add(&self.layout, id, nth, text);
-                        any = true;
-                    }
-                }
+                let texts: Vec<(usize, &str)> = plan
+                    .columns
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(nth, (_, column))| match row.values.get(column) {
+                        Some(Some(Value::Text(text))) => Some((nth, text.as_str())),
+                        _ => None,
+                    })
+                    .collect();
+                any |= !texts.is_empty();
+                builder.add_row(&self.layout, id, texts);
             }
             if any {
                 statements.extend(upserts(plan, &builder.rows(), max_bytes));

@@ -16,7 +16,7 @@
 //! windows wholly of ASCII are used, since the only characters `LOWER` takes into ASCII are
 //! ASCII letters, U+0130 (to `i`) and U+212A (to `k`), which the fold maps alike.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use crate::id::Layout;
 use crate::mysql::{Ident, SqlValue};
@@ -172,30 +172,60 @@ fn text_grams(state: u64, text: &str, mut each: impl FnMut(u64)) {
     }
 }
 
+/// Texts of at most this many bytes are added to a filter once per column: short columns
+/// (level, host, service) repeat a few values, and hashing a repeat costs more than finding it.
+const SHORT_TEXT: usize = 64;
+/// Distinct short texts remembered per filter and column, so memory stays bounded when a
+/// column's short values do not repeat.
+const SEEN_PER_COLUMN: usize = 1024;
+
+/// One bucket and service's filter while it is built.
+struct Filter {
+    blocks: Box<[Words]>,
+    /// Per column, the short texts already added.
+    seen: Vec<HashSet<Box<str>>>,
+}
+
 /// Whole filters of buckets and services, set in place as texts are added.
 pub struct FilterBuilder {
     /// Each of the plan's columns' hash state, computed once.
     states: Vec<u64>,
     /// ORed into every service ID ([`RELAYED`] for the applier's rows).
     service_bits: u32,
-    filters: BTreeMap<(u64, u32), Box<[Words]>>,
+    filters: BTreeMap<(u64, u32), Filter>,
 }
 
 impl FilterBuilder {
-    /// Adds the grams of the text of the plan's `nth` column in the row of `id`.
-    pub fn add(&mut self, layout: &Layout, id: u64, nth: usize, text: &str) {
-        let Some(state) = self.states.get(nth).copied() else {
-            return;
-        };
+    /// Adds the grams of texts of the row of `id`, each with its column's place in the plan.
+    pub fn add_row<'a>(
+        &mut self,
+        layout: &Layout,
+        id: u64,
+        texts: impl IntoIterator<Item = (usize, &'a str)>,
+    ) {
         let key = (
             bucket_start(id),
             layout.decode(id).service_id | self.service_bits,
         );
-        let filter = self
-            .filters
-            .entry(key)
-            .or_insert_with(|| vec![[0; WORDS]; BLOCKS as usize].into_boxed_slice());
-        text_grams(state, text, |h| set(filter, h));
+        let columns = self.states.len();
+        let filter = self.filters.entry(key).or_insert_with(|| Filter {
+            blocks: vec![[0; WORDS]; BLOCKS as usize].into_boxed_slice(),
+            seen: vec![HashSet::new(); columns],
+        });
+        for (nth, text) in texts {
+            let (Some(state), Some(seen)) = (self.states.get(nth), filter.seen.get_mut(nth)) else {
+                continue;
+            };
+            if text.len() <= SHORT_TEXT {
+                if seen.contains(text) {
+                    continue;
+                }
+                if seen.len() < SEEN_PER_COLUMN {
+                    seen.insert(text.into());
+                }
+            }
+            text_grams(*state, text, |h| set(&mut filter.blocks, h));
+        }
     }
 
     /// The filter rows set, in key order (so every writer locks filter rows in the same
@@ -203,7 +233,7 @@ impl FilterBuilder {
     pub fn rows(self) -> Vec<FilterRow> {
         let mut rows = Vec::new();
         for ((bucket_start, service_id), filter) in self.filters {
-            for (block, words) in filter.iter().enumerate() {
+            for (block, words) in filter.blocks.iter().enumerate() {
                 if words.iter().any(|w| *w != 0) {
                     rows.push(FilterRow {
                         bucket_start,
@@ -221,6 +251,88 @@ impl FilterBuilder {
 /// Sets a gram's bits in a whole filter, in place (no block of bits made per gram).
 fn set(filter: &mut [Words], h: u64) {
     set_in_block(h, &mut filter[(h % BLOCKS) as usize]);
+}
+
+/// Buckets per table and service ID whose known bits are kept: the current minute and the one
+/// before it (a batch can straddle a minute; IDs are stamped at the current time).
+const KNOWN_BUCKETS: usize = 2;
+
+/// The bits of filter rows known to be committed, per table, bucket and service ID, so a
+/// writer sends only blocks with a bit not yet stored: once a minute's filter has most of its
+/// text's grams, a batch upserts a few blocks instead of up to [`BLOCKS`] per bucket.
+///
+/// Sound only while the bits it holds are a subset of the database's: bits are recorded only
+/// after their transaction committed, filter rows only grow while their rows exist (a rebuild
+/// recomputes them from every row under shared locks), and the writer forgets everything on
+/// any failed write. A service ID's rows are written by the one worker holding its lease,
+/// per database, so no other writer's commits are missed.
+#[derive(Debug, Default)]
+pub struct KnownBits {
+    filters: BTreeMap<(usize, u32, u64), Box<[Words]>>,
+}
+
+impl KnownBits {
+    /// `row` holding only the bits of its block not known to be stored (of the plan at
+    /// `table_index`); `None` when it adds nothing.
+    pub fn unknown(&self, table_index: usize, row: &FilterRow) -> Option<FilterRow> {
+        let key = (table_index, row.service_id, row.bucket_start);
+        let Some(known) = self
+            .filters
+            .get(&key)
+            .and_then(|f| f.get(row.block as usize))
+        else {
+            return Some(row.clone());
+        };
+        let mut words = row.words;
+        for (w, k) in words.iter_mut().zip(known) {
+            *w &= !k;
+        }
+        words.iter().any(|w| *w != 0).then(|| FilterRow {
+            words,
+            ..row.clone()
+        })
+    }
+
+    /// Records committed rows of the plan at `table_index`, then forgets all but the newest
+    /// [`KNOWN_BUCKETS`] buckets of each of their service IDs.
+    pub fn record<'a>(
+        &mut self,
+        table_index: usize,
+        rows: impl IntoIterator<Item = &'a FilterRow>,
+    ) {
+        let mut services = Vec::new();
+        for row in rows {
+            let key = (table_index, row.service_id, row.bucket_start);
+            let filter = self
+                .filters
+                .entry(key)
+                .or_insert_with(|| vec![[0; WORDS]; BLOCKS as usize].into_boxed_slice());
+            if let Some(known) = filter.get_mut(row.block as usize) {
+                for (k, w) in known.iter_mut().zip(row.words) {
+                    *k |= w;
+                }
+            }
+            if !services.contains(&row.service_id) {
+                services.push(row.service_id);
+            }
+        }
+        for service_id in services {
+            let buckets: Vec<u64> = self
+                .filters
+                .range((table_index, service_id, 0)..=(table_index, service_id, u64::MAX))
+                .map(|(key, _)| key.2)
+                .collect();
+            for old in buckets.iter().rev().skip(KNOWN_BUCKETS) {
+                self.filters.remove(&(table_index, service_id, *old));
+            }
+        }
+    }
+
+    /// Forgets every known bit (after a failed write, whose cause may have been a table
+    /// dropped and made again, with its filter rows).
+    pub fn forget(&mut self) {
+        self.filters.clear();
+    }
 }
 
 impl TextFilterPlan {
@@ -250,11 +362,15 @@ impl TextFilterPlan {
     ) -> Vec<FilterRow> {
         let mut builder = self.builder();
         for (id, values) in rows {
-            for (nth, (index, _)) in self.columns.iter().enumerate() {
-                if let Some(SqlValue::Text(text)) = values.get(*index) {
-                    builder.add(layout, id, nth, text);
-                }
-            }
+            let texts =
+                self.columns
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(nth, (index, _))| match values.get(*index) {
+                        Some(SqlValue::Text(text)) => Some((nth, text.as_str())),
+                        _ => None,
+                    });
+            builder.add_row(layout, id, texts);
         }
         builder.rows()
     }
@@ -388,6 +504,69 @@ mod tests {
         assert!(keys.contains(&(0, 0)));
         assert!(keys.contains(&(180 << 32, 1)));
         assert_eq!(keys.iter().filter(|k| k.0 == 0).count(), rows.len() / 2);
+    }
+
+    #[test]
+    fn short_texts_past_the_remembered_ones_are_still_added() {
+        let layout = Layout::new(10, 0).unwrap();
+        let texts: Vec<[SqlValue; 1]> = (0..SEEN_PER_COLUMN + 50)
+            .map(|n| [SqlValue::Text(format!("host-{n:05}"))])
+            .collect();
+        let rows = plan().aggregate(&layout, texts.iter().map(|v| (5u64 << 32, &v[..])));
+        for n in [0, SEEN_PER_COLUMN - 1, SEEN_PER_COLUMN + 49] {
+            let needle = format!("host-{n:05}");
+            let found = probe([("message", needle.as_str(), Fold::Exact)])
+                .iter()
+                .all(|(block, need)| {
+                    rows.iter()
+                        .any(|r| r.block == *block && holds(&r.words, need))
+                });
+            assert!(found, "{needle}");
+        }
+    }
+
+    fn row(bucket_start: u64, block: u64, bits: &[(usize, u64)]) -> FilterRow {
+        let mut words = [0; WORDS];
+        for (word, bit) in bits {
+            words[*word] |= bit;
+        }
+        FilterRow {
+            bucket_start,
+            service_id: 3,
+            block,
+            words,
+        }
+    }
+
+    #[test]
+    fn known_bits_leave_only_what_is_new() {
+        let mut known = KnownBits::default();
+        let first = row(0, 7, &[(0, 0b011), (31, 1)]);
+        assert_eq!(known.unknown(0, &first), Some(first.clone()));
+        known.record(0, [&first]);
+        assert_eq!(known.unknown(0, &first), None);
+        let more = row(0, 7, &[(0, 0b110)]);
+        assert_eq!(known.unknown(0, &more), Some(row(0, 7, &[(0, 0b100)])));
+        // Another block, table or bucket knows nothing yet.
+        assert!(known.unknown(0, &row(0, 8, &[(0, 1)])).is_some());
+        assert!(known.unknown(1, &first).is_some());
+        assert!(known.unknown(0, &row(60 << 32, 7, &[(0, 1)])).is_some());
+        known.forget();
+        assert_eq!(known.unknown(0, &first), Some(first));
+    }
+
+    #[test]
+    fn known_bits_keep_only_the_newest_buckets() {
+        let mut known = KnownBits::default();
+        let minute = |m: u64| row((m * 60) << 32, 0, &[(0, 1)]);
+        for m in 0..4 {
+            known.record(0, [&minute(m)]);
+        }
+        assert!(known.unknown(0, &minute(0)).is_some());
+        assert!(known.unknown(0, &minute(1)).is_some());
+        assert!(known.unknown(0, &minute(2)).is_none());
+        assert!(known.unknown(0, &minute(3)).is_none());
+        assert_eq!(known.filters.len(), KNOWN_BUCKETS);
     }
 
     proptest! {

@@ -376,12 +376,16 @@ impl ServerWriter {
     /// but not answered is settled by the retry's offset claim (the claim waits on the row
     /// lock of a transaction still open, and then finds the offset moved or not).
     async fn attempt(&self, batch: &Batch) -> Result<WriteOutcome, DbError> {
-        mysql::bound::within(
+        let outcome = mysql::bound::within(
             self.inner.write_timeout,
             || batch_context(batch, "writing the batch"),
             self.attempt_unbounded(batch),
         )
-        .await
+        .await;
+        if outcome.is_err() {
+            self.inner.text_filters.forget();
+        }
+        outcome
     }
 
     async fn attempt_unbounded(&self, batch: &Batch) -> Result<WriteOutcome, DbError> {
@@ -400,7 +404,7 @@ impl ServerWriter {
                     )))?;
             let step = self.in_transaction(&mut tx, batch, budget, isolating).await;
             match step {
-                Ok(Step::Commit(committed)) => {
+                Ok(Step::Commit(committed, sent)) => {
                     if let Err(e) = self.check_commit_window(&mut tx, batch).await {
                         if let Err(rollback) = tx.rollback().await {
                             tracing::debug!("rolling back a late batch: {rollback}");
@@ -410,6 +414,7 @@ impl ServerWriter {
                     tx.commit()
                         .await
                         .map_err(DbError::mysql(batch_context(batch, "committing")))?;
+                    self.inner.text_filters.committed(sent);
                     return Ok(WriteOutcome::Committed(committed));
                 }
                 Ok(Step::Moved(stored)) => {
@@ -503,11 +508,15 @@ impl ServerWriter {
         if let Some(stored) = claim_offset(tx, batch).await? {
             return Ok(Step::Moved(stored));
         }
-        let refused = if isolating {
-            self.write_isolating(tx, &batch.rows, budget).await?
+        // What the isolating path sent is not recorded: savepoints rolled back some of it.
+        let (refused, sent) = if isolating {
+            (
+                self.write_isolating(tx, &batch.rows, budget).await?,
+                text_filter::Sent::default(),
+            )
         } else {
             match self.write_records(tx, &batch.rows, budget).await {
-                Ok(()) => Vec::new(),
+                Ok(sent) => (Vec::new(), sent),
                 Err(InsertError::Refused(reason)) => return Ok(Step::Refused(reason)),
                 Err(InsertError::Store(e)) => return Err(e),
             }
@@ -527,11 +536,14 @@ impl ServerWriter {
         let mut dead_letters = batch.dead_letters.clone();
         dead_letters.extend(refused.iter().cloned());
         let dead = insert_dead_letters(tx, batch, &dead_letters, budget).await?;
-        Ok(Step::Commit(Committed {
-            rows: batch.rows.len() - refused.len(),
-            dead_letters: dead,
-            refused,
-        }))
+        Ok(Step::Commit(
+            Committed {
+                rows: batch.rows.len() - refused.len(),
+                dead_letters: dead,
+                refused,
+            },
+            sent,
+        ))
     }
 
     /// Inserts the records' rows: every record into the log table, and into each fan-out table
@@ -597,18 +609,20 @@ impl ServerWriter {
         tx: &mut Transaction<'_>,
         rows: &[Row],
         budget: usize,
-    ) -> Result<(), InsertError> {
+    ) -> Result<text_filter::Sent, InsertError> {
         self.insert(tx, rows, budget).await.map_err(|e| {
             e.refused_as(|reason| format!("the database refused the row: {reason}"))
         })?;
         self.add_to_rollups(tx, rows, budget).await?;
-        self.inner
+        let sent = self
+            .inner
             .text_filters
             .add(tx, &self.inner.layout, rows, budget)
             .await?;
         self.add_to_zone_map(tx, rows, budget).await?;
         let layout = &self.inner.layout;
-        self.inner.line_counts.add(tx, layout, rows, budget).await
+        self.inner.line_counts.add(tx, layout, rows, budget).await?;
+        Ok(sent)
     }
 
     /// Widens the zone rows of the records' buckets in every table with an event time. Last in
@@ -685,7 +699,7 @@ impl ServerWriter {
                 .await
                 .map_err(DbError::mysql(context))?;
             match self.write_records(tx, &rows[from..to], budget).await {
-                Ok(()) => {}
+                Ok(_) => {}
                 Err(InsertError::Refused(reason)) => {
                     tx.query_drop("ROLLBACK TO SAVEPOINT logstamp_part")
                         .await
@@ -771,7 +785,8 @@ impl RollupTarget {
 
 /// What a transaction came to, before it is committed or rolled back.
 enum Step {
-    Commit(Committed),
+    /// To commit; the text filter rows sent, known once committed.
+    Commit(Committed, text_filter::Sent),
     /// The stored offset is elsewhere (or absent).
     Moved(Option<i64>),
     /// The database refused some row of the batch, for this reason.
