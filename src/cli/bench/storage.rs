@@ -120,7 +120,10 @@ pub fn storage(args: StorageArgs, sources: Sources) -> anyhow::Result<ExitCode> 
 
 async fn bench(settings: Settings, args: &StorageArgs, layouts: Vec<Layout>) -> anyhow::Result<()> {
     let mut out = Output::new();
-    let mut conn = mysql::connect(&settings.mysql.url).await?;
+    // The server's settings, read where every user may connect: `mysql.url`'s own database
+    // need not exist, as the layouts get scratch databases of their own.
+    let mut conn =
+        mysql::connect(&with_database(&settings.mysql.url, "information_schema")?).await?;
     let flavor = mysql::flavor(&mut conn).await?;
     let server = compression::read_server(&mut conn, flavor).await?;
     let (datadir,): (String,) = conn
