@@ -135,6 +135,8 @@ struct Pending {
     checkpoint: Checkpoint,
     /// The last messages of a transaction (the checkpoint moves only then).
     ends_transaction: bool,
+    /// When its event was read from the binlog.
+    read_at: Instant,
 }
 
 /// Runs capture until `shutdown` is set; returns on the first error. A server that stops
@@ -368,6 +370,7 @@ async fn capture(
                         through: publisher.sent(),
                         checkpoint: last.clone(),
                         ends_transaction: false,
+                        read_at: Instant::now(),
                     }
                 }
                 Some(Step::Transaction(txn)) => {
@@ -398,6 +401,7 @@ async fn capture(
                         through: publisher.sent(),
                         checkpoint: last.clone(),
                         ends_transaction: false,
+                        read_at: Instant::now(),
                     }
                 }
             };
@@ -574,6 +578,7 @@ impl Publisher<'_> {
             through: self.sent(),
             checkpoint,
             ends_transaction: true,
+            read_at: Instant::now(),
         })
     }
 
@@ -747,6 +752,7 @@ async fn acknowledge(
                 if published {
                     stats.published_transactions.fetch_add(1, Ordering::Relaxed);
                     stats.publish_lag.caught_up();
+                    stats.publish_time.record(next.read_at.elapsed());
                 }
                 acked = next.checkpoint;
             }

@@ -27,6 +27,7 @@ pub mod settings;
 pub mod signing;
 pub mod snapshot;
 pub mod sql;
+pub mod stage_times;
 pub mod stats;
 pub mod status;
 pub mod table;

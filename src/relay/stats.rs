@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::change::TxnRef;
+use super::stage_times::StageTimes;
 
 /// The counts of one relay process: its capture and an applier per remote data centre.
 #[derive(Debug)]
@@ -72,6 +73,9 @@ pub struct CaptureStats {
     pub read_lag: Lag,
     /// Behind in publishing: since the oldest transaction read that Kafka has not acknowledged.
     pub publish_lag: Lag,
+    /// From reading a transaction's commit in the binlog to Kafka acknowledging its last
+    /// message: the producer's linger and the broker's write.
+    pub publish_time: StageTimes,
 }
 
 impl CaptureStats {
@@ -123,6 +127,13 @@ pub struct ApplyStats {
     waiting_at: Mutex<Option<TxnRef>>,
     /// The applier is connected to MySQL and reads its topic.
     pub running: AtomicBool,
+    /// From a message's Kafka timestamp (when capture queued it to its producer) to the
+    /// applier reading it: the producer's linger, the broker and the fetch. In whole
+    /// milliseconds, Kafka's timestamps' unit.
+    pub kafka_transit: StageTimes,
+    /// From reading a source transaction's last message to committing the local transaction
+    /// that applies it (waiting for its turn included).
+    pub apply_time: StageTimes,
     /// Bytes of prepared parts the applier holds, waiting or being applied (at most half of
     /// `relay.apply_memory_bytes`).
     pub held_bytes: AtomicU64,

@@ -25,6 +25,7 @@ use logstamp::relay::TablePattern;
 use logstamp::relay::gtid::GtidState;
 use logstamp::relay::resume;
 use logstamp::relay::settings::{LoopFilterMode, RelaySettings, RemoteDc};
+use logstamp::relay::stage_times::Counts;
 use logstamp::relay::{RelayContext, apply, capture};
 use logstamp::store::migrate;
 
@@ -93,6 +94,47 @@ pub(super) enum Line {
         p99_ms: f64,
         max_ms: f64,
     },
+    /// Where the relay's lag goes: one stage of its path over the lag phase (see
+    /// `logstamp::relay::stage_times`), in steps of 0.1 ms (Kafka's transit in whole ms).
+    Stage {
+        stage: &'static str,
+        samples: u64,
+        p50_ms: f64,
+        p99_ms: f64,
+    },
+}
+
+/// The relay's stage times at one moment: capture's publishing, Kafka's transit to the
+/// applier, and the applier's work, by stage name.
+fn stage_counts(
+    capture: &RelayContext,
+    applier: &RelayContext,
+    source_dc: &str,
+) -> Vec<(&'static str, Counts)> {
+    let mut stages = vec![("publish", capture.stats.capture.publish_time.counts())];
+    if let Some(stats) = applier.stats.applier(source_dc) {
+        stages.push(("kafka_transit", stats.kafka_transit.counts()));
+        stages.push(("apply", stats.apply_time.counts()));
+    }
+    stages
+}
+
+/// Each stage's figures between two readings of [`stage_counts`].
+fn stage_lines(before: &[(&'static str, Counts)], after: &[(&'static str, Counts)]) -> Vec<Line> {
+    let ms = |d: Option<Duration>| d.map_or(0.0, |d| d.as_secs_f64() * 1e3);
+    after
+        .iter()
+        .zip(before)
+        .map(|((stage, after), (_, before))| {
+            let between = after.since(before);
+            Line::Stage {
+                stage,
+                samples: between.total(),
+                p50_ms: ms(between.quantile(0.5)),
+                p99_ms: ms(between.quantile(0.99)),
+            }
+        })
+        .collect()
 }
 
 pub fn run(args: RelayArgs, settings: Settings) -> anyhow::Result<()> {
@@ -294,6 +336,7 @@ async fn bench_in(
 
     // Lag: both paths running, changes offered at a steady rate.
     let first: u64 = ids.next_id()?;
+    let stages_before = stage_counts(&context_a, &context_b, &remote.dc);
     let total = args.rate * args.seconds;
     let started = Instant::now();
     let pace = Duration::from_secs_f64(args.txn_size as f64 / args.rate as f64);
@@ -302,6 +345,10 @@ async fn bench_in(
     let applied = progress(&context_b, Some(&remote));
     wait_for(b, &applied, args.changes + total, &apply_task).await?;
     out.json(&lag(b, TABLE, "relay", first, args.rate, achieved).await?)?;
+    let stages_after = stage_counts(&context_a, &context_b, &remote.dc);
+    for line in stage_lines(&stages_before, &stages_after) {
+        out.json(&line)?;
+    }
     if let Some(r) = r {
         wait_replica(a, r, Reached::Applied).await?;
         out.json(&lag(r, TABLE, "native_replication", first, args.rate, achieved).await?)?;

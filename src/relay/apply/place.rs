@@ -601,6 +601,7 @@ impl Applier<'_> {
             .applied_changes
             .fetch_add(open.changes, Ordering::Relaxed);
         stats.next_offset.store(end.next_offset, Ordering::Relaxed);
+        stats.apply_time.record(end.read_at.elapsed());
         Ok(())
     }
 

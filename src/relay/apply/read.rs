@@ -21,6 +21,8 @@ pub(super) struct End {
     pub(super) next_offset: i64,
     /// The run of the capture that published it.
     pub(super) run: Option<u64>,
+    /// When its last message was read.
+    pub(super) read_at: Instant,
 }
 
 impl End {
@@ -31,6 +33,7 @@ impl End {
             commit_ts: last.commit_ts,
             next_offset,
             run: last.stream.run,
+            read_at: Instant::now(),
         }
     }
 }
@@ -293,6 +296,13 @@ impl<'a> Reader<'a> {
                     continue;
                 }
             };
+            if let Some(created) = message.timestamp().to_millis() {
+                let millis = Utc::now().timestamp_millis().saturating_sub(created);
+                let millis = u64::try_from(millis).unwrap_or(0);
+                self.stats
+                    .kafka_transit
+                    .record(Duration::from_millis(millis));
+            }
             let offset = message.offset();
             let payload = message.payload().unwrap_or_default();
             let refused = self.verifier.as_ref().and_then(|verifier| {
