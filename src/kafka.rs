@@ -166,6 +166,13 @@ impl Serialize for KafkaProperties {
 
 /// Creating clients whose errors never show a secret (see [`redacted`]): every client logstamp
 /// builds from the settings is made through these.
+/// How long a consumer waits to fetch a partition again when its prefetch queue is full
+/// (librdkafka's `fetch.queue.backoff.ms`, in ms). librdkafka's default, 1 s, paces a reader that
+/// drains its queue in less than that to one queue per second: it held an ingest worker to
+/// about 89,000 rows/s (120,000 with this) and the relay's applier to about 23,000 changes/s
+/// (see docs/benchmarks.md).
+pub const FULL_PREFETCH_BACKOFF_MS: &str = "20";
+
 pub trait CreateRedacted {
     fn create_redacted<T: FromClientConfig>(&self) -> Result<T, KafkaError>;
     fn create_redacted_with_context<C, T>(&self, context: C) -> Result<T, KafkaError>

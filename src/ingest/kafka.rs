@@ -9,7 +9,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use super::IngestError;
 use crate::kafka::CreateRedacted;
-use crate::kafka::KafkaSettings;
+use crate::kafka::{FULL_PREFETCH_BACKOFF_MS, KafkaSettings};
 use crate::store::DeadLetter;
 
 /// How often librdkafka reports statistics to an ingest consumer (consumer lag comes from them).
@@ -23,16 +23,15 @@ pub const STATISTICS_INTERVAL_MS: &str = "5000";
 /// a row Kafka itself says never happened); a partition neither MySQL nor Kafka has an offset for
 /// is read from its start, since a log pipeline should not skip what is already there; the
 /// prefetch is kept to 8 MiB per process (librdkafka's default is 64 MiB) to bound memory; a
-/// partition whose prefetch is full is fetched again 20 ms later, not librdkafka's 1 s (with a
-/// backlog the prefetch is full most of the time, and those second-long pauses held one worker
-/// to about 89,000 rows/s; with 20 ms it stored about 120,000, and 8 MiB then sufficed: see
-/// docs/benchmarks.md); and statistics are reported for the consumer-lag metric.
+/// partition whose prefetch is full is fetched again soon, not a second later (see
+/// [`FULL_PREFETCH_BACKOFF_MS`]: with a backlog the prefetch is full most of the time, and with
+/// the shorter wait 8 MiB sufficed); and statistics are reported for the consumer-lag metric.
 const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     (ASSIGNMENT_STRATEGY, "cooperative-sticky"),
     ("isolation.level", "read_committed"),
     ("auto.offset.reset", "earliest"),
     ("queued.max.messages.kbytes", "8192"),
-    ("fetch.queue.backoff.ms", "20"),
+    ("fetch.queue.backoff.ms", FULL_PREFETCH_BACKOFF_MS),
     ("statistics.interval.ms", STATISTICS_INTERVAL_MS),
 ];
 

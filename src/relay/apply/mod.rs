@@ -57,7 +57,7 @@ use std::sync::Arc;
 use chrono::Utc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
-use crate::kafka::CreateRedacted;
+use crate::kafka::{CreateRedacted, FULL_PREFETCH_BACKOFF_MS};
 use crate::mysql::bound::within;
 use crate::mysql::encode::push_sql_string;
 use crate::mysql::lock::{lock_name, try_lock};

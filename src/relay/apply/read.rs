@@ -175,6 +175,7 @@ pub(super) fn consumer(
             "queued.max.messages.kbytes",
             (fetch_bytes / 1024).to_string(),
         )
+        .set("fetch.queue.backoff.ms", FULL_PREFETCH_BACKOFF_MS)
         .set(
             "max.partition.fetch.bytes",
             partition_fetch_bytes.to_string(),
