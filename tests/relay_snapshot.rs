@@ -187,7 +187,13 @@ async fn a_snapshot_under_writes_and_two_kills_ends_with_identical_tables() {
     ));
     let (code, requested) = snapshot_command(
         &dcs[0],
-        &["--table", "app.big", "--chunk-rows", &chunk_rows, "--no-wait"],
+        &[
+            "--table",
+            "app.big",
+            "--chunk-rows",
+            &chunk_rows,
+            "--no-wait",
+        ],
     )
     .await;
     assert_eq!(code, Some(0), "{requested}");

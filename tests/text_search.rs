@@ -11,8 +11,8 @@
 mod support;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::ops::ControlFlow;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use mysql_async::Conn;
@@ -225,11 +225,8 @@ async fn search(
         at("2040-03-12T00:00:00Z"),
     )
     .unwrap();
-    query.filter = parse_filter(
-        &format!("message {op} {}", quoted(needle)),
-        &spec.columns,
-    )
-    .unwrap();
+    query.filter =
+        parse_filter(&format!("message {op} {}", quoted(needle)), &spec.columns).unwrap();
     let read = query::ranges_to_read(conn, spec, query.range, &query.filter)
         .await
         .unwrap();
@@ -380,10 +377,7 @@ async fn searches_equal_a_like_over_the_whole_table() {
     let texts: Vec<String> = old.iter().flatten().map(|(_, t)| t.clone()).collect();
     let all_rows = written_rows + texts.len();
     let old_needles = needles_of(&mut rng, &texts, 60);
-    assert_eq!(
-        check(&fixture, &old_needles, "uncovered").await,
-        0
-    );
+    assert_eq!(check(&fixture, &old_needles, "uncovered").await, 0);
     let out = std::process::Command::new(BIN)
         .env_clear()
         .env("LOGSTAMP__MYSQL__URL", fixture.db.url.clone())
