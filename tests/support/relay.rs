@@ -64,22 +64,27 @@ impl Dc {
 
     /// [`Dc::new`] with a server of the test's.
     pub async fn with_server(name: &str, server: MariaDb, ddl: &[&str]) -> Dc {
-        let kafka = Kafka::shared();
-        let prefix = test_topic_prefix();
-        kafka.create_topic(&format!("{prefix}{name}"), 1).await;
-        let mut dc = Dc::with_kafka(name, server, ddl, kafka.bootstrap_servers(), None).await;
-        dc.topic_prefix = prefix;
-        dc
+        Dc::with_test_topic(name, server, ddl, None).await
     }
 
     /// [`Dc::new`] with a Kafka of its own, for a test that stops it.
     pub async fn with_own_kafka(name: &str, server_id: u32, ddl: &[&str]) -> Dc {
         let server = MariaDb::start(server_id, &[]).await;
-        let kafka = Kafka::start();
+        Dc::with_test_topic(name, server, ddl, Some(Kafka::start())).await
+    }
+
+    /// Its topic under the test's prefix, on `kafka` or else the shared node.
+    async fn with_test_topic(
+        name: &str,
+        server: MariaDb,
+        ddl: &[&str],
+        kafka: Option<Kafka>,
+    ) -> Dc {
         let prefix = test_topic_prefix();
-        kafka.create_topic(&format!("{prefix}{name}"), 1).await;
-        let brokers = kafka.bootstrap_servers();
-        let mut dc = Dc::with_kafka(name, server, ddl, brokers, Some(kafka)).await;
+        let node = kafka.as_ref().unwrap_or_else(|| Kafka::shared());
+        node.create_topic(&format!("{prefix}{name}"), 1).await;
+        let brokers = node.bootstrap_servers();
+        let mut dc = Dc::with_kafka(name, server, ddl, brokers, kafka).await;
         dc.topic_prefix = prefix;
         dc
     }
