@@ -412,7 +412,7 @@ async fn bad_messages_go_to_the_dead_letters_and_applying_goes_on() {
         .unwrap();
     assert_eq!(v, Some(1));
 
-    let topic = topic("b");
+    let topic = dcs[1].topic();
     let payloads = dcs[1].published_payloads();
     assert_eq!(payloads.len(), 7, "b's topic");
     assert_eq!(payloads[2], garbage);

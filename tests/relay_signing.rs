@@ -63,14 +63,14 @@ fn python_signatures(dc: &Dc, id: &str, secret: &str, values: &[String]) -> Vec<
     let output = support::python::run(
         &python,
         "relay_forge.py",
-        &["sign", &topic(&dc.name), &dc.name, id, secret, &values],
+        &["sign", &dc.topic(), &dc.name, id, secret, &values],
     );
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
 fn produce(dc: &Dc, messages: serde_json::Value) -> Vec<i64> {
     let python = support::python::python_with("kafka");
-    let topic = topic(&dc.name);
+    let topic = dc.topic();
     let spec = messages.to_string();
     let output = support::python::run(
         &python,
@@ -180,9 +180,10 @@ async fn forged_and_retired_key_messages_change_nothing_and_are_reported() {
     let letters: Vec<(i64, String)> = a
         .conn()
         .await
-        .query(
+        .exec(
             "SELECT kafka_offset, reason FROM logstamp.relay_dead_letters \
-             WHERE topic = 'logstamp-relay-b' ORDER BY kafka_offset",
+             WHERE topic = ? ORDER BY kafka_offset",
+            (dcs[1].topic(),),
         )
         .await
         .unwrap();
@@ -211,7 +212,8 @@ async fn forged_and_retired_key_messages_change_nothing_and_are_reported() {
     let log = a.log();
     for offset in &offsets {
         let line = format!(
-            "refusing the message at offset {offset} of logstamp-relay-b, which claims to come from b"
+            "refusing the message at offset {offset} of {}, which claims to come from b",
+            dcs[1].topic()
         );
         assert!(log.contains(&line), "{line} not in the log of a");
     }

@@ -77,7 +77,7 @@ fn topic_end(dc: &Dc) -> i64 {
         .create()
         .unwrap();
     let (_, end) = consumer
-        .fetch_watermarks(&topic(&dc.name), 0, Duration::from_secs(10))
+        .fetch_watermarks(&dc.topic(), 0, Duration::from_secs(10))
         .unwrap();
     end
 }

@@ -12,13 +12,14 @@ mod support;
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
 use logstamp::config::Settings;
-use logstamp::id::IdRange;
+use logstamp::id::{IdRange, Layout};
 use logstamp::store::log_table::TableSpec;
 use logstamp::store::query::{self, TimeQuery, parse_filter};
 use logstamp::store::{Writer, migrate, partitions};
@@ -213,27 +214,24 @@ async fn oracle(conn: &mut Conn, needle: &str, ignore_case: bool) -> Vec<u64> {
 /// The IDs a search answers over the whole table, and the ranges it read.
 async fn search(
     conn: &mut Conn,
-    fixture: &Fixture,
+    (layout, spec): &(Layout, TableSpec),
     needle: &str,
     ignore_case: bool,
 ) -> (Vec<u64>, Vec<IdRange>) {
     let op = if ignore_case { "icontains" } else { "contains" };
     let mut query = TimeQuery::between(
-        &fixture.settings.id.layout,
+        layout,
         at("2040-03-04T00:00:00Z"),
         at("2040-03-12T00:00:00Z"),
     )
     .unwrap();
-    query.filter = parse_filter(
-        &format!("message {op} {}", quoted(needle)),
-        &fixture.spec.columns,
-    )
-    .unwrap();
-    let read = query::ranges_to_read(conn, &fixture.spec, query.range, &query.filter)
+    query.filter =
+        parse_filter(&format!("message {op} {}", quoted(needle)), &spec.columns).unwrap();
+    let read = query::ranges_to_read(conn, spec, query.range, &query.filter)
         .await
         .unwrap();
     let mut got = Vec::new();
-    query::run(conn, &fixture.spec, &query, |r| {
+    query::run(conn, spec, &query, |r| {
         got.push(r.id);
         ControlFlow::Continue(())
     })
@@ -275,13 +273,45 @@ fn needles_of(rng: &mut Lcg, texts: &[String], n: usize) -> Vec<String> {
 }
 
 /// Every needle both ways against the oracle; every match lies in what was read. Returns how
-/// many searches read less than the whole range.
-async fn check(conn: &mut Conn, fixture: &Fixture, needles: &[String], stage: &str) -> usize {
+/// many searches read less than the whole range. The needles are checked by a few tasks at
+/// once, each on its connection: one at a time, the searches' CPU and round trips made most
+/// of the test's time.
+async fn check(fixture: &Fixture, needles: &[String], stage: &str) -> usize {
+    const TASKS: usize = 4;
+    let table = Arc::new((fixture.settings.id.layout, fixture.spec.clone()));
+    let share = needles.len().div_ceil(TASKS);
+    let tasks: Vec<_> = needles
+        .chunks(share)
+        .map(|needles| {
+            let (url, table) = (fixture.db.url.clone(), table.clone());
+            let (needles, stage) = (needles.to_vec(), stage.to_string());
+            tokio::spawn(async move {
+                let mut conn = Conn::from_url(url).await.unwrap();
+                let narrowed = check_on(&mut conn, &table, &needles, &stage).await;
+                conn.disconnect().await.unwrap();
+                narrowed
+            })
+        })
+        .collect();
+    let mut narrowed = 0;
+    for task in tasks {
+        narrowed += task.await.unwrap();
+    }
+    narrowed
+}
+
+/// [`check`] on one connection.
+async fn check_on(
+    conn: &mut Conn,
+    table: &(Layout, TableSpec),
+    needles: &[String],
+    stage: &str,
+) -> usize {
     let mut narrowed = 0;
     for needle in needles {
         for ignore_case in [false, true] {
             let expected = oracle(conn, needle, ignore_case).await;
-            let (got, read) = search(conn, fixture, needle, ignore_case).await;
+            let (got, read) = search(conn, table, needle, ignore_case).await;
             assert_eq!(
                 got, expected,
                 "{stage}: {needle:?} (ignore case: {ignore_case})"
@@ -306,7 +336,7 @@ async fn filter_rows(conn: &mut Conn) -> Vec<mysql_async::Row> {
         .unwrap()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn searches_equal_a_like_over_the_whole_table() {
     let mut fixture = Fixture::new("text_search").await;
     let mut conn = fixture.db.conn().await;
@@ -318,7 +348,7 @@ async fn searches_equal_a_like_over_the_whole_table() {
     let texts: Vec<String> = written.iter().flatten().map(|(_, t)| t.clone()).collect();
     let written_rows = texts.len();
     let needles = needles_of(&mut rng, &texts, 120);
-    let narrowed = check(&mut conn, &fixture, &needles, "written").await;
+    let narrowed = check(&fixture, &needles, "written").await;
     assert!(
         narrowed > needles.len(),
         "the filter narrowed only {narrowed} of {} searches",
@@ -347,10 +377,7 @@ async fn searches_equal_a_like_over_the_whole_table() {
     let texts: Vec<String> = old.iter().flatten().map(|(_, t)| t.clone()).collect();
     let all_rows = written_rows + texts.len();
     let old_needles = needles_of(&mut rng, &texts, 60);
-    assert_eq!(
-        check(&mut conn, &fixture, &old_needles, "uncovered").await,
-        0
-    );
+    assert_eq!(check(&fixture, &old_needles, "uncovered").await, 0);
     let out = std::process::Command::new(BIN)
         .env_clear()
         .env("LOGSTAMP__MYSQL__URL", fixture.db.url.clone())
@@ -358,8 +385,8 @@ async fn searches_equal_a_like_over_the_whole_table() {
         .output()
         .unwrap();
     assert_eq!(support::json_lines(&out)[0]["rows"], all_rows);
-    assert!(check(&mut conn, &fixture, &old_needles, "rebuilt").await > 0);
-    check(&mut conn, &fixture, &needles, "rebuilt, written").await;
+    assert!(check(&fixture, &old_needles, "rebuilt").await > 0);
+    check(&fixture, &needles, "rebuilt, written").await;
 
     // Dropping the first two days' partitions forgets their filter rows.
     let dropped = partitions::ensure(&mut conn, &fixture.spec, at("2040-03-09T00:00:00Z"), false)
@@ -372,7 +399,7 @@ async fn searches_equal_a_like_over_the_whole_table() {
         .await
         .unwrap();
     assert!(first_bucket.unwrap() + (60 << 32) > lowest.unwrap());
-    check(&mut conn, &fixture, &needles, "after drops").await;
+    check(&fixture, &needles, "after drops").await;
     conn.disconnect().await.unwrap();
     let _ = fixture.db;
 }

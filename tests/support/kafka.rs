@@ -80,6 +80,28 @@ impl Kafka {
         Kafka::cluster(1)
     }
 
+    /// One node shared by every test of this test binary that calls it: a node takes seconds of
+    /// CPU to start, and tests that only need topics of their own (named apart) can share it.
+    /// A test that stops, kills or pauses a node starts its own. The node is killed when the
+    /// test binary exits (statics are never dropped).
+    pub fn shared() -> &'static Kafka {
+        static SHARED: OnceLock<Kafka> = OnceLock::new();
+        extern "C" fn kill_shared() {
+            if let Some(kafka) = SHARED.get() {
+                kafka.kill_all();
+                // Nor is its directory removed by a drop.
+                let _ = fs::remove_dir_all(kafka.dir.path());
+            }
+        }
+        SHARED.get_or_init(|| {
+            let kafka = Kafka::start();
+            // SAFETY: registers a function without arguments, run once as the process exits.
+            let registered = unsafe { libc::atexit(kill_shared) };
+            assert_eq!(registered, 0, "registering the shared Kafka node's end");
+            kafka
+        })
+    }
+
     /// `size` nodes, each broker and controller, all voters of one KRaft quorum. Internal
     /// topics are replicated to up to three of them.
     pub fn cluster(size: usize) -> Kafka {
@@ -441,8 +463,8 @@ impl Kafka {
     }
 }
 
-impl Drop for Kafka {
-    fn drop(&mut self) {
+impl Kafka {
+    fn kill_all(&self) {
         for index in 0..self.nodes.len() {
             if let Some(child) = self.child(index).as_mut() {
                 // A paused node would not die of SIGTERM; SIGKILL ends it either way.
@@ -450,6 +472,12 @@ impl Drop for Kafka {
                 let _ = child.wait();
             }
         }
+    }
+}
+
+impl Drop for Kafka {
+    fn drop(&mut self) {
+        self.kill_all();
     }
 }
 

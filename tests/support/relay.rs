@@ -6,6 +6,8 @@ use std::collections::BTreeSet;
 use std::fs::OpenOptions;
 use std::future::Future;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
@@ -45,6 +47,8 @@ pub struct Dc {
     /// Its own Kafka, with its topic; none where it shares `brokers` with others.
     pub kafka: Option<Kafka>,
     pub brokers: String,
+    /// `relay.topic_prefix`: the same for every data centre of a test.
+    pub topic_prefix: String,
     pub dir: tempfile::TempDir,
     pub relay: Option<Child>,
     /// Where the running relay's lines start in its log (earlier runs wrote what is before).
@@ -52,19 +56,41 @@ pub struct Dc {
 }
 
 impl Dc {
-    /// A server with the relay's tables and `ddl` run in it, and a Kafka with its topic.
+    /// A server with the relay's tables and `ddl` run in it, and its topic on the test binary's
+    /// shared Kafka.
     pub async fn new(name: &str, server_id: u32, ddl: &[&str]) -> Dc {
         Dc::with_server(name, MariaDb::start(server_id, &[]).await, ddl).await
     }
 
+    /// [`Dc::new`] with a server of the test's.
     pub async fn with_server(name: &str, server: MariaDb, ddl: &[&str]) -> Dc {
-        let kafka = Kafka::start();
-        kafka.create_topic(&topic(name), 1).await;
-        let brokers = kafka.bootstrap_servers();
-        Dc::with_kafka(name, server, ddl, brokers, Some(kafka)).await
+        Dc::with_test_topic(name, server, ddl, None).await
     }
 
-    /// A server with the relay's tables and `ddl` run in it, using the Kafka at `brokers`.
+    /// [`Dc::new`] with a Kafka of its own, for a test that stops it.
+    pub async fn with_own_kafka(name: &str, server_id: u32, ddl: &[&str]) -> Dc {
+        let server = MariaDb::start(server_id, &[]).await;
+        Dc::with_test_topic(name, server, ddl, Some(Kafka::start())).await
+    }
+
+    /// Its topic under the test's prefix, on `kafka` or else the shared node.
+    async fn with_test_topic(
+        name: &str,
+        server: MariaDb,
+        ddl: &[&str],
+        kafka: Option<Kafka>,
+    ) -> Dc {
+        let prefix = test_topic_prefix();
+        let node = kafka.as_ref().unwrap_or_else(|| Kafka::shared());
+        node.create_topic(&format!("{prefix}{name}"), 1).await;
+        let brokers = node.bootstrap_servers();
+        let mut dc = Dc::with_kafka(name, server, ddl, brokers, kafka).await;
+        dc.topic_prefix = prefix;
+        dc
+    }
+
+    /// A server with the relay's tables and `ddl` run in it, using the Kafka at `brokers` and
+    /// the default topic prefix.
     pub async fn with_kafka(
         name: &str,
         server: MariaDb,
@@ -93,6 +119,7 @@ impl Dc {
             server,
             kafka,
             brokers,
+            topic_prefix: topic(""),
             dir: tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap(),
             relay: None,
             log_from: 0,
@@ -111,12 +138,13 @@ impl Dc {
         let mut text = format!(
             "[mysql]\nurl = \"{}\"\n[kafka]\nbrokers = \"{}\"\n[relay]\ndc = \"{}\"\n\
              server_id = {}\ntables = [\"app.*\"]\nloop_filter = \"{mode}\"\n\
-             checkpoint_interval = \"{checkpoint_interval}\"\n\
+             checkpoint_interval = \"{checkpoint_interval}\"\ntopic_prefix = \"{}\"\n\
              [telemetry]\nlisten = \"127.0.0.1:0\"\n",
             self.server.url("logstamp"),
             self.brokers,
             self.name,
             9000 + self.server.server_id,
+            self.topic_prefix,
         );
         for (dc, brokers) in remotes {
             text.push_str(&format!(
@@ -379,6 +407,11 @@ impl Dc {
         row.unwrap_or((0, 0))
     }
 
+    /// This data centre's topic.
+    pub fn topic(&self) -> String {
+        format!("{}{}", self.topic_prefix, self.name)
+    }
+
     /// The changes in this data centre's topic, by offset, without capture's resume messages.
     pub fn published(&self) -> Vec<Change> {
         self.published_payloads()
@@ -394,7 +427,7 @@ impl Dc {
             .set("bootstrap.servers", &self.brokers)
             .create()
             .unwrap();
-        let topic = topic(&self.name);
+        let topic = self.topic();
         producer
             .send(
                 BaseRecord::<(), [u8]>::to(&topic)
@@ -419,7 +452,7 @@ impl Dc {
             .set("enable.auto.commit", "false")
             .create()
             .unwrap();
-        let topic = topic(&self.name);
+        let topic = self.topic();
         let (_, end) = consumer
             .fetch_watermarks(&topic, 0, Duration::from_secs(10))
             .unwrap();
@@ -483,8 +516,25 @@ pub async fn two_dcs(ddl: &str) -> Vec<Dc> {
     vec![Dc::new("a", 1, &[ddl]).await, Dc::new("b", 2, &[ddl]).await]
 }
 
+/// `dc`'s topic with the default `relay.topic_prefix`.
 pub fn topic(dc: &str) -> String {
     format!("logstamp-relay-{dc}")
+}
+
+/// The topic prefix of the data centres a test makes on the shared Kafka, apart from other
+/// tests': one per test thread (the test harness runs each test on a thread of its own).
+fn test_topic_prefix() -> String {
+    static THREADS: Mutex<Vec<ThreadId>> = Mutex::new(Vec::new());
+    let mut threads = THREADS.lock().unwrap_or_else(|e| e.into_inner());
+    let this = std::thread::current().id();
+    let n = match threads.iter().position(|t| *t == this) {
+        Some(n) => n,
+        None => {
+            threads.push(this);
+            threads.len() - 1
+        }
+    };
+    format!("{}t{n}-", topic(""))
 }
 
 /// Writes every data centre's settings (each applies all the others) and starts the relays,
