@@ -1,5 +1,6 @@
-//! What a running relay counts, for its metrics and readiness: plain atomics, written where the
-//! work happens (capture, the checkpoint task, each applier) and read at each scrape. Nothing
+//! What a running relay counts, for its metrics and readiness (and its stage times, for `bench
+//! relay`): plain atomics, written where the work happens (capture, the checkpoint task, each
+//! applier) and read at each scrape. Nothing
 //! here knows about HTTP or Prometheus. Counts start at zero with the process, as Prometheus
 //! counters do; the durable totals are in `relay_checkpoints` and `relay_applied`.
 
