@@ -152,10 +152,11 @@ async fn a_fresh_database_gets_every_migration_and_the_log_table() {
             (19, "relay_applied_run"),
             (20, "relay_applied_tables"),
             (21, "text_filter"),
-            (22, "text_filter_cover")
+            (22, "text_filter_cover"),
+            (23, "text_filter_format_2")
         ]
     );
-    assert_eq!(report.schema_version, 22);
+    assert_eq!(report.schema_version, 23);
     let recorded: Vec<(u32, String, String)> = conn
         .query("SELECT version, name, checksum FROM schema_migrations ORDER BY version")
         .await
@@ -564,7 +565,7 @@ async fn migrate_command_creates_the_database_and_says_what_it_did() {
     assert_eq!(
         support::json_lines_in(&second.get_output().stdout),
         [
-            serde_json::json!({"action": "migrations_up_to_date", "schema_version": 22}),
+            serde_json::json!({"action": "migrations_up_to_date", "schema_version": 23}),
             serde_json::json!({"action": "table_unchanged", "table": "logs"}),
         ]
     );

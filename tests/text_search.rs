@@ -22,7 +22,7 @@ use logstamp::config::Settings;
 use logstamp::id::{IdRange, Layout};
 use logstamp::store::log_table::TableSpec;
 use logstamp::store::query::{self, TimeQuery, parse_filter};
-use logstamp::store::{Writer, migrate, partitions};
+use logstamp::store::{Writer, migrate, partitions, zone_plan};
 use logstamp::transform::Mapper;
 use support::{Lcg, TestDb};
 
@@ -387,6 +387,34 @@ async fn searches_equal_a_like_over_the_whole_table() {
     assert_eq!(support::json_lines(&out)[0]["rows"], all_rows);
     assert!(check(&fixture, &old_needles, "rebuilt").await > 0);
     check(&fixture, &needles, "rebuilt, written").await;
+
+    // A worker of a version before (filter format 1, blocks below 128) writes rows and their
+    // filter rows, in minutes this version's filter covers: read as "may hold anything", its
+    // rows are all found, where reading its rows as format 2 would miss them.
+    let by_old_worker = fixture.rows(&mut rng, 500);
+    fixture.insert_directly(&mut conn, &by_old_worker).await;
+    let mut minutes: Vec<u64> = by_old_worker
+        .iter()
+        .flatten()
+        .map(|(id, _)| zone_plan::bucket_start(*id))
+        .collect();
+    minutes.dedup();
+    let words = ["0"; 32].join(", ");
+    for minute in minutes {
+        conn.exec_drop(
+            format!("INSERT IGNORE INTO logstamp_text_filter VALUES ('logs', ?, 9, 5, {words})"),
+            (minute,),
+        )
+        .await
+        .unwrap();
+    }
+    let texts: Vec<String> = by_old_worker
+        .iter()
+        .flatten()
+        .map(|(_, t)| t.clone())
+        .collect();
+    let old_worker_needles = needles_of(&mut rng, &texts, 40);
+    check(&fixture, &old_worker_needles, "format 1").await;
 
     // Dropping the first two days' partitions forgets their filter rows.
     let dropped = partitions::ensure(&mut conn, &fixture.spec, at("2040-03-09T00:00:00Z"), false)

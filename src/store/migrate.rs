@@ -115,6 +115,10 @@ const BUILTIN: &[(&str, &str)] = &[
         "0022_text_filter_cover.sql",
         include_str!("../../migrations/0022_text_filter_cover.sql"),
     ),
+    (
+        "0023_text_filter_format_2.sql",
+        include_str!("../../migrations/0023_text_filter_format_2.sql"),
+    ),
 ];
 
 /// logstamp's own tables in the database of `mysql.url`: the migrations' and the runner's.

@@ -17,7 +17,7 @@ use super::query::{Condition, Literal, Op};
 use super::rebuild::in_steps;
 use super::schema::{ColumnSpec, ColumnType};
 use super::settings::StoreSettings;
-use super::text_filter::{Fold, TextFilterPlan, WORDS, Words, probe};
+use super::text_filter::{FIRST_BLOCK, Fold, TextFilterPlan, WORDS, Words, probe};
 use super::zone_plan::{BUCKET_IDS, bucket_end, bucket_start, id_ranges};
 use crate::id::{IdRange, Layout};
 use crate::mysql::bound::Bound;
@@ -118,8 +118,10 @@ fn needles(filter: &[Condition]) -> Vec<(&str, &str, Fold)> {
 
 /// The statement telling, per bucket and service ID in a range of bucket starts, how many of
 /// `probe`'s blocks hold all their bits (a bucket may hold the needle when one of its service
-/// IDs' filters holds them all); its parameters. Only the probed blocks are tested, and every
-/// bucket the filter has is answered, so the caller knows how many buckets there are.
+/// IDs' filters holds them all), and the lowest block (below [`FIRST_BLOCK`], a filter of
+/// format 1, which may hold anything); its parameters. Only the probed blocks and format 1's
+/// are read, and every bucket the filter has is answered, so the caller knows how many
+/// buckets there are.
 fn candidates_sql(
     table: &Ident,
     (from, to): (u64, u64),
@@ -142,8 +144,9 @@ fn candidates_sql(
     params.push(Value::UInt(to));
     params.extend(probe.iter().map(|(block, _)| Value::UInt(*block)));
     let sql = format!(
-        "SELECT `bucket_start`, SUM({}) FROM `{FILTER_TABLE}` WHERE `table_name` = ? \
-         AND `bucket_start` >= ? AND `bucket_start` < ? AND `block` IN ({}) \
+        "SELECT `bucket_start`, SUM({}), MIN(`block`) FROM `{FILTER_TABLE}` \
+         WHERE `table_name` = ? AND `bucket_start` >= ? AND `bucket_start` < ? \
+         AND (`block` IN ({}) OR `block` < {FIRST_BLOCK}) \
          GROUP BY `bucket_start`, `service_id`",
         blocks.join(" OR "),
         vec!["?"; probe.len()].join(", ")
@@ -159,13 +162,14 @@ struct Candidates {
 }
 
 impl Candidates {
-    /// From `(bucket start, blocks holding all their bits)` per bucket and service ID.
-    fn of(groups: impl IntoIterator<Item = (u64, u64)>, probed: usize) -> Candidates {
+    /// From `(bucket start, blocks holding all their bits, lowest block)` per bucket and
+    /// service ID.
+    fn of(groups: impl IntoIterator<Item = (u64, u64, u64)>, probed: usize) -> Candidates {
         let mut all = Vec::new();
         let mut may_hold = Vec::new();
-        for (start, hits) in groups {
+        for (start, hits, lowest_block) in groups {
             all.push(start);
-            if hits == probed as u64 {
+            if hits == probed as u64 || lowest_block < FIRST_BLOCK {
                 may_hold.push(start);
             }
         }
@@ -213,7 +217,8 @@ async fn candidates<Q: Queryable>(
     for mut row in rows {
         let start: u64 = take(&mut row, 0, "logstamp_text_filter.bucket_start")?;
         let hits: Option<u64> = take(&mut row, 1, "the blocks holding the needle's bits")?;
-        groups.push((start, hits.unwrap_or(0)));
+        let lowest_block: u64 = take(&mut row, 2, "logstamp_text_filter.block")?;
+        groups.push((start, hits.unwrap_or(0), lowest_block));
     }
     Ok(Candidates::of(groups, probe.len()))
 }
@@ -575,9 +580,21 @@ mod tests {
     #[test]
     fn a_bucket_may_hold_the_needle_when_one_service_holds_every_block() {
         let minute = 60u64 << 32;
-        let found = Candidates::of([(0, 2), (minute, 1), (minute, 2), (2 * minute, 1)], 2);
+        let f2 = FIRST_BLOCK;
+        let found = Candidates::of(
+            [
+                (0, 2, f2),
+                (minute, 1, f2),
+                (minute, 2, f2),
+                (2 * minute, 1, f2),
+            ],
+            2,
+        );
         assert_eq!(found.may_hold, vec![0, minute]);
         assert_eq!(found.buckets, 3);
+        // A service's filter of format 1 may hold anything.
+        let found = Candidates::of([(0, 0, f2 + 5), (0, 0, 3), (minute, 0, f2)], 2);
+        assert_eq!(found.may_hold, vec![0]);
         assert!(!mostly(2, 3));
         assert!(mostly(3, 4));
         assert!(!mostly(0, 0));
