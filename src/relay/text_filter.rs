@@ -13,9 +13,8 @@
 //! their own filter rows ([`RELAYED`]), so the applier never waits on a local worker's.
 
 use crate::id::Layout;
-use crate::mysql::encode::push_sql_string;
-use crate::store::text_filter::{FilterRow, TextFilterPlan};
-use crate::store::text_search::{self, FILTER_TABLE};
+use crate::store::text_filter::TextFilterPlan;
+use crate::store::text_search;
 
 #[cfg(doc)]
 use crate::store::text_filter::RELAYED;
@@ -72,51 +71,15 @@ impl RelayedTextFilters {
                 builder.add_row(&self.layout, id, texts);
             }
             if any {
-                statements.extend(upserts(plan, &builder.rows(), max_bytes));
+                let upserts = text_search::upsert_sql(&plan.table, &builder.rows(), max_bytes);
+                statements.extend(upserts.into_iter().map(|sql| Statement {
+                    sql,
+                    finds_row: false,
+                }));
             }
         }
         Ok(statements)
     }
-}
-
-/// Upserts of filter rows, with literal values (the applier's statements are text).
-fn upserts(plan: &TextFilterPlan, rows: &[FilterRow], max_bytes: usize) -> Vec<Statement> {
-    let (prefix, suffix, _) = text_search::upsert_statement();
-    debug_assert!(prefix.contains(FILTER_TABLE));
-    let mut statements = Vec::new();
-    let mut sql = String::new();
-    for row in rows {
-        if sql.is_empty() {
-            sql.push_str(&prefix);
-        } else {
-            sql.push_str(", ");
-        }
-        sql.push('(');
-        push_sql_string(&mut sql, plan.table.as_str());
-        sql.push_str(&format!(
-            ", {}, {}, {}",
-            row.bucket_start, row.service_id, row.block
-        ));
-        for word in row.words {
-            sql.push_str(&format!(", {word}"));
-        }
-        sql.push(')');
-        if sql.len() + suffix.len() >= max_bytes {
-            sql.push_str(&suffix);
-            statements.push(Statement {
-                sql: std::mem::take(&mut sql),
-                finds_row: false,
-            });
-        }
-    }
-    if !sql.is_empty() {
-        sql.push_str(&suffix);
-        statements.push(Statement {
-            sql,
-            finds_row: false,
-        });
-    }
-    statements
 }
 
 #[cfg(test)]
@@ -126,6 +89,7 @@ mod tests {
     use super::*;
     use crate::mysql::Ident;
     use crate::store::text_filter::{RELAYED, WORDS};
+    use crate::store::text_search::FILTER_TABLE;
 
     fn filters() -> RelayedTextFilters {
         RelayedTextFilters {

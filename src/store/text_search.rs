@@ -17,10 +17,11 @@ use super::query::{Condition, Literal, Op};
 use super::rebuild::in_steps;
 use super::schema::{ColumnSpec, ColumnType};
 use super::settings::StoreSettings;
-use super::text_filter::{FIRST_BLOCK, Fold, TextFilterPlan, WORDS, Words, probe};
+use super::text_filter::{FIRST_BLOCK, FilterRow, Fold, TextFilterPlan, WORDS, Words, probe};
 use super::zone_plan::{BUCKET_IDS, bucket_end, bucket_start, id_ranges};
 use crate::id::{IdRange, Layout};
 use crate::mysql::bound::Bound;
+use crate::mysql::encode::push_sql_string;
 use crate::mysql::retry::RetryPolicy;
 use crate::mysql::rows::{first, take};
 use crate::mysql::{DbError, Ident, SqlValue};
@@ -67,9 +68,8 @@ fn word_columns() -> Vec<String> {
     (0..WORDS).map(|i| format!("`w{i}`")).collect()
 }
 
-/// The upsert a batch adds its filter rows with: the text before and after the rows' values,
-/// and the values per row.
-pub fn upsert_statement() -> (String, String, usize) {
+/// The upsert's text before and after the rows' values.
+fn upsert_statement() -> (String, String) {
     let words = word_columns();
     let prefix = format!(
         "INSERT INTO `{FILTER_TABLE}` (`table_name`, `bucket_start`, `service_id`, `block`, {}) \
@@ -84,18 +84,46 @@ pub fn upsert_statement() -> (String, String, usize) {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    (prefix, suffix, 4 + WORDS)
+    (prefix, suffix)
 }
 
-/// A filter row's values in the upsert's column order, with an upper bound of their size.
-pub fn upsert_values(table: &Ident, row: &super::text_filter::FilterRow) -> (usize, Vec<Value>) {
-    let mut values = Vec::with_capacity(4 + WORDS);
-    values.push(Value::Bytes(table.as_str().as_bytes().to_vec()));
-    values.push(Value::UInt(row.bucket_start));
-    values.push(Value::UInt(u64::from(row.service_id)));
-    values.push(Value::UInt(row.block));
-    values.extend(row.words.iter().map(|w| Value::UInt(*w)));
-    (100 + 24 * WORDS, values)
+/// The upserts ORing `rows` into `table`'s filter, each of at most about `max_bytes`. Text,
+/// not prepared: a batch sends any number of rows from 1 to [`BLOCKS`] per bucket, and a
+/// prepared statement per count would miss the connection's statement cache (a prepare and
+/// a round trip more) in most batches; the values are all numbers but the table's name.
+pub fn upsert_sql(table: &Ident, rows: &[FilterRow], max_bytes: usize) -> Vec<String> {
+    use std::fmt::Write as _;
+    let (prefix, suffix) = upsert_statement();
+    let mut statements = Vec::new();
+    let mut sql = String::new();
+    for row in rows {
+        if sql.is_empty() {
+            sql.push_str(&prefix);
+        } else {
+            sql.push_str(", ");
+        }
+        sql.push('(');
+        push_sql_string(&mut sql, table.as_str());
+        // Writing to a String cannot fail.
+        let _ = write!(
+            sql,
+            ", {}, {}, {}",
+            row.bucket_start, row.service_id, row.block
+        );
+        for word in row.words {
+            let _ = write!(sql, ", {word}");
+        }
+        sql.push(')');
+        if sql.len() + suffix.len() >= max_bytes {
+            sql.push_str(&suffix);
+            statements.push(std::mem::take(&mut sql));
+        }
+    }
+    if !sql.is_empty() {
+        sql.push_str(&suffix);
+        statements.push(sql);
+    }
+    statements
 }
 
 /// The needles of a filter's `contains` and `icontains` conditions, by column.
@@ -435,8 +463,9 @@ pub async fn rebuild(
     Ok(report)
 }
 
-/// Filter rows per upsert statement in a rebuild.
-const REBUILD_ROWS_PER_STATEMENT: usize = 256;
+/// Bytes per upsert statement in a rebuild (about 1,500 filter rows), well under MariaDB's
+/// default `max_allowed_packet` (16 MiB).
+const REBUILD_STATEMENT_BYTES: usize = 1 << 20;
 
 /// One transaction of a rebuild; returns the filter rows written and the table rows read.
 async fn rebuild_step(
@@ -508,15 +537,8 @@ async fn rebuild_step(
         }
     }
     filter_rows.extend(aggregate(plan, layout, &pending));
-    let (prefix, suffix, width) = upsert_statement();
-    for chunk in filter_rows.chunks(REBUILD_ROWS_PER_STATEMENT) {
-        let marks = format!("({})", vec!["?"; width].join(", "));
-        let sql = format!("{prefix}{}{suffix}", vec![marks; chunk.len()].join(", "));
-        let params: Vec<Value> = chunk
-            .iter()
-            .flat_map(|r| upsert_values(&plan.table, r).1)
-            .collect();
-        tx.exec_drop(sql, params)
+    for sql in upsert_sql(&plan.table, &filter_rows, REBUILD_STATEMENT_BYTES) {
+        tx.query_drop(sql)
             .await
             .map_err(DbError::mysql(context()))?;
     }
@@ -602,10 +624,29 @@ mod tests {
 
     #[test]
     fn statements_bind_every_mask() {
-        let (prefix, suffix, width) = upsert_statement();
-        assert_eq!(width, 4 + WORDS);
+        let (prefix, suffix) = upsert_statement();
         assert!(prefix.contains("`w31`"));
         assert!(suffix.contains("`w0` = `w0` | VALUES(`w0`)"));
+        let row = |block| FilterRow {
+            bucket_start: 60 << 32,
+            service_id: 3,
+            block,
+            words: [u64::MAX; WORDS],
+        };
+        let rows = [row(130), row(131), row(132)];
+        let logs = Ident::new("logs").unwrap();
+        let one = upsert_sql(&logs, &rows, 1 << 20);
+        assert_eq!(one.len(), 1);
+        assert!(one[0].starts_with(&prefix) && one[0].ends_with(&suffix));
+        assert!(one[0].contains(&format!("('logs', {}, 3, 131, {}", 60u64 << 32, u64::MAX)));
+        // A small budget: a statement per row, each whole.
+        let split = upsert_sql(&logs, &rows, 1_000);
+        assert_eq!(split.len(), 3);
+        assert!(
+            split
+                .iter()
+                .all(|sql| sql.starts_with(&prefix) && sql.ends_with(&suffix))
+        );
         let mut words = [0; WORDS];
         words[3] = 0b1010;
         let (sql, params) = candidates_sql(&Ident::new("logs").unwrap(), (0, 10), &[(7, words)]);

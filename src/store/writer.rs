@@ -610,14 +610,24 @@ impl ServerWriter {
         rows: &[Row],
         budget: usize,
     ) -> Result<text_filter::Sent, InsertError> {
-        self.insert(tx, rows, budget).await.map_err(|e| {
+        // The text filter's bits are computed while the database inserts the rows: the insert
+        // is polled first (sending its statement), then the filter's work runs on this task,
+        // the writer's CPU and the server's in parallel rather than one after the other.
+        let layout = &self.inner.layout;
+        let (inserted, filter_rows) =
+            futures_util::future::join(self.insert(tx, rows, budget), async {
+                tokio::task::yield_now().await;
+                self.inner.text_filters.aggregate(layout, rows)
+            })
+            .await;
+        inserted.map_err(|e| {
             e.refused_as(|reason| format!("the database refused the row: {reason}"))
         })?;
         self.add_to_rollups(tx, rows, budget).await?;
         let sent = self
             .inner
             .text_filters
-            .add(tx, &self.inner.layout, rows, budget)
+            .send(tx, filter_rows, budget)
             .await?;
         self.add_to_zone_map(tx, rows, budget).await?;
         let layout = &self.inner.layout;

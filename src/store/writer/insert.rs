@@ -285,6 +285,18 @@ async fn send_text(session: &mut impl Session, sql: &str, rows: usize) -> Result
     check_result(session, Some(rows)).await
 }
 
+/// Runs one statement of literal values whose rows each affect 0 to 2 rows (an upsert).
+pub(super) async fn text_statement(
+    session: &mut impl Session,
+    sql: &str,
+) -> Result<(), InsertError> {
+    session
+        .query_drop(sql)
+        .await
+        .map_err(classify("upserting rows (text)"))?;
+    check_result(session, None).await
+}
+
 /// Prepared multi-row `INSERT` with placeholders, in statements of at most 65,535 placeholders
 /// that fit the packet.
 pub(super) async fn prepared(

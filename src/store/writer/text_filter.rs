@@ -7,8 +7,8 @@ use std::sync::Mutex;
 
 use mysql_async::Transaction;
 
-use super::insert::InsertError;
-use super::{Row, table_values, upsert};
+use super::insert::{self, InsertError};
+use super::{Row, table_values};
 use crate::id::Layout;
 use crate::store::settings::StoreSettings;
 use crate::store::text_filter::{FilterRow, KnownBits, TextFilterPlan};
@@ -18,9 +18,12 @@ use crate::store::text_search;
 /// this writer knows are stored.
 pub(super) struct TextFilters {
     plans: Vec<TextFilterPlan>,
-    upsert: (String, String, usize),
     known: Mutex<KnownBits>,
 }
+
+/// The filter rows a batch adds, per plan (in the plans' order), before the known bits are
+/// taken out.
+pub(super) struct Aggregated(Vec<Vec<FilterRow>>);
 
 /// The filter rows a transaction sent, per plan, to be known once it commits.
 #[derive(Default)]
@@ -30,28 +33,37 @@ impl TextFilters {
     pub(super) fn new(store: &StoreSettings) -> TextFilters {
         TextFilters {
             plans: text_search::plans(store),
-            upsert: text_search::upsert_statement(),
             known: Mutex::new(KnownBits::default()),
         }
     }
 
-    /// Adds the records' grams to the filter of every table they were written to; returns
-    /// what it sent, for [`TextFilters::committed`].
-    pub(super) async fn add(
+    /// The filter rows the records add to every table they were written to, per plan: pure
+    /// work, done while the database inserts the rows (see `ServerWriter::write_records`).
+    pub(super) fn aggregate(&self, layout: &Layout, rows: &[Row]) -> Aggregated {
+        Aggregated(
+            self.plans
+                .iter()
+                .map(|plan| {
+                    plan.aggregate(
+                        layout,
+                        rows.iter()
+                            .filter_map(|row| Some((row.id, table_values(row, plan.table_index)?))),
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    /// Sends the aggregated filter rows, less the bits known stored; returns what it sent, for
+    /// [`TextFilters::committed`].
+    pub(super) async fn send(
         &self,
         tx: &mut Transaction<'_>,
-        layout: &Layout,
-        rows: &[Row],
+        aggregated: Aggregated,
         budget: usize,
     ) -> Result<Sent, InsertError> {
-        let (prefix, suffix, width) = &self.upsert;
         let mut sent = Sent::default();
-        for plan in &self.plans {
-            let blocks = plan.aggregate(
-                layout,
-                rows.iter()
-                    .filter_map(|row| Some((row.id, table_values(row, plan.table_index)?))),
-            );
+        for (plan, blocks) in self.plans.iter().zip(aggregated.0) {
             let blocks: Vec<FilterRow> = {
                 let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
                 blocks
@@ -59,12 +71,17 @@ impl TextFilters {
                     .filter_map(|block| known.unknown(plan.table_index, block))
                     .collect()
             };
-            let values = blocks
-                .iter()
-                .map(|block| text_search::upsert_values(&plan.table, block))
-                .collect();
-            let what = || format!("the text filter of {}", plan.table);
-            upsert(tx, (prefix, suffix, *width), values, budget, what).await?;
+            for sql in text_search::upsert_sql(&plan.table, &blocks, budget) {
+                insert::text_statement(tx, &sql).await.map_err(|e| {
+                    e.refused_as(|reason| {
+                        format!(
+                            "the database refused adding the records to the text filter of \
+                             {}: {reason}",
+                            plan.table
+                        )
+                    })
+                })?;
+            }
             sent.0.push((plan.table_index, blocks));
         }
         Ok(sent)
