@@ -610,9 +610,10 @@ impl ServerWriter {
         rows: &[Row],
         budget: usize,
     ) -> Result<text_filter::Sent, InsertError> {
-        // The text filter's bits are computed while the database inserts the rows: the insert
-        // is polled first (sending its statement), then the filter's work runs on this task,
-        // the writer's CPU and the server's in parallel rather than one after the other.
+        // The text filter's bits are computed while the database inserts the rows, the writer's
+        // CPU and the server's in parallel rather than one after the other: the insert is
+        // polled first, and again after the filter's side yields once, so its statement is
+        // sent before the filter's work holds this task.
         let layout = &self.inner.layout;
         let (inserted, filter_rows) =
             futures_util::future::join(self.insert(tx, rows, budget), async {
@@ -630,7 +631,6 @@ impl ServerWriter {
             .send(tx, filter_rows, budget)
             .await?;
         self.add_to_zone_map(tx, rows, budget).await?;
-        let layout = &self.inner.layout;
         self.inner.line_counts.add(tx, layout, rows, budget).await?;
         Ok(sent)
     }
