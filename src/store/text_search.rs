@@ -8,6 +8,8 @@
 //! (`logstamp_text_filter_cover`): rows below it, written before the filter existed, are read
 //! whole until `logstamp search rebuild` covers them.
 
+use std::sync::LazyLock;
+
 use futures_util::StreamExt;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, IsolationLevel, Row as MysqlRow, TxOpts, Value};
@@ -68,8 +70,13 @@ fn word_columns() -> Vec<String> {
     (0..WORDS).map(|i| format!("`w{i}`")).collect()
 }
 
-/// The upsert's text before and after the rows' values.
-fn upsert_statement() -> (String, String) {
+/// The upsert's text before and after the rows' values, made once.
+fn upsert_statement() -> &'static (String, String) {
+    static STATEMENT: LazyLock<(String, String)> = LazyLock::new(upsert_text);
+    &STATEMENT
+}
+
+fn upsert_text() -> (String, String) {
     let words = word_columns();
     let prefix = format!(
         "INSERT INTO `{FILTER_TABLE}` (`table_name`, `bucket_start`, `service_id`, `block`, {}) \
@@ -88,7 +95,7 @@ fn upsert_statement() -> (String, String) {
 }
 
 /// The upserts ORing `rows` into `table`'s filter, each of at most about `max_bytes`. Text,
-/// not prepared: a batch sends any number of rows from 1 to [`BLOCKS`] per bucket, and a
+/// not prepared: a batch sends any number of rows from 1 to 128 per bucket, and a
 /// prepared statement per count would miss the connection's statement cache (a prepare and
 /// a round trip more) in most batches; the values are all numbers but the table's name.
 pub fn upsert_sql(table: &Ident, rows: &[FilterRow], max_bytes: usize) -> Vec<String> {
@@ -98,7 +105,7 @@ pub fn upsert_sql(table: &Ident, rows: &[FilterRow], max_bytes: usize) -> Vec<St
     let mut sql = String::new();
     for row in rows {
         if sql.is_empty() {
-            sql.push_str(&prefix);
+            sql.push_str(prefix);
         } else {
             sql.push_str(", ");
         }
@@ -115,12 +122,12 @@ pub fn upsert_sql(table: &Ident, rows: &[FilterRow], max_bytes: usize) -> Vec<St
         }
         sql.push(')');
         if sql.len() + suffix.len() >= max_bytes {
-            sql.push_str(&suffix);
+            sql.push_str(suffix);
             statements.push(std::mem::take(&mut sql));
         }
     }
     if !sql.is_empty() {
-        sql.push_str(&suffix);
+        sql.push_str(suffix);
         statements.push(sql);
     }
     statements
@@ -637,7 +644,7 @@ mod tests {
         let logs = Ident::new("logs").unwrap();
         let one = upsert_sql(&logs, &rows, 1 << 20);
         assert_eq!(one.len(), 1);
-        assert!(one[0].starts_with(&prefix) && one[0].ends_with(&suffix));
+        assert!(one[0].starts_with(prefix.as_str()) && one[0].ends_with(suffix.as_str()));
         assert!(one[0].contains(&format!("('logs', {}, 3, 131, {}", 60u64 << 32, u64::MAX)));
         // A small budget: a statement per row, each whole.
         let split = upsert_sql(&logs, &rows, 1_000);
@@ -645,7 +652,7 @@ mod tests {
         assert!(
             split
                 .iter()
-                .all(|sql| sql.starts_with(&prefix) && sql.ends_with(&suffix))
+                .all(|sql| sql.starts_with(prefix.as_str()) && sql.ends_with(suffix.as_str()))
         );
         let mut words = [0; WORDS];
         words[3] = 0b1010;

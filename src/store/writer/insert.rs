@@ -242,7 +242,7 @@ pub(super) async fn text(
                 return Err(too_large(row, sql.len(), budget));
             }
             sql.truncate(mark);
-            send_text(session, &sql, in_statement).await?;
+            send_text(session, &sql, Some(in_statement)).await?;
             sql.clear();
             sql.push_str(&prefix);
             push_text_row(&mut sql, target, row);
@@ -254,7 +254,7 @@ pub(super) async fn text(
         in_statement += 1;
     }
     if in_statement > 0 {
-        send_text(session, &sql, in_statement).await?;
+        send_text(session, &sql, Some(in_statement)).await?;
     }
     Ok(())
 }
@@ -277,24 +277,18 @@ fn push_text_row(sql: &mut String, target: &Target, row: &TableRow) {
     sql.push(')');
 }
 
-async fn send_text(session: &mut impl Session, sql: &str, rows: usize) -> Result<(), InsertError> {
-    session
-        .query_drop(sql)
-        .await
-        .map_err(classify("inserting rows (text)"))?;
-    check_result(session, Some(rows)).await
-}
-
-/// Runs one statement of literal values whose rows each affect 0 to 2 rows (an upsert).
-pub(super) async fn text_statement(
+/// Runs one statement of literal values; `rows` is how many it inserts, one each, or `None`
+/// for an upsert (each row affects none to two).
+pub(super) async fn send_text(
     session: &mut impl Session,
     sql: &str,
+    rows: Option<usize>,
 ) -> Result<(), InsertError> {
     session
         .query_drop(sql)
         .await
-        .map_err(classify("upserting rows (text)"))?;
-    check_result(session, None).await
+        .map_err(classify("writing rows (text)"))?;
+    check_result(session, rows).await
 }
 
 /// Prepared multi-row `INSERT` with placeholders, in statements of at most 65,535 placeholders

@@ -72,7 +72,7 @@ impl TextFilters {
                     .collect()
             };
             for sql in text_search::upsert_sql(&plan.table, &blocks, budget) {
-                insert::text_statement(tx, &sql).await.map_err(|e| {
+                insert::send_text(tx, &sql, None).await.map_err(|e| {
                     e.refused_as(|reason| {
                         format!(
                             "the database refused adding the records to the text filter of \
