@@ -107,6 +107,7 @@ fn column_seed(column: &str) -> u64 {
 
 /// The next gram key after `key` when a window moves on by character `c`: the last [`GRAM`]
 /// characters' code points, 21 bits each.
+#[inline]
 fn push_key(key: u64, c: u32) -> u64 {
     ((key << 21) | u64::from(c)) & ((1 << (21 * GRAM)) - 1)
 }
@@ -120,6 +121,7 @@ fn gram_key(window: &[char]) -> u64 {
 
 /// A gram's 64-bit hash, from its column's seed and its key: two multiplications, each
 /// followed by folding the high half into the low one, so every bit of the result mixes.
+#[inline]
 fn hash(seed: u64, key: u64) -> u64 {
     let h = (key ^ seed).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     let h = (h ^ (h >> 32)).wrapping_mul(0xd6e8_feb8_6659_fd93);
@@ -128,28 +130,37 @@ fn hash(seed: u64, key: u64) -> u64 {
 
 /// Where a gram's bits go in a bucket's filter: the word's place among all [`BLOCKS`] times
 /// [`WORDS`] (block, then word), from the hash's top bits, and the bits, from its low 24.
+#[inline]
 fn place(h: u64) -> (usize, u64) {
     let mask = (0..BITS_PER_GRAM).fold(0, |mask, i| mask | 1 << ((h >> (6 * i)) & 63));
     ((h >> (64 - 12)) as usize, mask)
 }
 
-const _: () = assert!(BLOCKS * WORDS as u64 == 1 << 12);
+/// Words in a bucket's whole filter: [`place`]'s word is any 12-bit number.
+const FILTER_WORDS: usize = 1 << 12;
+
+const _: () = assert!(BLOCKS * WORDS as u64 == FILTER_WORDS as u64);
 
 /// Calls `each` with the hash of every gram of `text` (repeats included), from the column's
 /// seed. Text wholly of ASCII (most log text) is hashed byte by byte, without decoding
 /// characters: an ASCII character's code point is its byte.
 fn text_grams(seed: u64, text: &str, mut each: impl FnMut(u64)) {
     let bytes = text.as_bytes();
-    let mut key = 0;
     if bytes.is_ascii() {
-        for (n, c) in bytes.iter().enumerate() {
-            key = push_key(key, u32::from(c.to_ascii_lowercase()));
-            if n + 1 >= GRAM {
-                each(hash(seed, key));
-            }
+        // The first window's start is keyed before the loop, so the loop (most of a writer's
+        // filter work) has no branch on whether its window is full yet.
+        let Some((start, rest)) = bytes.split_at_checked(GRAM - 1) else {
+            return;
+        };
+        let ascii_key = |key, c: &u8| push_key(key, u32::from(c.to_ascii_lowercase()));
+        let mut key = start.iter().fold(0, ascii_key);
+        for c in rest {
+            key = ascii_key(key, c);
+            each(hash(seed, key));
         }
         return;
     }
+    let mut key = 0;
     for (n, c) in text.chars().enumerate() {
         key = push_key(key, u32::from(fold(c)));
         if n + 1 >= GRAM {
@@ -167,7 +178,8 @@ const SEEN_PER_COLUMN: usize = 1024;
 
 /// One bucket and service's filter while it is built.
 struct Filter {
-    blocks: Box<[Words]>,
+    /// Block after block, as one array: a gram's word is indexed without a bounds check.
+    words: Box<[u64; FILTER_WORDS]>,
     /// Per column, the short texts already added (hashed with foldhash: SipHash, the
     /// standard one, took a tenth of the filter's time, and these are no attacker's keys to
     /// flood a table with: the set stops growing at [`SEEN_PER_COLUMN`]).
@@ -197,7 +209,7 @@ impl FilterBuilder {
         );
         let columns = self.seeds.len();
         let filter = self.filters.entry(key).or_insert_with(|| Filter {
-            blocks: vec![[0; WORDS]; BLOCKS as usize].into_boxed_slice(),
+            words: Box::new([0; FILTER_WORDS]),
             seen: vec![HashSet::default(); columns],
         });
         for (nth, text) in texts {
@@ -212,7 +224,7 @@ impl FilterBuilder {
                     seen.insert(text.into());
                 }
             }
-            text_grams(*seed, text, |h| set(&mut filter.blocks, h));
+            text_grams(*seed, text, |h| set(&mut filter.words, h));
         }
     }
 
@@ -221,7 +233,8 @@ impl FilterBuilder {
     pub fn rows(self) -> Vec<FilterRow> {
         let mut rows = Vec::new();
         for ((bucket_start, service_id), filter) in self.filters {
-            for (block, words) in filter.blocks.iter().enumerate() {
+            let (blocks, _) = filter.words.as_chunks::<WORDS>();
+            for (block, words) in blocks.iter().enumerate() {
                 if words.iter().any(|w| *w != 0) {
                     rows.push(FilterRow {
                         bucket_start,
@@ -237,9 +250,10 @@ impl FilterBuilder {
 }
 
 /// Sets a gram's bits in a whole filter, in place.
-fn set(filter: &mut [Words], h: u64) {
+#[inline]
+fn set(filter: &mut [u64; FILTER_WORDS], h: u64) {
     let (at, mask) = place(h);
-    filter[at / WORDS][at % WORDS] |= mask;
+    filter[at] |= mask;
 }
 
 /// Buckets per table and service ID whose known bits are kept: the current minute and the one

@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Error as MysqlError, Row, Transaction, Value};
+use mysql_async::{Conn, Error as MysqlError, Params, Row, Transaction, Value};
 
 use super::infile::InfileServer;
 use crate::mysql::SqlValue;
@@ -419,7 +419,8 @@ pub(super) async fn batch(
         if size > budget {
             return Err(too_large(row, size, budget));
         }
-        params.push(target.params(row));
+        // Already `Params`, which `exec_batch` would otherwise rebuild from each row's values.
+        params.push(Params::Positional(target.params(row)));
     }
     let placeholders = vec!["?"; target.width()].join(",");
     let sql = format!("{}({placeholders})", target.insert_prefix());
