@@ -756,8 +756,11 @@ impl Run<'_> {
     }
 }
 
-/// As Kafka's `kafka-run-class.sh` starts a worker of `connect-standalone.sh`.
+/// As Kafka's `kafka-run-class.sh` starts a worker of `connect-standalone.sh`, with warnings
+/// in its log (without a log4j configuration only errors are printed, and a connector that
+/// stalled retrying left an empty log).
 const CONNECT_JVM: &[&str] = &[
+    "-Dlog4j2.level=WARN",
     "-Xms256M",
     "-Xmx2G",
     "-XX:+UseG1GC",
