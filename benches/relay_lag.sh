@@ -17,20 +17,9 @@
 #            still fresh for each): a check that `bench relay` runs again on servers it ran on
 # Ports used: 33111-33113 (MariaDB), 39092 and 39093 (Kafka).
 set -euo pipefail
-dir=$(realpath -m "$1")
-rounds=$2
-shift 2
-builds=()
-while [ $# -gt 0 ] && [ "$1" != "--" ]; do
-  builds+=("$1")
-  shift
-done
-[ "${1:-}" = "--" ] && shift
-[ ${#builds[@]} -gt 0 ] || { echo "name at least one build: NAME=BINARY" >&2; exit 2; }
+source "$(dirname "$0")/side_by_side.sh"
 lib=${KAFKA_LIB:?set KAFKA_LIB to the Apache Kafka jars directory (scripts/fetch-jars kafka prints it)}
-
-rm -rf "$dir"
-mkdir -p "$dir"
+side_by_side_arguments "$@"
 pids=()
 stop_all() {
   for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
@@ -95,11 +84,7 @@ EOF
 }
 
 for round in $(seq 1 "$rounds"); do
-  order=("${builds[@]}")
-  if [ $((round % 2)) = 0 ]; then
-    order=()
-    for ((i = ${#builds[@]} - 1; i >= 0; i--)); do order+=("${builds[$i]}"); done
-  fi
+  round_order "$round"
   for build in "${order[@]}"; do
     name=${build%%=*}
     binary=${build#*=}
@@ -114,7 +99,7 @@ for round in $(seq 1 "$rounds"); do
     for port in 33111 33112 33113; do mariadb_wait "$port"; done
     echo "round $round: $name (load $(cut -d' ' -f1 /proc/loadavg))" >&2
     "$binary" bench relay --brokers 127.0.0.1:39092 --source mysql://root@127.0.0.1:33111 \
-      --target mysql://root@127.0.0.1:33112 --replica mysql://root@127.0.0.1:33113 "$@" \
+      --target mysql://root@127.0.0.1:33112 --replica mysql://root@127.0.0.1:33113 "${options[@]}" \
       2>"$dir/$round-$name.log" \
       | while IFS= read -r line; do
         case $line in

@@ -13,27 +13,12 @@
 # Writing alone is the worker's CPU less its mapping (`worker_us_per_row` less
 # `worker_map_us_per_row`).
 set -euo pipefail
-dir=$(realpath -m "$1")
-rounds=$2
-shift 2
-builds=()
-while [ $# -gt 0 ] && [ "$1" != "--" ]; do
-  builds+=("$1")
-  shift
-done
-[ "${1:-}" = "--" ] && shift
-[ ${#builds[@]} -gt 0 ] || { echo "name at least one build: NAME=BINARY" >&2; exit 2; }
-options=("$@")
+source "$(dirname "$0")/side_by_side.sh"
+side_by_side_arguments "$@"
 [ ${#options[@]} -gt 0 ] || options=(--rows 200000 --layouts residual_zlib)
-rm -rf "$dir"
-mkdir -p "$dir"
 results="$dir/results.jsonl"
 for round in $(seq "$rounds"); do
-  order=("${builds[@]}")
-  if (( round % 2 == 0 )); then
-    order=()
-    for (( i=${#builds[@]}-1; i>=0; i-- )); do order+=("${builds[$i]}"); done
-  fi
+  round_order "$round"
   for build in "${order[@]}"; do
     name=${build%%=*}
     binary=${build#*=}
