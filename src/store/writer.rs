@@ -612,8 +612,10 @@ impl ServerWriter {
     ) -> Result<text_filter::Sent, InsertError> {
         // The text filter's bits are computed while the database inserts the rows, the writer's
         // CPU and the server's in parallel rather than one after the other: the insert is
-        // polled first, and again after the filter's side yields once, so its statement is
-        // sent before the filter's work holds this task.
+        // polled first, and again after the filter's side yields once, so its statement is on
+        // its way before the filter's work holds this task. (A statement larger than the
+        // socket's buffer is only partly sent by then: with one connection the server waits
+        // for the rest; with several, other batches' statements keep it busy.)
         let layout = &self.inner.layout;
         let (inserted, filter_rows) =
             futures_util::future::join(self.insert(tx, rows, budget), async {
