@@ -229,6 +229,12 @@ pub fn ceil_seconds(t: DateTime<Utc>) -> i64 {
     t.timestamp() + i64::from(t.timestamp_subsec_nanos() > 0)
 }
 
+/// Unix seconds of an instant as IDs count them: rounded down, and 0 for an instant before the
+/// epoch (IDs start there).
+pub fn unix_seconds(t: DateTime<Utc>) -> u64 {
+    u64::try_from(t.timestamp()).unwrap_or(0)
+}
+
 /// RFC 3339 in UTC, whole seconds: how commands print times.
 pub fn format_utc(unix_seconds: u64) -> String {
     i64::try_from(unix_seconds)

@@ -12,9 +12,10 @@ use mysql_async::prelude::Queryable;
 use serde_json::{Value, json};
 
 use logstamp::mysql;
+use logstamp::store::filter_language::parse_filter;
 use logstamp::store::log_table::TableSpec;
 use logstamp::store::migrate;
-use logstamp::store::query::{self, Record, TimeQuery, parse_filter};
+use logstamp::store::query::{self, Record, TimeQuery};
 use support::TestDb;
 
 const BIN: &str = env!("CARGO_BIN_EXE_logstamp");

@@ -20,8 +20,9 @@ use mysql_async::prelude::Queryable;
 
 use logstamp::config::Settings;
 use logstamp::id::{IdRange, Layout};
+use logstamp::store::filter_language::parse_filter;
 use logstamp::store::log_table::TableSpec;
-use logstamp::store::query::{self, TimeQuery, parse_filter};
+use logstamp::store::query::{self, TimeQuery};
 use logstamp::store::{Writer, migrate, partitions, zone_plan};
 use logstamp::transform::Mapper;
 use support::{Lcg, TestDb};

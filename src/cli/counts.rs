@@ -16,11 +16,10 @@ use logstamp::store::line_count_plan::{self, CountPlan, MINUTE};
 use logstamp::store::line_counts::{self, Time};
 use logstamp::store::log_table::TableSpec;
 use logstamp::store::shards::ShardSet;
-use logstamp::time::format_utc;
+use logstamp::time::{format_utc, unix_seconds};
 
 use super::db::{step, with_conn, with_steps};
 use super::output::{Format, Output, aligned};
-use super::query::unix;
 use super::{TimeRangeArgs, UsageError, load_settings, rebuild};
 
 #[derive(Debug, Subcommand)]
@@ -71,7 +70,7 @@ fn rebuild(args: RebuildArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&sources)?;
     let plans = plans(&settings, args.table.as_deref())?;
     let asked = match args.time.parse_open()? {
-        (Some(from), to) => Some((unix(from), unix(to))),
+        (Some(from), to) => Some((unix_seconds(from), unix_seconds(to))),
         (None, _) => None,
     };
     let layout = settings.id.layout;

@@ -10,10 +10,10 @@ use serde::Serialize;
 use logstamp::config::Sources;
 use logstamp::mysql::lock::{release, table_lock, try_lock};
 use logstamp::mysql::{self, DbError, Ident};
-use logstamp::store::compression;
 use logstamp::store::log_table::TableSpec;
 use logstamp::store::partition_plan::ExistingPartition;
 use logstamp::store::partitions::{self, EnsureOutcome};
+use logstamp::store::recompress;
 use logstamp::store::schema::create_log_table_sql;
 use logstamp::store::shards::ShardSet;
 use logstamp::store::{PartitionBound, PartitionPlan, Period};
@@ -115,7 +115,7 @@ fn compress(args: CompressArgs, sources: Sources) -> anyhow::Result<ExitCode> {
                 let taken = bound.wait(step, try_lock(conn, &lock, 0)).await?;
                 let rebuilt = if taken {
                     let rebuilt =
-                        compression::recompress(conn, spec, args.dry_run, &bound, |line| {
+                        recompress::recompress(conn, spec, args.dry_run, &bound, |line| {
                             let action = if args.dry_run {
                                 "partition_to_compress"
                             } else {

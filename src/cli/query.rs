@@ -13,16 +13,16 @@ use chrono::{DateTime, Utc};
 use logstamp::config::{Settings, Sources};
 use logstamp::mysql::bound::within;
 use logstamp::mysql::{self, DbError, Ident};
+use logstamp::store::filter_language::{Condition, Literal, Op, parse_filter};
 use logstamp::store::follow::{self, Follow, FollowFrom};
 use logstamp::store::line_counts;
 use logstamp::store::log_table::TableSpec;
-use logstamp::store::query::{
-    self, Condition, EventQuery, Literal, Op, Order, Record, TimeQuery, parse_filter,
-};
+use logstamp::store::query::{self, EventQuery, Order, Record, TimeQuery};
 use logstamp::store::rollup::{self, RollupRecord};
 use logstamp::store::rollup_plan::RollupPlan;
 use logstamp::store::schema::ColumnType;
 use logstamp::store::shards::ShardSet;
+use logstamp::time::unix_seconds;
 
 use super::db::{block_on, step, with_conn, with_steps};
 use super::output::{Format, Output, aligned, ignore_closed_pipe};
@@ -188,7 +188,7 @@ pub fn run(args: QueryArgs, sources: Sources) -> anyhow::Result<ExitCode> {
             TimeKind::Id => line_counts::Time::Id,
             TimeKind::Event => line_counts::Time::Event,
         };
-        let range = (unix(from), unix(to));
+        let range = (unix_seconds(from), unix_seconds(to));
         return super::counts::print(&settings, &spec, time, args.interval, range, args.format);
     }
     if args.by == TimeKind::Event {
@@ -433,7 +433,7 @@ fn read_rollup(
     format: Format,
 ) -> anyhow::Result<ExitCode> {
     let plan = rollup_plan(settings, name, "--rollup")?;
-    let range = (unix(from), unix(to));
+    let range = (unix_seconds(from), unix_seconds(to));
     let header = plan.column_names().iter().map(|c| c.to_string()).collect();
     let mut sink = Sink::new(Output::new(), format, header);
     let set = ShardSet::new(&settings.mysql.url, &settings.store);
@@ -463,11 +463,6 @@ fn read_rollup(
     }
     sink.finish().context("writing output")?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Unix seconds of a time, clamped at 0 (buckets start at the epoch at the earliest).
-pub fn unix(t: DateTime<Utc>) -> u64 {
-    u64::try_from(t.timestamp()).unwrap_or(0)
 }
 
 /// Rows buffered before a table's column widths are fixed; later rows are cut to fit.

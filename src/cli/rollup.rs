@@ -10,12 +10,13 @@ use indicatif::{ProgressBar, ProgressStyle};
 use logstamp::config::Sources;
 use logstamp::store::rollup;
 use logstamp::store::shards::ShardSet;
+use logstamp::time::unix_seconds;
 
 use super::TimeRangeArgs;
 use super::db::with_steps;
 use super::load_settings;
 use super::output::Output;
-use super::query::{rollup_plan, unix};
+use super::query::rollup_plan;
 
 #[derive(Debug, Subcommand)]
 pub enum RollupCommand {
@@ -43,7 +44,7 @@ fn rebuild(args: RebuildArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&sources)?;
     let plan = rollup_plan(&settings, &args.name, "NAME")?;
     let (from, to) = args.time.parse()?;
-    let (from, to) = rollup::widen_to_buckets(plan, unix(from), unix(to));
+    let (from, to) = rollup::widen_to_buckets(plan, unix_seconds(from), unix_seconds(to));
     // A bar for a person at a terminal; otherwise a log line per day.
     let bar = if std::io::stderr().is_terminal() {
         ProgressBar::new(to - from).with_style(

@@ -23,9 +23,10 @@ use tokio::sync::mpsc;
 
 use super::request::{ApiError, Params, assemble, interval, parts, rollup_answers, unix_range};
 use super::{Server, bounded, counted, db_error};
+use crate::store::filter_language::{Condition, parse_filter};
 use crate::store::line_counts::Time;
 use crate::store::log_table::TableSpec;
-use crate::store::query::{self, EventQuery, Order, Record, TimeQuery, parse_filter};
+use crate::store::query::{self, EventQuery, Order, Record, TimeQuery};
 use crate::store::schema::{ColumnSpec, ColumnType};
 use crate::store::{partitions, rollup};
 use crate::time::format_utc;
@@ -100,7 +101,7 @@ fn table<'a>(server: &'a Server, params: &Params) -> Result<&'a TableSpec, ApiEr
 }
 
 /// The `where` filter, its error naming where reading stopped.
-fn filter(spec: &TableSpec, params: &Params) -> Result<Vec<query::Condition>, ApiError> {
+fn filter(spec: &TableSpec, params: &Params) -> Result<Vec<Condition>, ApiError> {
     match params.get("where") {
         None => Ok(Vec::new()),
         Some(text) => parse_filter(text, &spec.columns).map_err(|e| ApiError::BadParameter {

@@ -10,10 +10,11 @@ use super::request::{ApiError, Params, parts};
 use crate::id::Layout;
 use crate::mysql::Ident;
 use crate::store::event_histogram;
+use crate::store::filter_language::{Condition, Literal, Op};
 use crate::store::line_count_plan::{MINUTE, level_index};
 use crate::store::line_counts::{self, Time};
 use crate::store::log_table::TableSpec;
-use crate::store::query::{self, Condition, Count, Literal, Op, TimeQuery};
+use crate::store::query::{self, Count, TimeQuery};
 use crate::time::format_utc;
 
 /// The request's `time`: `id` (the default) or `event`, which the table must have.

@@ -9,7 +9,8 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::mysql::Ident;
-use crate::store::query::{Condition, Count, Literal, Op};
+use crate::store::filter_language::{Condition, Literal, Op};
+use crate::store::query::Count;
 use crate::store::rollup_plan::RollupPlan;
 use crate::time::{Zone, ceil_seconds, floor_seconds, format_utc, parse_time_at};
 
@@ -470,7 +471,7 @@ mod tests {
 
     #[test]
     fn a_rollup_answers_filters_on_its_dimensions_by_equality() {
-        use crate::store::query::parse_filter;
+        use crate::store::filter_language::parse_filter;
         use crate::store::rollup_plan::{Bucket, RollupSettings, SourceTable};
         let settings = crate::config::Settings::defaults().unwrap().store;
         let table = Ident::new("logs").unwrap();

@@ -7,8 +7,9 @@ use chrono::{DateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Row, Value};
 
+use super::filter_language::Condition;
 use super::log_table::TableSpec;
-use super::query::{Condition, Count, RANGES_PER_STATEMENT, counts, event_column, push_filter};
+use super::query::{Count, RANGES_PER_STATEMENT, counts, event_column, push_filter};
 use super::zone_map;
 use crate::mysql::{DbError, Ident};
 

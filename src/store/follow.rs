@@ -41,8 +41,9 @@ use futures_util::StreamExt;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, IsolationLevel, Row, TxOpts, Value};
 
+use super::filter_language::Condition;
 use super::log_table::TableSpec;
-use super::query::{Condition, Record, record, select_ids_sql};
+use super::query::{Record, record, select_ids_sql};
 use crate::id::Layout;
 use crate::mysql::bound::Bound;
 use crate::mysql::encode::mysql_value;

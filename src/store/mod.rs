@@ -4,6 +4,7 @@
 pub mod compression;
 pub mod event_histogram;
 pub mod federate;
+pub mod filter_language;
 pub mod follow;
 pub mod lease;
 pub mod line_count_plan;
@@ -14,6 +15,7 @@ pub mod partition_plan;
 pub mod partitions;
 pub mod query;
 pub mod rebuild;
+pub mod recompress;
 pub mod residual;
 pub mod rollup;
 pub mod rollup_plan;

@@ -11,8 +11,9 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, IsolationLevel, Row as MysqlRow, TxOpts, Value};
 use serde::Serialize;
 
+use super::filter_language::Condition;
 use super::log_table::read_columns;
-use super::query::{Condition, Count, counts, push_filter};
+use super::query::{Count, counts, push_filter};
 use super::schema::ColumnType;
 use crate::id::Layout;
 use crate::mysql::bound::Bound;

@@ -15,7 +15,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, IsolationLevel, Row as MysqlRow, TxOpts, Value};
 use serde::Serialize;
 
-use super::query::{Condition, Literal, Op};
+use super::filter_language::{Condition, Literal, Op};
 use super::rebuild::in_steps;
 use super::schema::{ColumnSpec, ColumnType};
 use super::settings::StoreSettings;

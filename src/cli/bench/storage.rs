@@ -22,7 +22,8 @@ use serde_json::json;
 use logstamp::config::{Settings, Sources};
 use logstamp::mysql::{self, Ident};
 use logstamp::store::compression::{self, Compression};
-use logstamp::store::query::{self, TimeQuery, parse_filter};
+use logstamp::store::filter_language::parse_filter;
+use logstamp::store::query::{self, TimeQuery};
 use logstamp::store::settings::{DurationOrOff, PayloadMode};
 
 use super::ingest::{DatabaseProcess, cpu_seconds, own_cpu_since};
