@@ -10,7 +10,7 @@
 //! (it never changes a server-wide variable itself). `partitions compress` rebuilds, one at a
 //! time, the partitions whose file has another algorithm (see [`super::recompress`]).
 //!
-//! The choices and checks are pure; the I/O reads the catalog and runs the DDL.
+//! The choices and checks are pure; the I/O reads the server's variables and the catalog.
 
 use std::fmt;
 
