@@ -232,7 +232,7 @@ pub fn ceil_seconds(t: DateTime<Utc>) -> i64 {
 /// Unix seconds of an instant as IDs count them: rounded down, and 0 for an instant before the
 /// epoch (IDs start there).
 pub fn unix_seconds(t: DateTime<Utc>) -> u64 {
-    u64::try_from(t.timestamp()).unwrap_or(0)
+    u64::try_from(floor_seconds(t)).unwrap_or(0)
 }
 
 /// RFC 3339 in UTC, whole seconds: how commands print times.

@@ -458,23 +458,24 @@ impl Pipeline {
             return Vec::new();
         }
         let routed = self.routes.iter().zip(fanout);
-        let tables: Vec<(&Mapper, Option<&[SqlValue]>)> =
-            std::iter::once((&self.main, Some(values)))
-                .chain(routed.map(|(route, values)| (&route.mapper, values.as_deref())))
-                .map(|(mapper, values)| (mapper, values.filter(|_| mapper.residual)))
-                .collect();
+        let tables = std::iter::once((&self.main, Some(values)))
+            .chain(routed.map(|(route, values)| (&route.mapper, values.as_deref())))
+            .map(|(mapper, values)| (mapper, values.filter(|_| mapper.residual)));
         // The last table keeping a residual takes the document itself and those before it a
         // copy: copying a whole document cost a tenth of mapping's CPU.
-        let last = tables.iter().rposition(|(_, values)| values.is_some());
+        let kept = tables
+            .clone()
+            .filter(|(_, values)| values.is_some())
+            .count();
+        let mut copies = kept.saturating_sub(1);
         let mut document = Some(document);
         tables
-            .into_iter()
-            .enumerate()
-            .map(|(i, (mapper, values))| {
+            .map(|(mapper, values)| {
                 let values = values?;
-                let own = if Some(i) == last {
+                let own = if copies == 0 {
                     document.take()?
                 } else {
+                    copies -= 1;
                     document.clone()?
                 };
                 mapper.residual(own, values)
